@@ -1,0 +1,43 @@
+"""aoti_debug: an intermediate-value debugger for PyTorch Inductor and AOTInductor.
+
+Switch it on with ``AOTI_DEBUG_LEVEL=save python script.py``, ``aoti-debug run``, or::
+
+    import aoti_debug
+    with aoti_debug.enabled(level="save", kernels="triton_*"):
+        compiled(x)
+
+See README.md for the levels, the dump layout and the CLI.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from ._switch import disable, enable, enabled  # noqa: E402  (light: no torch import)
+
+__all__ = ["__version__", "enable", "disable", "enabled", "load_dump", "compare", "flush"]
+
+
+def flush() -> None:
+    """Wait until every record of this process is on disk."""
+    from .runtime import session
+
+    session.flush()
+
+
+def __getattr__(name: str):
+    # The comparison library pulls in pandas: import it only when asked for.
+    if name in ("load_dump", "compare"):
+        from . import compare as _compare
+
+        return getattr(_compare, name)
+    raise AttributeError(f"module 'aoti_debug' has no attribute {name!r}")
+
+
+def _install_from_env() -> None:
+    from ._switch import install_from_env_when_ready
+
+    install_from_env_when_ready()
+
+
+_install_from_env()

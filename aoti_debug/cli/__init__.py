@@ -1,0 +1,27 @@
+"""The ``aoti-debug`` command: thin click commands over the library."""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="aoti-debug")
+def main() -> None:
+    """Intermediate-value debugger for PyTorch Inductor and AOTInductor.
+
+    Instrument a compiled model (run), look at what it dumped (show), compare two
+    dumps and find the first divergent kernel (diff), or name the kernel behind a
+    crash (locate).
+    """
+
+
+def _register() -> None:
+    from .run import run
+
+    main.add_command(run)
+
+
+_register()

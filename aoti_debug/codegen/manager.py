@@ -1,0 +1,91 @@
+"""Our debug-printer manager: decides, per launch, what code to emit and where.
+
+It takes the built-in ``DebugPrinterManager``'s place on every wrapper (so Inductor's
+own call sites reach it), but instruments nothing there: every launch is bracketed
+by ``aoti_debug.codegen.inductor`` with a :class:`~aoti_debug.codegen.launch.Launch`
+description, and this class turns that into Python or C++ lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..config import CompileSettings
+from .launch import Launch
+
+
+class Manager:
+    """Per-wrapper state: settings, which buffers already hold data, header emitted."""
+
+    def __init__(self, settings: CompileSettings):
+        self.settings = settings
+        self.written: set[str] = set()
+        self.header_done = False
+        self.launches = 0
+
+    # -- the DebugPrinterManager interface (Inductor's own call sites) ----------------
+    debug_printer_level = "0"
+    use_array_ref = False
+
+    def set_printer_args(self, *args, **kwargs) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def codegen_model_inputs_value_print(self, *args, **kwargs) -> None:
+        pass
+
+    def codegen_intermediate_tensor_value_save(self, *args, **kwargs) -> None:
+        pass
+
+    def codegen_intermediate_tensor_value_print(self, *args, **kwargs) -> None:
+        pass
+
+    # -- our path --------------------------------------------------------------------
+    def matches(self, launch: Launch) -> bool:
+        return self.settings.kernels.matches(launch.kernel, launch.op)
+
+    def prepare(self, launch: Launch) -> Launch:
+        """Fix roles so that no record shows memory the launch had not yet written.
+
+        A user-defined Triton kernel's mutated arg whose buffer nothing has written yet
+        (a fresh ``empty`` that the kernel fills) is treated as a pure output. Inductor's
+        own kernels name their roles exactly (``in_out_ptr`` always holds data).
+        """
+        fixed = []
+        for a in launch.args:
+            if launch.kind == "user_triton" and a.role == "inout" and a.kind == "tensor" and not self._holds_data(a.name):
+                a = dataclasses.replace(a, role="output")
+            fixed.append(a)
+        launch = dataclasses.replace(launch, args=fixed)
+        launch.unique_names()
+        return launch
+
+    def _holds_data(self, name: str) -> bool:
+        if name in self.written:
+            return True
+        # Graph inputs, constants and anything not allocated in this graph hold data.
+        return not name.startswith("buf")
+
+    def mark_written(self, launch: Launch) -> None:
+        for a in launch.args:
+            if a.after:
+                self.written.add(a.name.split("#")[0])
+
+    def emit(self, wrapper, launch: Launch, phase: str, cpp: bool) -> list[str]:
+        """Lines to put before or after the launch, in the wrapper's language."""
+        if phase == "after":
+            self.mark_written(launch)
+        if not self.matches(launch):
+            return []
+        if cpp:
+            from . import cpp_emitter
+
+            return cpp_emitter.emit(self, wrapper, launch, phase)
+        from . import python_emitter
+
+        return python_emitter.emit(self, wrapper, launch, phase)

@@ -1,0 +1,275 @@
+"""Settings of aoti_debug. This is the only module that reads environment variables.
+
+Two kinds of settings exist because they are read at two different times:
+
+* :class:`CompileSettings` decide the code Inductor generates (level, kernel
+  filter, sync, phases). They are fixed when a graph is compiled and are part of
+  every compile-cache key.
+* :class:`RunSettings` are read by the runtime when a compiled graph first
+  records something (dump directory, byte budget, run id), so one compiled
+  artifact can dump somewhere new on every run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import os
+from typing import Literal, Mapping
+
+from .errors import ConfigError
+
+LevelName = Literal["off", "save", "print", "names", "stats"]
+Phase = Literal["before", "after"]
+
+#: PyTorch's numbering (0-3) plus our level 4.
+LEVELS: dict[int, LevelName] = {0: "off", 1: "save", 2: "print", 3: "names", 4: "stats"}
+LEVEL_NUMBERS: dict[str, int] = {name: num for num, name in LEVELS.items()}
+
+ENV_LEVEL = "AOTI_DEBUG_LEVEL"
+ENV_KERNELS = "AOTI_DEBUG_KERNELS"
+ENV_DIR = "AOTI_DEBUG_DIR"
+ENV_SYNC = "AOTI_DEBUG_SYNC"
+ENV_PHASES = "AOTI_DEBUG_PHASES"
+ENV_MAX_BYTES = "AOTI_DEBUG_MAX_BYTES"
+ENV_RUN_ID = "AOTI_DEBUG_RUN_ID"
+#: PyTorch's own switches, honoured when ours are unset.
+ENV_TORCH_LEVEL = "AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER"
+ENV_TORCH_KERNELS = "AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"
+
+DEFAULT_DIR = "aoti_debug_dump"
+
+
+def parse_level(value: str | int | None) -> LevelName:
+    """Accept ``0..4`` or a level name (any case); ``None``/empty means ``off``."""
+    if value is None:
+        return "off"
+    text = str(value).strip().lower()
+    if text == "":
+        return "off"
+    if text.isdigit() and int(text) in LEVELS:
+        return LEVELS[int(text)]
+    if text in LEVEL_NUMBERS:
+        return text  # type: ignore[return-value]
+    choices = ", ".join(f"{n}/{name}" for n, name in LEVELS.items())
+    raise ConfigError(f"unknown aoti_debug level {value!r}: use one of {choices}")
+
+
+def parse_phases(value: str | tuple[str, ...] | None) -> tuple[Phase, ...]:
+    if value is None or value == "":
+        return ("before", "after")
+    items = value.split(",") if isinstance(value, str) else list(value)
+    phases = []
+    for item in items:
+        item = item.strip().lower()
+        if item not in ("before", "after"):
+            raise ConfigError(f"unknown phase {item!r} in {ENV_PHASES}: use before, after or before,after")
+        if item not in phases:
+            phases.append(item)
+    if not phases:
+        raise ConfigError(f"{ENV_PHASES} names no phase: use before, after or before,after")
+    return tuple(sorted(phases, key=("before", "after").index))  # type: ignore[arg-type]
+
+
+def parse_bool(name: str, value: str | None) -> bool:
+    if value is None:
+        return False
+    text = value.strip().lower()
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    if text in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name}={value!r} is not a boolean: use 1 or 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelFilter:
+    """Case-insensitive glob patterns on kernel names; ``!pat`` excludes.
+
+    With no include pattern every kernel is included unless excluded. A launch
+    matches when its raw kernel name or its canonical op name matches.
+    """
+
+    patterns: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str | None) -> "KernelFilter":
+        if not text:
+            return cls(())
+        pats = tuple(p.strip().lower() for p in text.split(",") if p.strip())
+        for p in pats:
+            if p in ("!",):
+                raise ConfigError(f"empty exclude pattern in kernel filter {text!r}")
+        return cls(pats)
+
+    @property
+    def includes(self) -> tuple[str, ...]:
+        return tuple(p for p in self.patterns if not p.startswith("!"))
+
+    @property
+    def excludes(self) -> tuple[str, ...]:
+        return tuple(p[1:] for p in self.patterns if p.startswith("!"))
+
+    def matches(self, *names: str) -> bool:
+        lowered = [n.lower() for n in names if n]
+        if any(fnmatch.fnmatchcase(n, p) for n in lowered for p in self.excludes):
+            return False
+        if not self.includes:
+            return True
+        return any(fnmatch.fnmatchcase(n, p) for n in lowered for p in self.includes)
+
+    def __str__(self) -> str:
+        return ",".join(self.patterns)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileSettings:
+    """What the generated code does; fixed at compile time."""
+
+    level: LevelName = "off"
+    """Instrumentation level (DESIGN.md "Levels")."""
+    kernels: KernelFilter = KernelFilter()
+    """Launches that do not match get no code at all."""
+    sync: bool = False
+    """Synchronise the device after every instrumented launch."""
+    phases: tuple[Phase, ...] = ("before", "after")
+    """Which sides of a launch are recorded (inputs before, outputs after)."""
+
+    @property
+    def active(self) -> bool:
+        return self.level != "off"
+
+    def cache_tag(self) -> str:
+        """A string that differs whenever the generated code would differ."""
+        if not self.active:
+            return ""
+        return f"aoti_debug:{self.level}:{self.kernels}:{int(self.sync)}:{'+'.join(self.phases)}"
+
+    def to_dict(self) -> dict:
+        return {
+            "level": self.level,
+            "kernels": str(self.kernels),
+            "sync": self.sync,
+            "phases": list(self.phases),
+        }
+
+
+def compile_settings_from_env(env: Mapping[str, str] | None = None) -> CompileSettings:
+    """Read the compile-time switches; ours win over PyTorch's fallbacks."""
+    env = os.environ if env is None else env
+    raw_level = env.get(ENV_LEVEL)
+    if raw_level in (None, ""):
+        raw_level = env.get(ENV_TORCH_LEVEL)
+    raw_kernels = env.get(ENV_KERNELS)
+    if raw_kernels in (None, ""):
+        raw_kernels = env.get(ENV_TORCH_KERNELS)
+    return CompileSettings(
+        level=parse_level(raw_level),
+        kernels=KernelFilter.parse(raw_kernels),
+        sync=parse_bool(ENV_SYNC, env.get(ENV_SYNC)),
+        phases=parse_phases(env.get(ENV_PHASES)),
+    )
+
+
+def make_compile_settings(
+    level: str | int = "save",
+    kernels: str | None = None,
+    sync: bool = False,
+    phases: str | tuple[str, ...] | None = None,
+) -> CompileSettings:
+    """Settings from Python arguments (``aoti_debug.enable``)."""
+    return CompileSettings(
+        level=parse_level(level),
+        kernels=KernelFilter.parse(kernels),
+        sync=bool(sync),
+        phases=parse_phases(phases),
+    )
+
+
+def env_requests_instrumentation(env: Mapping[str, str] | None = None) -> bool:
+    """Cheap check used at ``import torch`` time: is any level switch set non-zero?"""
+    env = os.environ if env is None else env
+    for name in (ENV_LEVEL, ENV_TORCH_LEVEL):
+        value = env.get(name)
+        if value is not None and value.strip().lower() not in ("", "0", "off"):
+            return True
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """Where and how much a running model dumps; read at run time."""
+
+    dump_dir: str = DEFAULT_DIR
+    """Dump root; each process run gets ``<dump_dir>/<run-id>/``."""
+    max_bytes: int | None = None
+    """Stop writing tensor files after this many bytes (stats continue)."""
+    run_id: str | None = None
+    """Fixed run id (all ranks of one job must agree); default derived per process."""
+    rank: int = 0
+    world_size: int = 1
+
+
+def run_settings_from_env(env: Mapping[str, str] | None = None) -> RunSettings:
+    env = os.environ if env is None else env
+    max_bytes = env.get(ENV_MAX_BYTES)
+    parsed_max: int | None = None
+    if max_bytes not in (None, ""):
+        try:
+            parsed_max = int(float(max_bytes))
+        except ValueError:
+            raise ConfigError(f"{ENV_MAX_BYTES}={max_bytes!r} is not a number of bytes") from None
+        if parsed_max < 0:
+            raise ConfigError(f"{ENV_MAX_BYTES} must be >= 0, got {max_bytes}")
+
+    def _int(name: str, default: int) -> int:
+        try:
+            return int(env.get(name, default))
+        except ValueError:
+            return default
+
+    return RunSettings(
+        dump_dir=_dump_dir_override or env.get(ENV_DIR) or DEFAULT_DIR,
+        max_bytes=parsed_max,
+        run_id=env.get(ENV_RUN_ID) or None,
+        rank=_int("RANK", 0),
+        world_size=_int("WORLD_SIZE", 1),
+    )
+
+
+def child_env(
+    base: Mapping[str, str],
+    level: str | int | None = None,
+    kernels: str | None = None,
+    dump_dir: str | None = None,
+    sync: bool | None = None,
+    phases: str | None = None,
+) -> dict[str, str]:
+    """Environment for a child process (``aoti-debug run`` / ``locate``)."""
+    env = dict(base)
+    if level is not None:
+        env[ENV_LEVEL] = parse_level(level)
+    if kernels is not None:
+        KernelFilter.parse(kernels)
+        env[ENV_KERNELS] = kernels
+    if dump_dir is not None:
+        env[ENV_DIR] = dump_dir
+    if sync is not None:
+        env[ENV_SYNC] = "1" if sync else "0"
+    if phases is not None:
+        parse_phases(phases)
+        env[ENV_PHASES] = phases
+    return env
+
+
+_dump_dir_override: str | None = None
+
+
+def set_dump_dir(path: str | None) -> None:
+    """Set the dump root for this process (``enable(dump_dir=...)``); None restores the env's."""
+    global _dump_dir_override
+    _dump_dir_override = path
+
+
+def get_dump_dir_override() -> str | None:
+    return _dump_dir_override

@@ -1,0 +1,213 @@
+"""Dump format version 1: the records, the run header, and file naming.
+
+Every persisted type owns its ``to_dict``/``from_dict``. The Python runtime and the
+C++ runtime (emitted into wrappers) both write this layout::
+
+    <dump root>/<run-id>/[rank<N>/]run.json
+                                   manifest.jsonl
+                                   tensors/<seq>-<phase>-<kernel>-<arg>.pt
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Literal
+
+FORMAT_VERSION = 1
+RUN_FILE = "run.json"
+MANIFEST_FILE = "manifest.jsonl"
+TENSOR_DIR = "tensors"
+
+Role = Literal["input", "output", "inout"]
+Kind = Literal["tensor", "scalar", "symint", "none", "other"]
+
+STAT_KEYS = ("min", "max", "mean", "std", "absmax", "nan", "inf")
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.]+")
+
+
+def sanitize(name: str, limit: int = 80) -> str:
+    """File-name-safe form of a kernel or arg name (no ``/``, ``:``, spaces, quotes)."""
+    cleaned = _UNSAFE.sub("_", name).strip("._") or "x"
+    return cleaned[:limit]
+
+
+def tensor_filename(seq: int, phase: str, kernel: str, arg: str) -> str:
+    """``<seq>-<phase>-<kernel>-<arg>.pt``; seq is zero-padded so names sort by event."""
+    return f"{seq:08d}-{phase}-{sanitize(kernel)}-{sanitize(arg, 40)}.pt"
+
+
+_OVERLOAD_TAIL = re.compile(r"\.(default|Tensor|Scalar|out|self|int|dim|stable|values|input)$")
+
+
+def canonical_op(kernel: str) -> str:
+    """One name for an extern kernel in both wrappers.
+
+    ``extern_kernels.mm`` (Python) and ``aoti_torch_cpu_mm_out`` (C++) both give
+    ``aten.mm``; ``torch.ops.mylib.op.default`` gives ``mylib.op``. Generated kernels
+    (``triton_*``, ``cpp_fused_*``) are their own canonical name.
+    """
+    name = kernel.strip()
+    if name.startswith("torch.ops."):
+        name = name[len("torch.ops."):]
+        name = _OVERLOAD_TAIL.sub("", name)
+        return name
+    if name.startswith("extern_kernels."):
+        return "aten." + name[len("extern_kernels."):]
+    m = re.match(r"^aoti_torch_(?:cpu|cuda|xpu|mps)_(.+?)(?:_out)?$", name)
+    if m:
+        return "aten." + m.group(1)
+    if name.startswith("at::") or name.startswith("aten::"):
+        return "aten." + name.split("::", 1)[1].split(".")[0]
+    return name
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return "nan"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+def _float_or_none(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return float(value)
+    return float(value)
+
+
+@dataclasses.dataclass
+class Stats:
+    """Summary of a tensor's values. min/max/mean/std/absmax are over finite elements."""
+
+    min: float | None = None
+    max: float | None = None
+    mean: float | None = None
+    std: float | None = None
+    absmax: float | None = None
+    nan: int = 0
+    inf: int = 0
+
+    def to_dict(self) -> dict:
+        return {k: _jsonable(getattr(self, k)) for k in STAT_KEYS}
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "Stats | None":
+        if d is None:
+            return None
+        return cls(
+            min=_float_or_none(d.get("min")),
+            max=_float_or_none(d.get("max")),
+            mean=_float_or_none(d.get("mean")),
+            std=_float_or_none(d.get("std")),
+            absmax=_float_or_none(d.get("absmax")),
+            nan=int(d.get("nan") or 0),
+            inf=int(d.get("inf") or 0),
+        )
+
+
+@dataclasses.dataclass
+class Record:
+    """One instrumented value at one side of one launch (a manifest line)."""
+
+    seq: int
+    launch: int
+    graph: str
+    wrapper: str
+    kernel: str
+    op: str
+    kernel_call: int
+    phase: str
+    arg: str
+    role: str = "input"
+    kind: str = "tensor"
+    index: int = 0
+    """Position of this value among the launch's recorded args (both phases)."""
+    expr: str | None = None
+    """The wrapper expression that produced the value (e.g. a reinterpret_tensor view)."""
+    dtype: str | None = None
+    shape: list[int] | None = None
+    stride: list[int] | None = None
+    device: str | None = None
+    numel: int | None = None
+    stats: Stats | None = None
+    checksum: str | None = None
+    file: str | None = None
+    value: Any = None
+    """The value of a scalar or symint arg."""
+    error: str | None = None
+    """Why this value could not be recorded in full (the model ran on regardless)."""
+    skipped: str | None = None
+    """Why the tensor file was not written although the level asked for it."""
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["stats"] = self.stats.to_dict() if self.stats is not None else None
+        d["value"] = _jsonable(self.value)
+        return {k: v for k, v in d.items() if v is not None or k in ("stats",)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Record":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in fields}
+        kwargs["stats"] = Stats.from_dict(d.get("stats"))
+        missing = [k for k in ("seq", "launch", "graph", "kernel", "phase", "arg") if k not in d]
+        if missing:
+            raise KeyError(", ".join(missing))
+        kwargs.setdefault("wrapper", "python")
+        kwargs.setdefault("op", d["kernel"])
+        kwargs.setdefault("kernel_call", 0)
+        return cls(**kwargs)
+
+    @property
+    def key(self) -> tuple:
+        """Alignment key across two runs (DESIGN.md: graph, kernel, kernel_call, arg, phase)."""
+        return (self.graph, self.op, self.kernel_call, self.arg, self.phase)
+
+
+@dataclasses.dataclass
+class RunInfo:
+    """The header of a run (``run.json``)."""
+
+    format_version: int
+    run_id: str
+    level: str
+    pid: int
+    start_time: str
+    aoti_debug_version: str = ""
+    torch_version: str = ""
+    device: str = ""
+    kernels: str = ""
+    phases: list[str] = dataclasses.field(default_factory=lambda: ["before", "after"])
+    sync: bool = False
+    argv: list[str] = dataclasses.field(default_factory=list)
+    rank: int = 0
+    world_size: int = 1
+    hostname: str = ""
+    writer: str = "python"
+    graphs: dict = dataclasses.field(default_factory=dict)
+    """graph label -> where its code lives (wrapper file, kind)."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunInfo":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in fields})
+
+
+#: Level ``names`` lines (stderr, flushed); the C++ runtime prints the same format and
+#: ``aoti-debug locate`` parses it with NAMES_RE.
+def names_line(phase: str, launch: int, graph: str, kernel: str, call: int) -> str:
+    return f"[aoti_debug] {phase} launch={launch} graph={graph} kernel={kernel} call={call}"
+
+
+NAMES_RE = re.compile(
+    r"^\[aoti_debug\] (?P<phase>before|after) launch=(?P<launch>\d+) graph=(?P<graph>\S+) "
+    r"kernel=(?P<kernel>\S+) call=(?P<call>\d+)\s*$"
+)
+ERROR_RE = re.compile(r"^\[aoti_debug\] error after launch=(?P<launch>\d+) kernel=(?P<kernel>\S+): (?P<error>.*)$")

@@ -1,0 +1,299 @@
+"""What the generated Python wrapper calls around each instrumented launch.
+
+Emitted code (see ``aoti_debug.codegen.python_emitter``) looks like::
+
+    from aoti_debug.runtime import hooks as _aoti_debug_rt
+    _aoti_debug = _aoti_debug_rt.graph(__file__, 'save', False)
+    ...
+    _aoti_debug.launch(_AD_SITE_3, (arg0_1, buf2))
+    triton_poi_fused_add_0.run(arg0_1, buf2, buf3, 16, stream=stream0)
+    _aoti_debug.done(_AD_SITE_3, (buf3,))
+
+A site is a constant tuple ``(subgraph, kernel, op, before_meta, after_meta)``, each
+meta a tuple of ``(arg, role, kind_hint, expr)`` in the order of the values passed.
+Only inputs (and in-place args) are passed before a launch and only outputs (and
+in-place args) after it, so no record ever shows memory the launch had not written.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Sequence
+
+import torch
+
+from ..format.schema import names_line, tensor_filename
+from . import session as _session
+from .session import Job, warn_once
+from .stats import device_summary, format_checksum, summary_to_stats
+
+Site = tuple  # (subgraph, kernel, op, before_meta, after_meta)
+
+
+def _emit(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def _device_label() -> str:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.get_device_name()
+    return "cpu"
+
+
+def _flatten(arg: str, value: Any) -> list[tuple[str, Any]]:
+    if isinstance(value, (list, tuple)):
+        out = []
+        for i, v in enumerate(value):
+            out.extend(_flatten(f"{arg}[{i}]", v))
+        return out
+    return [(arg, value)]
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+class GraphHandle:
+    """One compiled graph's view of the session: labels and the launch/done hooks."""
+
+    def __init__(self, origin: str | None, level: str, sync: bool, wrapper: str = "python"):
+        self.origin = origin
+        self.level = level
+        self.sync = sync
+        self.wrapper = wrapper
+        self._labels: dict[str, str] = {}
+        self._launch = 0
+        self._session_pid = None
+
+    # -- labels ------------------------------------------------------------------------
+    def _label(self, sess: _session.Session, subgraph: str) -> str:
+        key = (id(self), subgraph)
+        label = sess.graph_labels.get(key)
+        if label is None:
+            base = sess.graph_labels.get((id(self), ""))
+            if base is None:
+                base = f"graph{sum(1 for k in sess.graph_labels if k[1] == '')}"
+                sess.register_graph((id(self), ""), base, {"wrapper": self.wrapper, "file": self.origin})
+            label = base if not subgraph else f"{base}/{subgraph}"
+            if subgraph:
+                sess.register_graph(key, label, {"wrapper": self.wrapper, "file": self.origin, "subgraph": subgraph})
+        return label
+
+    # -- hooks -------------------------------------------------------------------------
+    def launch(self, site: Site, values: Sequence[Any]) -> None:
+        """Before a kernel launch: count it, name it, record its inputs."""
+        try:
+            sess = _session.current()
+            if self.level != "names":
+                sess.writer(self.level, _device_label())
+            sess.launch += 1
+            self._launch = sess.launch
+            subgraph, kernel = site[0], site[1]
+            label = self._label(sess, subgraph)
+            sess.kernel_calls[(label, kernel)] += 1
+            if self.level == "names":
+                _emit(names_line("before", self._launch, label, kernel, sess.kernel_calls[(label, kernel)] - 1))
+                return
+            self._record(sess, site, site[3], values, "before", label)
+        except Exception as e:
+            warn_once(f"hook-{type(e).__name__}", f"instrumentation of {site[1]} failed: {e}")
+
+    def done(self, site: Site, values: Sequence[Any]) -> None:
+        """After a kernel launch: optional device sync, name it, record its outputs."""
+        if self.sync:
+            self._synchronize(site)
+        try:
+            sess = _session.current()
+            subgraph, kernel = site[0], site[1]
+            label = self._label(sess, subgraph)
+            if self.level == "names":
+                _emit(names_line("after", self._launch, label, kernel, sess.kernel_calls[(label, kernel)] - 1))
+                return
+            self._record(sess, site, site[4], values, "after", label)
+        except Exception as e:
+            warn_once(f"hook-{type(e).__name__}", f"instrumentation of {site[1]} failed: {e}")
+
+    def _synchronize(self, site: Site) -> None:
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()) or _capturing():
+            return
+        try:
+            torch.cuda.synchronize()
+        except Exception as e:
+            # The model's own device fault: name the kernel that just ran, then let
+            # the error propagate as it would have without us.
+            _emit(f"[aoti_debug] error after launch={self._launch} kernel={site[1]}: {str(e).splitlines()[0]}")
+            raise
+
+    # -- records -----------------------------------------------------------------------
+    def _record(self, sess, site: Site, meta: Sequence, values: Sequence[Any], phase: str, label: str) -> None:
+        if _capturing():
+            warn_once("cuda-graph", "a CUDA graph is being captured: instrumented launches are not recorded inside it")
+            return
+        kernel, op = site[1], site[2]
+        call = sess.kernel_calls[(label, kernel)] - 1
+        base_index = 0 if phase == "before" else len(site[3])
+        tensors: list[tuple[dict, torch.Tensor]] = []
+        for i, (m, value) in enumerate(zip(meta, values)):
+            arg, role, kind_hint, expr = m
+            for name, v in _flatten(arg, value):
+                sess.seq += 1
+                rec = {
+                    "seq": sess.seq, "launch": self._launch, "graph": label, "wrapper": self.wrapper,
+                    "kernel": kernel, "op": op, "kernel_call": call, "phase": phase, "arg": name,
+                    "role": role, "index": base_index + i,
+                }
+                if expr and expr != arg:
+                    rec["expr"] = expr
+                if isinstance(v, torch.Tensor):
+                    tensors.append((rec, v))
+                else:
+                    self._scalar(sess, rec, v, kind_hint)
+        if tensors:
+            self._tensors(sess, tensors)
+
+    def _scalar(self, sess, rec: dict, v: Any, kind_hint: str) -> None:
+        if v is None:
+            rec["kind"] = "none"
+        elif isinstance(v, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)):
+            rec["kind"] = "symint" if kind_hint == "symint" else "scalar"
+            rec["value"] = v if isinstance(v, (bool, int, float)) else str(v)
+            rec["dtype"] = type(v).__name__
+        else:
+            rec["kind"] = "other"
+            rec["value"] = type(v).__name__
+        if self.level == "print":
+            _emit(f"[aoti_debug] {rec['phase']:<6} {rec['kernel']} launch={rec['launch']} {rec['arg']} = {rec.get('value')}")
+        sess.submit(Job(rec))
+
+    def _tensors(self, sess, items: list[tuple[dict, torch.Tensor]]) -> None:
+        """Stats for all tensors of one launch side in one batch: one device->host copy."""
+        summaries = []
+        for rec, t in items:
+            rec.update(
+                kind="tensor", dtype=str(t.dtype).replace("torch.", ""), shape=list(t.shape),
+                stride=list(t.stride()), device=str(t.device), numel=t.numel(),
+            )
+            try:
+                summaries.append(device_summary(t))
+            except Exception as e:
+                summaries.append(None)
+                rec["error"] = f"stats: {type(e).__name__}: {e}"
+                warn_once(f"stats-{t.dtype}", f"cannot summarise a {t.dtype} tensor on {t.device}: {e}")
+        by_device: dict[torch.device, list[int]] = {}
+        for i, s in enumerate(summaries):
+            if s is not None:
+                by_device.setdefault(s[0].device, []).append(i)
+        host_stats: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        event = None
+        for device, idx in by_device.items():
+            stats = torch.stack([summaries[i][0] for i in idx])
+            sums = torch.stack([summaries[i][1] for i in idx])
+            if device.type == "cpu":
+                hs, hc = stats, sums
+            else:
+                hs = torch.empty(stats.shape, dtype=stats.dtype, pin_memory=True)
+                hc = torch.empty(sums.shape, dtype=sums.dtype, pin_memory=True)
+                hs.copy_(stats, non_blocking=True)
+                hc.copy_(sums, non_blocking=True)
+            for j, i in enumerate(idx):
+                host_stats[i] = (hs[j], hc[j])
+        saving = self.level == "save"
+        payloads: list[Any] = []
+        for i, (rec, t) in enumerate(items):
+            payloads.append(self._host_copy(sess, rec, t) if saving else None)
+        if any(t.device.type != "cpu" for _, t in items):
+            event = torch.cuda.Event() if torch.cuda.is_available() else None
+            if event is not None:
+                event.record()
+        if self.level == "print":
+            if event is not None:
+                event.synchronize()
+            for i, (rec, _t) in enumerate(items):
+                if i in host_stats:
+                    _fill_stats(rec, host_stats[i])
+                _emit(_print_line(rec))
+        for i, (rec, _t) in enumerate(items):
+            job_stats = host_stats.get(i)
+            payload = payloads[i]
+            nbytes = payload[0].numel() * payload[0].element_size() if payload else 0
+            sess.submit(Job(rec, event, _finisher(sess, job_stats, payload), nbytes))
+
+    def _host_copy(self, sess, rec: dict, t: torch.Tensor):
+        """A host copy of ``t`` as it is now (async for device tensors), or None."""
+        limit = sess.settings.max_bytes
+        nbytes = t.numel() * t.element_size()
+        if limit is not None and sess.bytes_written + nbytes > limit:
+            rec["skipped"] = "AOTI_DEBUG_MAX_BYTES reached"
+            return None
+        sess.bytes_written += nbytes
+        try:
+            src = t.detach()
+            if src.device.type == "cpu":
+                host = src.clone(memory_format=torch.contiguous_format)
+            else:
+                host = torch.empty(src.shape, dtype=src.dtype, pin_memory=True)
+                host.copy_(src, non_blocking=True)
+        except Exception as e:
+            rec["error"] = f"copy: {type(e).__name__}: {e}"
+            warn_once(f"copy-{type(e).__name__}", f"cannot copy {rec['arg']} of {rec['kernel']}: {e}")
+            return None
+        filename = tensor_filename(rec["seq"], rec["phase"], rec["kernel"], rec["arg"])
+        return host, filename
+
+
+def _fill_stats(rec: dict, hs_hc) -> None:
+    if "stats" in rec:
+        return
+    hs, hc = hs_hc
+    rec["stats"] = summary_to_stats(hs.tolist()).to_dict()
+    rec["checksum"] = format_checksum(int(hc))
+
+
+def _finisher(sess, host_stats, payload):
+    def finish(rec: dict) -> None:
+        if host_stats is not None:
+            _fill_stats(rec, host_stats)
+        if payload is not None:
+            host, filename = payload
+            w = sess._writer
+            if w is None:
+                return
+            path = w.tensor_path(filename)
+            try:
+                torch.save(host, path)
+                rec["file"] = f"tensors/{filename}"
+            except Exception as e:
+                try:
+                    import os
+
+                    os.unlink(path)
+                except OSError:
+                    pass
+                rec["error"] = f"save: {type(e).__name__}: {e}"
+                warn_once(f"save-{type(e).__name__}", f"cannot write {path!r}: {e}")
+
+    return finish
+
+
+def _fmt(v: Any) -> str:
+    return "-" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v))
+
+
+def _print_line(rec: dict) -> str:
+    s = rec.get("stats") or {}
+    shape = "x".join(str(d) for d in rec.get("shape", [])) or "scalar"
+    return (
+        f"[aoti_debug] {rec['phase']:<6} {rec['kernel']} launch={rec['launch']} {rec['arg']} ({rec['role']}) "
+        f"{rec.get('dtype')}[{shape}] {rec.get('device')} min={_fmt(s.get('min'))} max={_fmt(s.get('max'))} "
+        f"mean={_fmt(s.get('mean'))} std={_fmt(s.get('std'))} absmax={_fmt(s.get('absmax'))} "
+        f"nan={s.get('nan', 0)} inf={s.get('inf', 0)}"
+    )
+
+
+_handles: dict[tuple, GraphHandle] = {}
+
+
+def graph(origin: str | None, level: str, sync: bool, wrapper: str = "python") -> GraphHandle:
+    """The handle for one generated module (called once, at module import)."""
+    return GraphHandle(origin, level, sync, wrapper)
