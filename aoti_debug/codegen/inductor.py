@@ -87,7 +87,8 @@ def _graph_name() -> str:
     name = getattr(V.graph, "name", None) or ""
     # Top-level graphs have no name (or one that varies with compile order); only
     # subgraphs (cond/while bodies) get a label of their own.
-    return "" if getattr(V.graph, "parent_graph", None) is None else str(name)
+    # SubgraphLowering.parent: torch 2.11 and 2.13.
+    return "" if getattr(V.graph, "parent", None) is None else str(name)
 
 
 def _make_line_class():
@@ -348,9 +349,17 @@ def _origins(node) -> str | None:
         return None
 
 
+def _mutated_names(node) -> set[str]:
+    """Buffers a fallback/custom op writes in place (MutationOutput nodes, layouts)."""
+    names = set(_safe(node.get_mutation_names) or [])
+    for mo in getattr(node, "mutation_outputs", None) or []:
+        names.update(_safe(mo.get_mutation_names) or [])
+    return names
+
+
 def _fallback_launch(wrapper, node, *a, **k) -> Launch:
     kernel = node.get_kernel_name() if hasattr(node, "get_kernel_name") else str(getattr(node, "python_kernel_name", "?"))
-    mutated = set(_safe(node.get_mutation_names) or [])
+    mutated = _mutated_names(node)
     args = []
     for x in _flat_ir(getattr(node, "inputs", [])):
         args.append(_tensor_arg(x, "inout" if _ir_name(x) in mutated else "input"))

@@ -1,0 +1,52 @@
+"""Shared fixtures. Compiles are expensive: tests share compiled models per module."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+# One Inductor cache per test session, so a developer's cache never leaks into tests
+# and the cache tests start from a known state.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="aoti_debug_inductor_"))
+os.environ.pop("AOTI_DEBUG_LEVEL", None)
+os.environ.pop("AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER", None)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_dirs(root: str) -> list[str]:
+    return sorted(os.path.dirname(p) for p in glob.glob(os.path.join(root, "**", "run.json"), recursive=True))
+
+
+def only_run(root: str) -> str:
+    runs = run_dirs(root)
+    assert len(runs) == 1, f"expected one run under {root}, found {runs}"
+    return runs[0]
+
+
+def records(run_dir: str) -> list[dict]:
+    with open(os.path.join(run_dir, "manifest.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def run_python(code: str, env: dict | None = None, cwd: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (the package installed, env merged in)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], env=full_env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_instrumentation():
+    """Every test starts and ends with instrumentation off."""
+    import aoti_debug
+
+    yield
+    aoti_debug.disable()
