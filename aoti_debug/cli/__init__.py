@@ -19,9 +19,11 @@ def main() -> None:
 
 
 def _register() -> None:
+    from .locate import locate
     from .run import run
 
     main.add_command(run)
+    main.add_command(locate)
 
 
 _register()

@@ -1,6 +1,7 @@
 """Entry point for torch's ``torch.backends`` autoload (runs inside ``import torch``).
 
-Must cost nothing when AOTI_DEBUG_LEVEL is unset: one environment lookup, no imports.
+A top-level module of its own, so that when AOTI_DEBUG_LEVEL is unset the autoload
+costs one environment lookup and does not even import the ``aoti_debug`` package.
 """
 
 
@@ -9,6 +10,6 @@ def autoload() -> None:
 
     if not (os.environ.get("AOTI_DEBUG_LEVEL") or os.environ.get("AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER")):
         return
-    from ._switch import install_from_env_when_ready
+    from aoti_debug._switch import install_from_env_when_ready
 
     install_from_env_when_ready()

@@ -1,0 +1,161 @@
+"""Pairing the records of two runs, launch by launch, without loading either manifest.
+
+A launch is known in both runs by ``(graph, op, kernel_call)``: ``op`` is the
+canonical op name, so ``extern_kernels.addmm`` (Python wrapper) and
+``aoti_torch_cpu_addmm_out`` (C++ wrapper) meet. Run B is indexed once (byte
+offsets of its manifest lines per launch); run A is streamed in manifest order and
+each of its launches is paired with the next unused launch of B with that key.
+
+Inside a launch, records pair by ``(arg, phase)``. What is left pairs by position:
+the n-th value of a given phase and role in A with the n-th in B, when both runs
+recorded as many such values. That covers arguments whose names differ between
+wrappers (``arg0_1`` in the Python wrapper, a constant's name in AOTInductor).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Iterator
+
+from ..config import KernelFilter
+from ..format.reader import RunReader
+from ..format.schema import Record
+
+
+@dataclasses.dataclass
+class Pair:
+    """One record of A and its counterpart in B; either side is None when unmatched."""
+
+    a: Record | None
+    b: Record | None
+    how: str = "key"
+    """``key`` (same arg and phase), ``position`` (same place in the launch), or ``-``."""
+
+
+@dataclasses.dataclass
+class Launch:
+    """One launch of run A (or of B alone) with its paired records, in A's record order."""
+
+    graph: str
+    kernel: str
+    op: str
+    kernel_call: int
+    launch_a: int | None
+    launch_b: int | None
+    pairs: list[Pair]
+    end_offset: int = 0
+    """Byte offset in A's manifest after this launch (for progress)."""
+
+
+def launch_key(r: Record) -> tuple:
+    return (r.graph, r.op, r.kernel_call)
+
+
+class Aligner:
+    """Streams :class:`Launch` es of A paired with B; then :meth:`only_in_b` lists the rest."""
+
+    def __init__(self, a: RunReader, b: RunReader, kernels: KernelFilter | None = None):
+        self.a = a
+        self.b = b
+        self.kernels = kernels or KernelFilter()
+        # (graph, op, kernel_call) -> [(B launch counter, [line offsets])] in B's order.
+        self._b_index: dict[tuple, list[tuple[int, list[int]]]] = defaultdict(list)
+        self._b_used: set[tuple[tuple, int]] = set()
+        self._index_b()
+
+    def _wanted(self, r: Record) -> bool:
+        return self.kernels.matches(r.kernel, r.op)
+
+    def _index_b(self) -> None:
+        where: dict[tuple[tuple, int], list[int]] = {}
+        for start, _end, r in self.b.entries():
+            if not self._wanted(r):
+                continue
+            key = launch_key(r)
+            slot = where.get((key, r.launch))
+            if slot is None:
+                slot = where[(key, r.launch)] = []
+                self._b_index[key].append((r.launch, slot))
+            slot.append(start)
+
+    def _take_b(self, key: tuple) -> tuple[int | None, list[Record]]:
+        for launch, offsets in self._b_index.get(key, ()):
+            if (key, launch) not in self._b_used:
+                self._b_used.add((key, launch))
+                return launch, [self.b.record_at(o) for o in offsets]
+        return None, []
+
+    def _a_launches(self) -> Iterator[tuple[list[Record], int]]:
+        """A's records grouped by launch (consecutive lines with one launch counter)."""
+        group: list[Record] = []
+        end = 0
+        for _start, stop, r in self.a.entries():
+            if not self._wanted(r):
+                end = stop
+                continue
+            if group and (r.launch != group[0].launch or launch_key(r) != launch_key(group[0])):
+                yield group, end
+                group = []
+            group.append(r)
+            end = stop
+        if group:
+            yield group, end
+
+    def launches(self) -> Iterator[Launch]:
+        """A's launches in manifest (= launch) order, each with its B counterpart."""
+        for recs_a, end in self._a_launches():
+            first = recs_a[0]
+            launch_b, recs_b = self._take_b(launch_key(first))
+            yield Launch(first.graph, first.kernel, first.op, first.kernel_call, first.launch, launch_b,
+                         pair_records(recs_a, recs_b), end)
+
+    def only_in_b(self) -> Iterator[Launch]:
+        """B's launches that no launch of A took (call after :meth:`launches` is done)."""
+        for key, slots in self._b_index.items():
+            for launch, offsets in slots:
+                if (key, launch) in self._b_used:
+                    continue
+                recs = [self.b.record_at(o) for o in offsets]
+                first = recs[0]
+                yield Launch(first.graph, first.kernel, first.op, first.kernel_call, None, launch,
+                             [Pair(None, r, "-") for r in recs])
+
+
+def _slot(r: Record) -> tuple:
+    return (r.phase, r.role)
+
+
+def pair_records(recs_a: list[Record], recs_b: list[Record]) -> list[Pair]:
+    """Pair one launch's records: by (arg, phase), then by position within (phase, role)."""
+    by_name: dict[tuple, list[int]] = defaultdict(list)
+    for j, r in enumerate(recs_b):
+        by_name[(r.arg, r.phase)].append(j)
+    match_a: list[int | None] = [None] * len(recs_a)
+    used_b = [False] * len(recs_b)
+    for i, r in enumerate(recs_a):
+        js = by_name.get((r.arg, r.phase))
+        if js:
+            j = js.pop(0)
+            match_a[i] = j
+            used_b[j] = True
+    how = ["key" if j is not None else "-" for j in match_a]
+    if not all(used_b) and any(j is None for j in match_a):
+        slots_a: dict[tuple, list[int]] = defaultdict(list)
+        slots_b: dict[tuple, list[int]] = defaultdict(list)
+        for i, r in sorted(enumerate(recs_a), key=lambda t: (t[1].index, t[1].seq)):
+            slots_a[_slot(r)].append(i)
+        for j, r in sorted(enumerate(recs_b), key=lambda t: (t[1].index, t[1].seq)):
+            slots_b[_slot(r)].append(j)
+        for slot, idx_a in slots_a.items():
+            idx_b = slots_b.get(slot, [])
+            if len(idx_a) != len(idx_b):
+                continue
+            for i, j in zip(idx_a, idx_b):
+                if match_a[i] is None and not used_b[j]:
+                    match_a[i] = j
+                    used_b[j] = True
+                    how[i] = "position"
+    pairs = [Pair(r, recs_b[j] if j is not None else None, how[i]) for i, (r, j) in enumerate(zip(recs_a, match_a))]
+    pairs.extend(Pair(None, r, "-") for j, r in enumerate(recs_b) if not used_b[j])
+    return pairs

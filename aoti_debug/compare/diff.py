@@ -1,0 +1,252 @@
+"""Comparing two runs: align, plan each pair, read ahead, measure, find the first divergence.
+
+Memory stays near the pair being compared: the manifests are streamed (B is indexed
+by byte offsets), tensors are memory-mapped one pair at a time and compared in
+chunks, and only the pairs that fail are kept unless ``keep_passing`` is set.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import time
+from typing import Callable
+
+from ..config import KernelFilter
+from ..errors import RecordError
+from ..format.reader import RunReader
+from ..format.schema import Record
+from .align import Aligner, Launch, Pair
+from .divergence import DivergenceFinder
+from .metrics import TensorComparator, compare_checksums, compare_scalars, compare_stats, tolerance
+from .prefetch import Prefetcher
+from .result import DiffResult, RecordComparison
+
+#: How far ahead of the comparison the prefetch thread may read.
+READ_AHEAD_BYTES = 512 << 20
+
+
+@dataclasses.dataclass
+class _Plan:
+    """How one pair will be compared, decided before any tensor file is read."""
+
+    pair: Pair
+    how: str  # values | checksum | stats | value | mismatch | error | only_a | only_b
+    note: str = ""
+    paths: tuple[str, ...] = ()
+    nbytes: int = 0
+
+
+def _as_reader(dump) -> RunReader:
+    return dump if isinstance(dump, RunReader) else RunReader(os.fspath(dump))
+
+
+def _shape(r: Record) -> str:
+    return "x".join(map(str, r.shape)) if r.shape else "scalar"
+
+
+def _plan(pair: Pair, ra: RunReader, rb: RunReader, use_checksums: bool) -> _Plan:
+    a, b = pair.a, pair.b
+    if a is None:
+        return _Plan(pair, "only_b", "only in run B")
+    if b is None:
+        return _Plan(pair, "only_a", "only in run A")
+    if a.kind != b.kind:
+        return _Plan(pair, "mismatch", f"kind differs: {a.kind} in A, {b.kind} in B")
+    if a.kind != "tensor":
+        return _Plan(pair, "value")
+    if a.dtype != b.dtype:
+        return _Plan(pair, "mismatch", f"dtype differs: {a.dtype} in A, {b.dtype} in B")
+    if list(a.shape or []) != list(b.shape or []):
+        return _Plan(pair, "mismatch", f"shape differs: {_shape(a)} in A, {_shape(b)} in B")
+    if use_checksums and a.checksum and a.checksum == b.checksum:
+        return _Plan(pair, "checksum")
+    if a.file and b.file:
+        try:
+            paths = (ra.tensor_path(a), rb.tensor_path(b))
+        except RecordError as e:
+            return _Plan(pair, "error", str(e))
+        nbytes = 0
+        for p in paths:
+            try:
+                nbytes += os.path.getsize(p)
+            except OSError:
+                pass
+        return _Plan(pair, "values", paths=paths, nbytes=nbytes)
+    if a.stats is not None and b.stats is not None or (a.checksum and b.checksum):
+        return _Plan(pair, "stats")
+    side = "A" if (a.stats is None and not a.file) else "B"
+    rec = a if side == "A" else b
+    why = rec.error or rec.skipped or "neither a tensor file nor stats"
+    return _Plan(pair, "error", f"run {side} recorded no values: {why}")
+
+
+class _Runner:
+    def __init__(self, ra: RunReader, rb: RunReader, atol, rtol, use_checksums: bool):
+        self.ra, self.rb = ra, rb
+        self.atol, self.rtol = atol, rtol
+        self.use_checksums = use_checksums
+        self.comparator = TensorComparator()
+        self.basis: collections.Counter = collections.Counter()
+        self.bytes_read = 0
+
+    def run(self, plan: _Plan) -> RecordComparison:
+        a, b = plan.pair.a, plan.pair.b
+        rec = a if a is not None else b
+        assert rec is not None
+        atol, rtol = tolerance(rec.dtype if rec.kind == "tensor" else "float", self.atol, self.rtol)
+        rc = RecordComparison(plan.how, a, b, None, plan.pair.how, atol, rtol, plan.note)
+        if plan.how in ("only_a", "only_b", "mismatch", "error"):
+            return rc
+        if plan.how == "value":
+            m = compare_scalars(a, b, self.atol, self.rtol)
+            rc.atol, rc.rtol = None, None
+        elif plan.how == "checksum":
+            m = compare_checksums(a, b)
+        elif plan.how == "stats":
+            m = compare_stats(a, b, atol, rtol)
+        else:
+            try:
+                ta = self.ra.load_tensor(a)
+            except RecordError as e:
+                rc.status, rc.note = "error", f"run A: {e}"
+                return rc
+            try:
+                tb = self.rb.load_tensor(b)
+            except RecordError as e:
+                rc.status, rc.note = "error", f"run B: {e}"
+                return rc
+            m = self.comparator.compare(ta, tb, atol, rtol)
+            del ta, tb
+            self.bytes_read += plan.nbytes
+        self.basis[m.basis] += 1
+        rc.metrics = m
+        rc.status = "pass" if m.passed else "fail"
+        if m.note:
+            rc.note = m.note
+        return rc
+
+
+def compare(
+    a,
+    b,
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    kernels: str | None = None,
+    keep_passing: bool = True,
+    use_checksums: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    read_ahead: bool = True,
+) -> DiffResult:
+    """Compare run A against run B (the reference) and name the first divergence.
+
+    Args:
+        a, b: run directories, dump roots holding exactly one run, or open readers.
+        atol, rtol: tolerances for every pair; None takes each dtype's default.
+        kernels: comma-separated globs on kernel or op names (``!pat`` excludes).
+        keep_passing: keep passing pairs in ``records`` (else failures only).
+        use_checksums: equal checksums prove bitwise equality without reading files.
+        progress: called with (bytes of A's manifest done, its size) after each launch.
+        read_ahead: read upcoming tensor files on a background thread.
+
+    Raises:
+        DumpError: a path is not a usable dump (missing, several runs, newer format).
+    """
+    started = time.perf_counter()
+    ra, rb = _as_reader(a), _as_reader(b)
+    kfilter = KernelFilter.parse(kernels)
+    try:
+        aligner = Aligner(ra, rb, kfilter)
+        runner = _Runner(ra, rb, atol, rtol, use_checksums)
+        finder = DivergenceFinder()
+        counts: collections.Counter = collections.Counter()
+        kept: list[RecordComparison] = []
+        launches = 0
+        total = ra.manifest_bytes
+
+        def record(rows: list[RecordComparison]) -> None:
+            for rc in rows:
+                counts[rc.status] += 1
+                if rc.status != "pass" or keep_passing or rc.first:
+                    kept.append(rc)
+
+        with Prefetcher() as prefetcher:
+            pending: collections.deque = collections.deque()
+            source = aligner.launches()
+            state = {"ahead": 0, "ticket": 0}
+
+            def fill() -> None:
+                while state["ahead"] < READ_AHEAD_BYTES or not pending:
+                    launch = next(source, None)
+                    if launch is None:
+                        return
+                    plans = [_plan(p, ra, rb, use_checksums) for p in launch.pairs]
+                    tickets = []
+                    for pl in plans:
+                        state["ticket"] += 1
+                        tickets.append(state["ticket"])
+                        if read_ahead:
+                            for path in pl.paths:
+                                prefetcher.add(state["ticket"], path)
+                        state["ahead"] += pl.nbytes
+                    pending.append((launch, plans, tickets))
+
+            while True:
+                fill()
+                if not pending:
+                    break
+                launch, plans, tickets = pending.popleft()
+                rows = []
+                for pl, ticket in zip(plans, tickets):
+                    prefetcher.consumed(ticket)
+                    rows.append(runner.run(pl))
+                    state["ahead"] -= pl.nbytes
+                launches += 1
+                finder.observe(launch, rows)
+                record(rows)
+                if progress is not None:
+                    progress(launch.end_offset, total)
+            for launch in aligner.only_in_b():
+                record([runner.run(_plan(p, ra, rb, use_checksums)) for p in launch.pairs])
+        if progress is not None:
+            progress(total, total)
+    finally:
+        ra.close()
+        rb.close()
+    for rc in kept:
+        if rc.first and rc.status == "pass":
+            rc.first = False
+    notes = [f"run A: {n}" for n in ra.notes] + [f"run B: {n}" for n in rb.notes]
+    problems = [f"run A: {p}" for p in ra.problems] + [f"run B: {p}" for p in rb.problems]
+    notes.extend(_level_notes(ra, rb, runner.basis))
+    notes.extend(_kernel_set_notes(kept))
+    return DiffResult(
+        path_a=ra.path, path_b=rb.path, info_a=ra.info, info_b=rb.info, records=kept, counts=dict(counts),
+        basis=dict(runner.basis), first_divergence=finder.first, problems=problems, notes=notes,
+        atol=atol, rtol=rtol, kernels=str(kfilter), launches=launches, bytes_read=runner.bytes_read,
+        seconds=time.perf_counter() - started, kept_passing=keep_passing,
+    )
+
+
+def _level_notes(ra: RunReader, rb: RunReader, basis: collections.Counter) -> list[str]:
+    notes = []
+    for side, r in (("A", ra), ("B", rb)):
+        if r.info.level == "stats":
+            notes.append(f"run {side} is a stats-level dump (no tensor files): "
+                         f"pairs are compared by their recorded stats and checksums")
+    if basis.get("stats") and not notes:
+        notes.append(f"{basis['stats']} pairs had no tensor file on one side: compared by recorded stats and checksums")
+    return notes
+
+
+def _kernel_set_notes(rows: list[RecordComparison]) -> list[str]:
+    notes = []
+    for status, side, other in (("only_a", "A", "B"), ("only_b", "B", "A")):
+        only = [rc for rc in rows if rc.status == status]
+        kernels = sorted({rc.record.kernel for rc in only})
+        if kernels:
+            shown = ", ".join(kernels[:6]) + (f" and {len(kernels) - 6} more" if len(kernels) > 6 else "")
+            notes.append(f"{len(only)} record(s) of run {side} have no counterpart in run {other} (kernels: {shown})")
+    return notes

@@ -1,0 +1,316 @@
+"""How two values of one aligned pair differ: tensors, recorded stats, scalars.
+
+Tensors are compared chunk by chunk through scratch buffers that are reused from
+pair to pair, so a comparison allocates a few chunks, never a tensor-sized temporary,
+and bitwise-equal chunks cost one ``memcmp``-like pass. A pair passes when every
+element satisfies ``|a - b| <= atol + rtol * |b|`` (run B is the reference, as
+``expected`` in ``torch.testing.assert_close``); NaN matches NaN and an infinity
+matches the same infinity at the same position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from ..format.schema import STAT_KEYS, Record
+
+#: ``(rtol, atol)`` per dtype: torch.testing.assert_close's defaults (torch 2.13).
+#: Float8 is ours: assert_close demands exact equality there; one step of the
+#: format's mantissa is a more useful default for comparing two runs.
+_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (1.6e-2, 1e-5),
+    "float32": (1.3e-6, 1e-5),
+    "float64": (1e-7, 1e-7),
+    "complex32": (1e-3, 1e-5),
+    "complex64": (1.3e-6, 1e-5),
+    "complex128": (1e-7, 1e-7),
+    "float8_e4m3fn": (1.25e-1, 1e-3),
+    "float8_e4m3fnuz": (1.25e-1, 1e-3),
+    "float8_e5m2": (2.5e-1, 1e-3),
+    "float8_e5m2fnuz": (2.5e-1, 1e-3),
+    # Python scalars in the manifest.
+    "float": (1e-7, 1e-7),
+}
+
+#: Elements per chunk: large enough to amortise per-op overhead, small enough that a
+#: chunk's scratch buffers stay in cache.
+CHUNK = 1 << 20
+
+
+def default_tolerance(dtype: str | None) -> tuple[float, float]:
+    """``(atol, rtol)`` for a dtype name like ``float32``; integers and bool are exact."""
+    rtol, atol = _TOLERANCES.get(dtype or "", (0.0, 0.0))
+    return atol, rtol
+
+
+def tolerance(dtype: str | None, atol: float | None, rtol: float | None) -> tuple[float, float]:
+    """The user's atol/rtol where given, else the dtype's default for the missing one."""
+    d_atol, d_rtol = default_tolerance(dtype)
+    return (d_atol if atol is None else atol), (d_rtol if rtol is None else rtol)
+
+
+@dataclasses.dataclass
+class Metrics:
+    """How one pair differs.
+
+    ``basis`` says what was compared: ``values`` (the tensor files), ``checksum``
+    (equal checksums: bitwise equal without reading the files), ``stats`` (the
+    recorded min/max/mean/std/absmax and NaN/Inf counts), or ``value`` (a scalar).
+    """
+
+    basis: str
+    passed: bool
+    max_abs: float | None = None
+    max_rel: float | None = None
+    mismatched: int | None = None
+    numel: int | None = None
+    cosine: float | None = None
+    nan_a: int | None = None
+    nan_b: int | None = None
+    inf_a: int | None = None
+    inf_b: int | None = None
+    bitwise: bool | None = None
+    note: str = ""
+
+    @property
+    def mismatch_frac(self) -> float | None:
+        if self.mismatched is None or not self.numel:
+            return None if self.mismatched is None else 0.0
+        return self.mismatched / self.numel
+
+
+# -- tensors -----------------------------------------------------------------------------
+def _bit_view(t):
+    import torch
+
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8)
+    if t.is_floating_point():
+        return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return t
+
+
+class TensorComparator:
+    """Compares tensor pairs in chunks, reusing its scratch buffers across pairs."""
+
+    def __init__(self, chunk: int = CHUNK):
+        self.chunk = chunk
+        self._scratch: dict[Any, tuple] = {}
+
+    def _buffers(self, dtype):
+        import torch
+
+        bufs = self._scratch.get(dtype)
+        if bufs is None:
+            n = self.chunk
+            bufs = tuple(torch.empty(n, dtype=dtype) for _ in range(5)) + (torch.empty(n, dtype=torch.bool),)
+            self._scratch[dtype] = bufs
+        return bufs
+
+    def compare(self, a, b, atol: float, rtol: float) -> Metrics:
+        """Metrics of two tensors of one dtype and shape (the caller checks both)."""
+        import torch
+
+        a = a.detach().reshape(-1)
+        b = b.detach().reshape(-1)
+        if a.is_complex():
+            a, b = torch.view_as_real(a).reshape(-1), torch.view_as_real(b).reshape(-1)
+        n = a.numel()
+        work = torch.float64 if a.dtype in (torch.float64,) or not (a.is_floating_point()) else torch.float32
+        raw_a, raw_b = _bit_view(a), _bit_view(b)
+        acc = _Accumulator()
+        bx, by, bd, bu, bt, bm = self._buffers(work)
+        for start in range(0, n, self.chunk):
+            stop = min(start + self.chunk, n)
+            k = stop - start
+            equal = torch.equal(raw_a[start:stop], raw_b[start:stop])
+            x, y = a[start:stop], b[start:stop]
+            if x.dtype != work:
+                x = bx[:k].copy_(x)
+                y = by[:k].copy_(y) if not equal else x
+            if equal:
+                s = float(torch.dot(x, x))
+                if math.isfinite(s):
+                    acc.aa += s
+                    acc.bb += s
+                    acc.ab += s
+                else:
+                    _chunk_nonfinite(acc, x, x, atol, rtol)
+                continue
+            acc.bitwise = False
+            _chunk_finite(acc, x, y, bd[:k], bu[:k], bt[:k], bm[:k], atol, rtol)
+        return acc.metrics(n)
+
+
+class _Accumulator:
+    __slots__ = ("max_abs", "max_rel", "mismatched", "aa", "bb", "ab", "nan_a", "nan_b", "inf_a", "inf_b", "bitwise")
+
+    def __init__(self):
+        self.max_abs = 0.0
+        self.max_rel = 0.0
+        self.mismatched = 0
+        self.aa = self.bb = self.ab = 0.0
+        self.nan_a = self.nan_b = self.inf_a = self.inf_b = 0
+        self.bitwise = True
+
+    def metrics(self, n: int) -> Metrics:
+        if self.aa > 0 and self.bb > 0:
+            cosine = max(-1.0, min(1.0, self.ab / math.sqrt(self.aa * self.bb)))
+        elif self.aa == 0 and self.bb == 0:
+            cosine = 1.0
+        else:
+            cosine = 0.0
+        if self.bitwise:
+            self.max_abs = self.max_rel = 0.0
+        return Metrics(
+            basis="values", passed=self.mismatched == 0, max_abs=self.max_abs, max_rel=self.max_rel,
+            mismatched=self.mismatched, numel=n, cosine=cosine, nan_a=self.nan_a, nan_b=self.nan_b,
+            inf_a=self.inf_a, inf_b=self.inf_b, bitwise=self.bitwise,
+        )
+
+
+def _chunk_finite(acc: _Accumulator, x, y, d, u, t, m, atol: float, rtol: float) -> None:
+    """One chunk, assuming finite values; hands over to the NaN/Inf path when not."""
+    import numpy as np
+    import torch
+
+    torch.sub(x, y, out=d)
+    d.abs_()
+    mx = float(d.amax())
+    if not math.isfinite(mx):
+        _chunk_nonfinite(acc, x, y, atol, rtol)
+        return
+    acc.max_abs = max(acc.max_abs, mx)
+    if mx > 0:
+        torch.abs(y, out=u)
+        if mx > atol:  # else no element can exceed atol + rtol*|y|
+            # t = |x-y| - rtol*|y|: an element fails when t > atol. Counting is left to
+            # numpy (several times faster on bool arrays) and only done when one fails.
+            torch.add(d, u, alpha=-rtol, out=t)
+            if float(t.amax()) > atol:
+                acc.mismatched += int(np.count_nonzero(np.greater(t.numpy(), atol, out=m.numpy())))
+        torch.div(d, u, out=t)
+        t.nan_to_num_(nan=0.0, posinf=math.inf)  # 0/0 -> 0; x/0 stays inf
+        acc.max_rel = max(acc.max_rel, float(t.amax()))
+    acc.aa += float(torch.dot(x, x))
+    acc.bb += float(torch.dot(y, y))
+    acc.ab += float(torch.dot(x, y))
+
+
+def _chunk_nonfinite(acc: _Accumulator, x, y, atol: float, rtol: float) -> None:
+    """One chunk with NaN or Inf somewhere: masks, in float64."""
+    import torch
+
+    x = x.to(torch.float64)
+    y = y.to(torch.float64)
+    xn, yn = torch.isnan(x), torch.isnan(y)
+    xi, yi = torch.isinf(x), torch.isinf(y)
+    acc.nan_a += int(xn.sum())
+    acc.nan_b += int(yn.sum())
+    acc.inf_a += int(xi.sum())
+    acc.inf_b += int(yi.sum())
+    fin = ~(xn | xi | yn | yi)
+    same_special = (xn & yn) | (xi & yi & (x == y))
+    xf = torch.where(fin, x, 0.0)
+    yf = torch.where(fin, y, 0.0)
+    d = (xf - yf).abs()
+    ay = yf.abs()
+    bad = (d > atol + rtol * ay) | (~fin & ~same_special)
+    acc.mismatched += int(bad.sum())
+    acc.max_abs = max(acc.max_abs, float(d.amax()) if d.numel() else 0.0)
+    rel = (d / ay).nan_to_num_(nan=0.0, posinf=math.inf)
+    acc.max_rel = max(acc.max_rel, float(rel.amax()) if rel.numel() else 0.0)
+    acc.aa += float(torch.dot(xf, xf))
+    acc.bb += float(torch.dot(yf, yf))
+    acc.ab += float(torch.dot(xf, yf))
+
+
+# -- recorded stats and scalars -----------------------------------------------------------
+def compare_checksums(ra: Record, rb: Record) -> Metrics:
+    """Equal checksums of equal dtype/shape: bitwise equal, without reading files."""
+    sa, sb = ra.stats, rb.stats
+    return Metrics(
+        basis="checksum", passed=True, max_abs=0.0, max_rel=0.0, mismatched=0, numel=ra.numel,
+        cosine=None, nan_a=sa.nan if sa else None, nan_b=sb.nan if sb else None,
+        inf_a=sa.inf if sa else None, inf_b=sb.inf if sb else None, bitwise=True,
+    )
+
+
+def compare_stats(ra: Record, rb: Record, atol: float, rtol: float) -> Metrics:
+    """Compare what the manifest recorded: checksums first, then the summary stats.
+
+    Equal checksums pass (bitwise equal). Otherwise the pair passes when every stat
+    is within ``atol + rtol*|b|`` and the NaN/Inf counts agree; max_abs/max_rel are
+    then over the stats, not the elements.
+    """
+    bitwise = None
+    if ra.checksum and rb.checksum:
+        bitwise = ra.checksum == rb.checksum
+        if bitwise:
+            m = compare_checksums(ra, rb)
+            m.basis = "stats"
+            return m
+    sa, sb = ra.stats, rb.stats
+    if sa is None or sb is None:
+        return Metrics(basis="stats", passed=False, bitwise=bitwise,
+                       note=f"no stats recorded in run {'A' if sa is None else 'B'}")
+    worst_abs = worst_rel = 0.0
+    bad: list[str] = []
+    for key in STAT_KEYS[:5]:
+        va, vb = getattr(sa, key), getattr(sb, key)
+        if va is None and vb is None:
+            continue
+        if va is None or vb is None:
+            bad.append(key)
+            continue
+        diff = abs(va - vb)
+        worst_abs = max(worst_abs, diff)
+        if vb != 0:
+            worst_rel = max(worst_rel, diff / abs(vb))
+        elif diff > 0:
+            worst_rel = math.inf
+        if diff > atol + rtol * abs(vb):
+            bad.append(key)
+    if sa.nan != sb.nan:
+        bad.append("nan count")
+    if sa.inf != sb.inf:
+        bad.append("inf count")
+    note = ""
+    if bad:
+        note = "stats differ: " + ", ".join(bad)
+    return Metrics(
+        basis="stats", passed=not bad, max_abs=worst_abs, max_rel=worst_rel, numel=ra.numel,
+        nan_a=sa.nan, nan_b=sb.nan, inf_a=sa.inf, inf_b=sb.inf, bitwise=bitwise, note=note,
+    )
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    if v in ("nan", "inf", "-inf"):
+        return float(v)
+    return None
+
+
+def compare_scalars(ra: Record, rb: Record, atol: float | None, rtol: float | None) -> Metrics:
+    """A scalar, symint, None or other non-tensor argument."""
+    va, vb = ra.value, rb.value
+    if ra.kind != rb.kind:
+        return Metrics(basis="value", passed=False, note=f"kind {ra.kind} vs {rb.kind}")
+    na, nb = _number(va), _number(vb)
+    if na is not None and nb is not None and (isinstance(va, float) or isinstance(vb, float)):
+        at, rt = tolerance("float", atol, rtol)
+        same_special = (math.isnan(na) and math.isnan(nb)) or (math.isinf(na) and na == nb)
+        diff = 0.0 if same_special else abs(na - nb)
+        ok = same_special or diff <= at + rt * abs(nb)
+        rel = 0.0 if diff == 0 else (diff / abs(nb) if nb else math.inf)
+        return Metrics(basis="value", passed=ok, max_abs=diff, max_rel=rel, bitwise=va == vb,
+                       note="" if ok else f"value {va!r} vs {vb!r}")
+    ok = va == vb
+    diff = abs(na - nb) if (na is not None and nb is not None) else None
+    return Metrics(basis="value", passed=ok, max_abs=diff, bitwise=ok, note="" if ok else f"value {va!r} vs {vb!r}")

@@ -1,0 +1,270 @@
+"""Reading a run: resolve a dump path, check its header, stream its manifest, load tensors.
+
+Nothing here loads a whole dump: :meth:`RunReader.records` yields one record at a
+time, :meth:`RunReader.load_tensor` memory-maps one tensor file when asked, and a
+manifest line can be re-read by its byte offset. Loading never executes code from a
+dump (``torch.load(weights_only=True)``) and never follows a manifest path out of
+its run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Iterator
+
+from ..errors import DumpError, FormatVersionError, RecordError
+from .schema import FORMAT_VERSION, MANIFEST_FILE, RUN_FILE, Record, RunInfo
+
+#: How deep below a dump root to look for runs: ``<root>/<run-id>/rank<N>/``.
+_SEARCH_DEPTH = 2
+
+
+def is_run_dir(path: str) -> bool:
+    """A directory that holds a run (``run.json`` or ``manifest.jsonl``)."""
+    return os.path.isfile(os.path.join(path, RUN_FILE)) or os.path.isfile(os.path.join(path, MANIFEST_FILE))
+
+
+def find_runs(root: str, depth: int = _SEARCH_DEPTH) -> list[str]:
+    """Every run directory at or below ``root`` (at most ``depth`` levels), sorted."""
+    if is_run_dir(root):
+        return [root]
+    if depth <= 0:
+        return []
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        return []
+    found: list[str] = []
+    for entry in entries:
+        if entry.is_dir() and not entry.name.startswith("."):
+            found.extend(find_runs(entry.path, depth - 1))
+    return found
+
+
+def resolve_run(path: str) -> str:
+    """The run directory that ``path`` names: a run itself, or a root with exactly one run.
+
+    Raises:
+        DumpError: the path is missing, holds no run, or holds several (they are named).
+    """
+    if not os.path.exists(path):
+        raise DumpError(f"{path}: no such file or directory")
+    if os.path.isfile(path):
+        if os.path.basename(path) in (RUN_FILE, MANIFEST_FILE):
+            return os.path.dirname(path) or "."
+        raise DumpError(f"{path}: is a file, not a dump directory (give the run directory)")
+    runs = find_runs(path)
+    if not runs:
+        raise DumpError(f"{path}: not an aoti_debug dump (no {RUN_FILE} or {MANIFEST_FILE} found)")
+    if len(runs) > 1:
+        names = ", ".join(os.path.relpath(r, path) for r in runs[:8])
+        more = f" and {len(runs) - 8} more" if len(runs) > 8 else ""
+        raise DumpError(f"{path}: holds {len(runs)} runs ({names}{more}); name one of them")
+    return runs[0]
+
+
+def _read_info(path: str) -> tuple[RunInfo, list[str]]:
+    notes: list[str] = []
+    run_file = os.path.join(path, RUN_FILE)
+    if not os.path.isfile(run_file):
+        notes.append(f"{RUN_FILE} is missing; assuming format version {FORMAT_VERSION}")
+        info = RunInfo(format_version=FORMAT_VERSION, run_id=os.path.basename(os.path.abspath(path)),
+                       level="", pid=0, start_time="")
+        return info, notes
+    try:
+        with open(run_file, encoding="utf-8") as f:
+            data = json.load(f)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        version = data.get("format_version")
+        if not isinstance(version, int):
+            raise ValueError(f"format_version is {version!r}")
+    except (OSError, ValueError) as e:
+        raise DumpError(f"{run_file}: unreadable run header ({e})") from None
+    if version > FORMAT_VERSION:
+        raise FormatVersionError(
+            f"{path}: written by dump format version {version}; this aoti_debug reads "
+            f"versions up to {FORMAT_VERSION} (upgrade aoti_debug)"
+        )
+    try:
+        info = RunInfo.from_dict(data)
+    except TypeError as e:
+        raise DumpError(f"{run_file}: run header lacks a field ({e})") from None
+    return info, notes
+
+
+class RunReader:
+    """One run directory, read lazily.
+
+    Attributes:
+        path: the run directory.
+        info: its header (``run.json``).
+        notes: harmless oddities (a truncated last manifest line of a killed run).
+        problems: damage found so far (unparsable manifest lines); grows while
+            :meth:`records` is iterated.
+    """
+
+    def __init__(self, path: str):
+        self.path = resolve_run(path)
+        self.root = os.path.realpath(self.path)
+        self.info, self.notes = _read_info(self.path)
+        self.problems: list[str] = []
+        self.manifest = os.path.join(self.path, MANIFEST_FILE)
+        self.truncated = False
+        self._scanned = False
+        self._handle = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path!r})"
+
+    @property
+    def name(self) -> str:
+        return self.info.run_id or os.path.basename(os.path.abspath(self.path))
+
+    @property
+    def manifest_bytes(self) -> int:
+        try:
+            return os.path.getsize(self.manifest)
+        except OSError:
+            return 0
+
+    # -- the manifest ------------------------------------------------------------------
+    def entries(self) -> Iterator[tuple[int, int, Record]]:
+        """``(byte offset, line end offset, record)`` per manifest line, in file order.
+
+        A last line without its newline that does not parse is the mark of a killed
+        run: it is noted and dropped. Any other unusable line is a problem (kept in
+        :attr:`problems`) and skipped.
+        """
+        if not os.path.isfile(self.manifest):
+            if not self._scanned:
+                self.notes.append(f"{MANIFEST_FILE} is missing: the run recorded nothing")
+            self._scanned = True
+            return
+        first_scan = not self._scanned
+        self._scanned = True
+        with open(self.manifest, "rb") as f:
+            offset = 0
+            lineno = 0
+            for raw in f:
+                lineno += 1
+                start, offset = offset, offset + len(raw)
+                if not raw.strip():
+                    continue
+                try:
+                    data = json.loads(raw)
+                    if not isinstance(data, dict):
+                        raise ValueError("not a JSON object")
+                    record = Record.from_dict(data)
+                except (ValueError, KeyError, TypeError) as e:
+                    if not raw.endswith(b"\n"):
+                        self.truncated = True
+                        if first_scan:
+                            self.notes.append(
+                                f"{MANIFEST_FILE} ends in a truncated line (a killed run?); "
+                                f"records up to line {lineno - 1} are used"
+                            )
+                        return
+                    if first_scan:
+                        self.problems.append(f"{MANIFEST_FILE} line {lineno}: {_line_error(e)} (skipped)")
+                    continue
+                yield start, offset, record
+
+    def records(self) -> Iterator[Record]:
+        """Every usable record, in manifest order (which is event order)."""
+        for _start, _end, record in self.entries():
+            yield record
+
+    def record_at(self, offset: int) -> Record:
+        """The record of the manifest line that starts at ``offset`` (from :meth:`entries`)."""
+        if self._handle is None:
+            self._handle = open(self.manifest, "rb")
+        self._handle.seek(offset)
+        return Record.from_dict(json.loads(self._handle.readline()))
+
+    def close(self) -> None:
+        """Close the manifest handle that :meth:`record_at` keeps open."""
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    def __enter__(self) -> "RunReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- tensor files ------------------------------------------------------------------
+    def tensor_path(self, record: Record) -> str:
+        """The checked absolute path of a record's tensor file.
+
+        Raises:
+            RecordError: the record names no file, or a path outside the run directory.
+        """
+        if not record.file:
+            raise RecordError(f"{describe(record)}: no tensor file recorded")
+        rel = record.file
+        if os.path.isabs(rel) or "\x00" in rel:
+            raise RecordError(f"{describe(record)}: tensor path {rel!r} points outside the dump")
+        full = os.path.realpath(os.path.join(self.root, rel))
+        if os.path.commonpath([full, self.root]) != self.root or full == self.root:
+            raise RecordError(f"{describe(record)}: tensor path {rel!r} points outside the dump")
+        return full
+
+    def load_tensor(self, record: Record, mmap: bool = True):
+        """The record's tensor, memory-mapped where possible; never runs code from the file.
+
+        Raises:
+            RecordError: the file is missing, unreadable, not a tensor, or does not
+                hold the dtype and shape that the manifest says.
+        """
+        import torch
+
+        path = self.tensor_path(record)
+        if not os.path.isfile(path):
+            raise RecordError(f"{describe(record)}: tensor file {record.file} is missing")
+        try:
+            value = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        except Exception as e:
+            if mmap:
+                # Files written by the legacy (non-zip) serializer cannot be mapped.
+                try:
+                    value = torch.load(path, map_location="cpu", weights_only=True)
+                except Exception:
+                    raise RecordError(f"{describe(record)}: tensor file {record.file} is corrupt ({_first_line(e)})") from None
+            else:
+                raise RecordError(f"{describe(record)}: tensor file {record.file} is corrupt ({_first_line(e)})") from None
+        if not isinstance(value, torch.Tensor):
+            raise RecordError(f"{describe(record)}: {record.file} holds a {type(value).__name__}, not a tensor")
+        dtype = str(value.dtype).replace("torch.", "")
+        if (record.dtype and dtype != record.dtype) or (record.shape is not None and list(value.shape) != list(record.shape)):
+            raise RecordError(
+                f"{describe(record)}: {record.file} holds {dtype}{list(value.shape)} but the manifest "
+                f"says {record.dtype}{record.shape}"
+            )
+        return value
+
+
+def describe(record: Record) -> str:
+    """``seq 12 cpp_fused_add_0 call 0 before buf3``: how messages name a record."""
+    return f"seq {record.seq} {record.kernel} call {record.kernel_call} {record.phase} {record.arg}"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    line = text[0] if text else type(e).__name__
+    return line if len(line) <= 160 else line[:157] + "..."
+
+
+def _line_error(e: BaseException) -> str:
+    if isinstance(e, KeyError):
+        return f"record lacks {e.args[0] if e.args else 'a field'}"
+    if isinstance(e, json.JSONDecodeError):
+        return "not valid JSON"
+    return _first_line(e)
+
+
+def open_run(path: str) -> RunReader:
+    """Open one run (see :func:`resolve_run` for what ``path`` may be)."""
+    return RunReader(path)

@@ -1,0 +1,186 @@
+"""What a run at level ``names`` told us, line by line: launches started, completed, failed.
+
+The runtime (Python and C++) prints ``before``/``after`` lines around every launch and
+an ``error`` line when the post-launch sync fails (``format.schema``). A :class:`Trace`
+keeps only what locating a fault needs: the launches still in flight, counters, the
+first error, the graphs' files, and the tail of everything else the command printed
+(its error message and any Python traceback into the generated wrapper).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import re
+from typing import Any
+
+from ..format.schema import ERROR_RE, NAMES_RE
+
+try:  # added to format.schema by docs/locate-runtime.patch; older runtimes never print them
+    from ..format.schema import ARG_RE, GRAPH_RE, SITE_RE, parse_fields
+except ImportError:  # pragma: no cover - depends on the runtime in this checkout
+    GRAPH_RE = SITE_RE = ARG_RE = None
+
+    def parse_fields(text: str) -> dict:
+        return dict(re.findall(r"(\w+)=(\S*)", text))
+
+
+#: ``File "...", line N, in f`` (tracebacks) and ``File "...", line N in f`` (faulthandler).
+FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
+#: How many ordinary output lines (and traceback frames) to keep.
+TAIL_LINES = 200
+#: Launches that raised and were abandoned while the run went on are kept up to this many.
+MAX_UNFINISHED = 1000
+
+
+@dataclasses.dataclass
+class LaunchState:
+    """One launch as the stream described it."""
+
+    launch: int
+    kernel: str
+    graph: str = ""
+    call: int = 0
+    completed_before: int = 0
+    """Launches that had completed when this one started."""
+    line: int | None = None
+    """Line of the launch in the wrapper file (runtime ``site`` line), where printed."""
+    source: str | None = None
+    """What Inductor says the kernel was made from (runtime ``site`` line), where printed."""
+    args: list[dict] = dataclasses.field(default_factory=list)
+    """Metadata of each arg at the launch (runtime ``arg`` lines): name, role, kind, dtype, shape..."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LaunchState":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in fields})
+
+
+@dataclasses.dataclass
+class Frame:
+    """One frame of a Python traceback or faulthandler dump in the command's output."""
+
+    file: str
+    line: int
+    func: str
+
+
+class Trace:
+    """Incremental reader of a run's output; :meth:`feed` every line in arrival order."""
+
+    def __init__(self) -> None:
+        self.graphs: dict[str, dict[str, str]] = {}
+        self.in_flight: dict[int, LaunchState] = {}
+        self.started = 0
+        self.completed = 0
+        self.last_completed: LaunchState | None = None
+        self.last_started: LaunchState | None = None
+        self.error: tuple[LaunchState, str] | None = None
+        """The first failed post-launch sync: the launch and the device's message."""
+        self.completed_at_error: int | None = None
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.frames: collections.deque[Frame] = collections.deque(maxlen=TAIL_LINES)
+
+    # -- input ---------------------------------------------------------------------------
+    def feed(self, line: str) -> bool:
+        """Take one line; True when it was an aoti_debug line (not the command's own output)."""
+        line = line.rstrip("\r\n")
+        if not line.startswith("[aoti_debug] "):
+            self._output(line)
+            return False
+        m = NAMES_RE.match(line)
+        if m:
+            self._names(m)
+            return True
+        m = ERROR_RE.match(line)
+        if m:
+            self._error(int(m["launch"]), m["kernel"], m["error"])
+            return True
+        if GRAPH_RE is not None:
+            m = GRAPH_RE.match(line)
+            if m:
+                self.graphs[m["graph"]] = {"wrapper": m["wrapper"], "file": m["file"].strip()}
+                return True
+            m = SITE_RE.match(line)
+            if m:
+                state = self.in_flight.get(int(m["launch"]))
+                if state is not None:
+                    state.line = int(m["line"]) or None
+                    state.source = (m["source"] or "").strip() or None
+                return True
+            m = ARG_RE.match(line)
+            if m:
+                state = self.in_flight.get(int(m["launch"]))
+                if state is not None:
+                    state.args.append(_arg_fields(parse_fields(m["fields"])))
+                return True
+        # Warnings and anything else from aoti_debug: worth keeping next to the command's output.
+        self._output(line)
+        return False
+
+    def _names(self, m: re.Match) -> None:
+        launch = int(m["launch"])
+        if m["phase"] == "before":
+            self.started += 1
+            state = LaunchState(launch=launch, kernel=m["kernel"], graph=m["graph"], call=int(m["call"]),
+                                completed_before=self.completed)
+            self.last_started = state
+            if len(self.in_flight) >= MAX_UNFINISHED:
+                self.in_flight.pop(min(self.in_flight))
+            self.in_flight[launch] = state
+        else:
+            self.completed += 1
+            state = self.in_flight.pop(launch, None)
+            if state is None:
+                state = LaunchState(launch=launch, kernel=m["kernel"], graph=m["graph"], call=int(m["call"]))
+            self.last_completed = state
+
+    def _error(self, launch: int, kernel: str, message: str) -> None:
+        if self.error is not None:
+            return  # device errors are sticky: the first one is the cause
+        state = self.in_flight.get(launch) or LaunchState(launch=launch, kernel=kernel)
+        self.error = (state, message.strip())
+        self.completed_at_error = self.completed
+
+    def _output(self, line: str) -> None:
+        self.tail.append(line)
+        m = FRAME_RE.match(line)
+        if m:
+            self.frames.append(Frame(m["file"], int(m["line"]), m["func"]))
+
+    # -- questions -----------------------------------------------------------------------
+    @property
+    def seen_any(self) -> bool:
+        return self.started > 0
+
+    def unfinished(self) -> list[LaunchState]:
+        """Launches that started and never completed, innermost (latest) first."""
+        return [self.in_flight[k] for k in sorted(self.in_flight, reverse=True)]
+
+    def graph_file(self, graph: str) -> tuple[str | None, str | None]:
+        """(wrapper kind, file) of a graph label; a subgraph lives in its parent's file."""
+        info = self.graphs.get(graph) or self.graphs.get(graph.split("/", 1)[0]) or {}
+        return info.get("wrapper"), info.get("file") or None
+
+
+def _arg_fields(raw: dict[str, str]) -> dict[str, Any]:
+    """Typed metadata of one arg from an ``arg`` line's ``key=value`` fields."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in ("shape", "stride"):
+            inner = value.strip("[]()")
+            try:
+                out[key] = [int(x) for x in inner.split(",") if x.strip()]
+            except ValueError:
+                out[key] = value
+        elif key in ("offset", "nbytes", "numel"):
+            try:
+                out[key] = int(value)
+            except ValueError:
+                out[key] = value
+        else:
+            out[key] = value
+    return out
