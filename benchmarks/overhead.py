@@ -125,9 +125,13 @@ def measure(name, model, x, device, steps, workdir, ours=None, builtin=None, cpp
             aoti_debug.flush()
             before = file_sizes(dump)
             times = []
-            for _ in range(steps):
+            # A fresh input each step: values that repeat across steps would flatter a
+            # dump that stores identical tensors once.
+            inputs = [torch.randn_like(x) for _ in range(steps)]
+            sync(device)
+            for xi in inputs:
                 t0 = time.perf_counter()
-                fn(x)
+                fn(xi)
                 sync(device)
                 aoti_debug.flush()
                 times.append(time.perf_counter() - t0)

@@ -81,7 +81,13 @@ def test_records_are_complete_and_files_load(mlp_dump):
         t = _load(run_dir, r)
         assert list(t.shape) == r["shape"] and str(t.dtype) == "torch." + r["dtype"]
     assert [r["seq"] for r in recs] == sorted(r["seq"] for r in recs)
-    assert len({r["file"] for r in recs}) == len(recs)
+    own = [r for r in recs if not r.get("shared")]
+    assert len({r["file"] for r in own}) == len(own)
+    # An input that is the unchanged output of an earlier launch shares that file.
+    shared = [r for r in recs if r.get("shared")]
+    assert shared and all(r["phase"] == "before" for r in shared)
+    by_file = {r["file"]: r for r in own}
+    assert all(by_file[r["file"]]["checksum"] == r["checksum"] for r in shared)
 
 
 def test_outputs_never_captured_before_launch(mlp_dump):

@@ -107,6 +107,8 @@ def _make_line_class():
             try:
                 if self.phase == "before":
                     launch = self.state["make"]()
+                    if launch is not None and "graph" in self.state:
+                        launch.graph = self.state["graph"]
                     self.state["launch"] = None if launch is None else self.manager.prepare(launch)
                 launch = self.state.get("launch")
                 if launch is None:
@@ -146,13 +148,29 @@ def _bracket(original, make_launch: Callable[..., Launch | None]):
             manager = _manager_of(self) if outer else None
             if manager is None:
                 return original(self, *args, **kwargs)
-            state = {"make": lambda: _safe(make_launch, self, *args, **kwargs), "cpp": _is_cpp(self)}
+            # The launch is described when the line is written out (later); keep the
+            # context that only exists now (the user kernel being scheduled).
+            user = getattr(_state, "user_kernel", None)
+            state = {"make": lambda: _with_user_kernel(user, make_launch, self, *args, **kwargs), "cpp": _is_cpp(self)}
+            if state["cpp"]:
+                # The C++ wrapper inlines subgraphs into its parent and writes every
+                # line out under the root graph: take the subgraph label now.
+                state["graph"] = _graph_name()
             self.writeline(_LineClass(self, manager, "before", state))
             result = original(self, *args, **kwargs)
             self.writeline(_LineClass(self, manager, "after", state))
             return result
 
     return wrapped
+
+
+def _with_user_kernel(user, fn, *args, **kwargs):
+    previous = getattr(_state, "user_kernel", None)
+    _state.user_kernel = user
+    try:
+        return _safe(fn, *args, **kwargs)
+    finally:
+        _state.user_kernel = previous
 
 
 def _safe(fn, *args, **kwargs):
@@ -259,7 +277,9 @@ def _kernel_call_launch(wrapper, kernel_name, call_args, *pos, **kwargs) -> Laun
     mutated: set[str] = set()
     read: set[str] | None = None
     if user is not None:
-        mutated = set(_safe(user.get_mutation_names) or [])
+        mutated = _mutated_names(user)
+        for buf in getattr(user, "mutable_args", None) or []:
+            mutated.add(_ir_name(buf) or "")
         accesses = getattr(user, "arg_accesses", None)  # torch >= 2.13
         if accesses is not None:
             try:
@@ -269,10 +289,11 @@ def _kernel_call_launch(wrapper, kernel_name, call_args, *pos, **kwargs) -> Laun
         fn = getattr(user.get_kernel_and_metadata()[0], "fn", None) if hasattr(user, "get_kernel_and_metadata") else None
         if fn is not None:
             source = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
+    cpp = _is_cpp(wrapper)
     args = []
     for i, arg in enumerate(call_args):
         arg_type = arg_types[i] if i < len(arg_types) else None
-        text = str(arg)
+        text = _cpp_value(arg) if cpp else str(arg)
         if "=" in text and not text.startswith("("):
             text = text.split("=", 1)[1]
         param = params[i] if i < len(params) else ""
@@ -298,6 +319,63 @@ def _kernel_call_launch(wrapper, kernel_name, call_args, *pos, **kwargs) -> Laun
             dtype = getattr(arg_type, "__name__", None) if isinstance(arg_type, type) else None
         args.append(LaunchArg(name=name, expr=text, role=role, kind=k, dtype=dtype))
     return Launch(kernel=str(kernel_name), op=str(kernel_name), kind=kind, args=args, graph=_graph_name(), source=source)
+
+
+def _cpp_value(arg: Any) -> str:
+    """A C++ expression for a kernel call arg that Inductor passes as a Python value (the
+    GPU wrapper converts them in ``prepare_triton_wrapper_args``; we see them before)."""
+    if isinstance(arg, str):
+        return arg
+    if isinstance(arg, bool):
+        return "true" if arg else "false"
+    if isinstance(arg, int):
+        return str(arg)
+    if isinstance(arg, float):
+        if arg != arg:
+            return "std::numeric_limits<double>::quiet_NaN()"
+        if arg in (float("inf"), float("-inf")):
+            return ("" if arg > 0 else "-") + "std::numeric_limits<double>::infinity()"
+        return repr(arg)
+    try:
+        import sympy
+
+        if isinstance(arg, sympy.Expr):
+            from torch._inductor.codegen.cpp_utils import cexpr
+            from torch._inductor.virtualized import V
+
+            return cexpr(V.graph.sizevars.simplify(arg))
+    except Exception:
+        pass
+    return str(arg)  # SymbolicCallArg and friends print as their C++ variable
+
+
+def _cpp_outputs(node_name: str, outputs) -> list[LaunchArg]:
+    """C++ fallback outputs (the handles Inductor declares after the call), named as the
+    Python runtime names the tuple the op returns (``buf2[0]``, ``buf2[1]``) so that the
+    two wrappers' records align. MutationOutputs declare no variable and are skipped:
+    the Python runtime records only the returned value too."""
+    from torch._inductor import ir
+
+    args = []
+    for o in _flat_ir(outputs or []):
+        if isinstance(o, ir.MutationOutput):
+            continue
+        indices = getattr(o, "indices", None) or []
+        suffix = "".join(f"[{i}]" for _t, i in indices if isinstance(i, int))
+        args.append(LaunchArg(name=f"{node_name}{suffix}", expr=o.get_name(), role="output", kind="tensor"))
+    return args
+
+
+def _cpp_alloc_declares_output(node) -> bool:
+    """Whether ``generate_c_shim_extern_kernel_alloc`` leaves a handle named after the node
+    (in-place-view ops, and the two c10d ops whose result it deletes, leave none)."""
+    op = getattr(node, "op_overload", None)
+    if isinstance(op, torch._ops.OpOverload) and torch.Tag.inplace_view in op.tags:
+        return False
+    return getattr(node, "python_kernel_name", None) not in (
+        "torch.ops._c10d_functional.all_reduce_.default",
+        "torch.ops._c10d_functional.wait_tensor.default",
+    )
 
 
 def _op_name(node: Any, kernel: str) -> str:
@@ -368,8 +446,11 @@ def _fallback_launch(wrapper, node, *a, **k) -> Launch:
     if not isinstance(getattr(node, "layout", None), ir.NoneLayout):
         outputs = getattr(node, "outputs", None)
         if _is_cpp(wrapper) and outputs:
-            for o in _flat_ir(outputs):
-                args.append(LaunchArg(name=o.get_name(), expr=o.get_name(), role="output", kind="tensor"))
+            args.extend(_cpp_outputs(node.get_name(), outputs))
+        elif _is_cpp(wrapper):
+            if _cpp_alloc_declares_output(node):
+                name = node.get_name()
+                args.append(LaunchArg(name=name, expr=name, role="output", kind="tensor"))
         else:
             name = node.get_name()
             args.append(LaunchArg(name=name, expr=name, role="output", kind="unknown"))
@@ -399,8 +480,7 @@ def _multi_out_launch(wrapper, node, *a, **k) -> Launch:
 def _runtime_lookup_launch(wrapper, buf_name, python_kernel_name, get_args, op_overload, raw_args, outputs, *a, **k):
     args = [_tensor_arg(x, "input") for x in _flat_ir(raw_args)]
     if _is_cpp(wrapper):
-        for o in _flat_ir(outputs or []):
-            args.append(LaunchArg(name=o.get_name(), expr=o.get_name(), role="output", kind="tensor"))
+        args.extend(_cpp_outputs(str(buf_name), outputs))
     else:
         args.append(LaunchArg(name=str(buf_name), expr=str(buf_name), role="output", kind="unknown"))
     op = canonical_op(str(python_kernel_name))

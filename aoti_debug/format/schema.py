@@ -142,6 +142,8 @@ class Record:
     """Why this value could not be recorded in full (the model ran on regardless)."""
     skipped: str | None = None
     """Why the tensor file was not written although the level asked for it."""
+    shared: bool | None = None
+    """True when ``file`` was written for an earlier record with identical values."""
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

@@ -70,6 +70,8 @@ class Session:
         self.kernel_calls: collections.Counter = collections.Counter()
         self.graph_labels: dict[Any, str] = {}
         self.bytes_written = 0
+        #: (dtype, shape, checksum, min, max, mean) -> tensor file already holding it.
+        self.content_files: dict[tuple, str] = {}
         self._writer: RunWriter | None = None
         self._writer_failed = False
         self._queue: collections.deque[Job] = collections.deque()

@@ -38,7 +38,7 @@ def test_triton_kernels_values_match_eager(mlp_cuda):
     model, x, out, run_dir = mlp_cuda
     recs = records(run_dir)
     assert any(r["kernel"].startswith("triton_") for r in recs), {r["kernel"] for r in recs}
-    assert all(r["device"].startswith("cuda") for r in recs)
+    assert all(r["device"].startswith("cuda") for r in recs if r["kind"] == "tensor")
     with torch.no_grad():
         h_pre = torch.nn.functional.linear(x, model.fc1.weight, model.fc1.bias)
         expected = model(x)
@@ -52,7 +52,7 @@ def test_triton_kernels_values_match_eager(mlp_cuda):
     last = [r for r in recs if r["phase"] == "after"][-1]
     torch.testing.assert_close(_load(run_dir, last), expected.cpu(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out, expected)
-    for r in recs:  # stats computed on the device agree with the saved values
+    for r in (r for r in recs if r["kind"] == "tensor"):  # device stats agree with the saved values
         t = _load(run_dir, r)
         stats, checksum = tensor_stats(t)
         assert r["checksum"] == checksum
