@@ -27,6 +27,11 @@ def main() -> int:
     out = os.environ.get("OUT") or "/tmp"
     xml = os.path.join(out, "gpu_junit.xml")
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
+    # The device machine's default compiler (/opt/gcc/bin/g++) links libstdc++ statically
+    # into AOTI .so files, which then segfault on load (tools/gpu/probe_aoti.sh; README
+    # "AOTInductor on the GPU machine"). The system g++ links it dynamically and works.
+    if "CXX" not in env and os.path.exists("/opt/gcc/bin/g++") and os.path.exists("/usr/bin/g++"):
+        env["CXX"] = "/usr/bin/g++"
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", f"--junitxml={xml}",
            "-o", "addopts=", "tests"]
     if args.k:
