@@ -33,6 +33,7 @@ ENV_SYNC = "AOTI_DEBUG_SYNC"
 ENV_PHASES = "AOTI_DEBUG_PHASES"
 ENV_MAX_BYTES = "AOTI_DEBUG_MAX_BYTES"
 ENV_RUN_ID = "AOTI_DEBUG_RUN_ID"
+ENV_NAMES_ARGS = "AOTI_DEBUG_NAMES_ARGS"
 #: PyTorch's own switches, honoured when ours are unset.
 ENV_TORCH_LEVEL = "AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER"
 ENV_TORCH_KERNELS = "AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"
@@ -208,6 +209,9 @@ class RunSettings:
     """Fixed run id (all ranks of one job must agree); default derived per process."""
     rank: int = 0
     world_size: int = 1
+    names_args: bool = False
+    """Level ``names`` also prints each launch's wrapper line and its args' metadata
+    (dtype, shape, stride, device: no values, no sync); ``aoti-debug locate`` sets it."""
 
 
 def run_settings_from_env(env: Mapping[str, str] | None = None) -> RunSettings:
@@ -234,6 +238,7 @@ def run_settings_from_env(env: Mapping[str, str] | None = None) -> RunSettings:
         run_id=env.get(ENV_RUN_ID) or None,
         rank=_int("RANK", 0),
         world_size=_int("WORLD_SIZE", 1),
+        names_args=parse_bool(ENV_NAMES_ARGS, env.get(ENV_NAMES_ARGS)),
     )
 
 
@@ -244,6 +249,7 @@ def child_env(
     dump_dir: str | None = None,
     sync: bool | None = None,
     phases: str | None = None,
+    names_args: bool | None = None,
 ) -> dict[str, str]:
     """Environment for a child process (``aoti-debug run`` / ``locate``)."""
     env = dict(base)
@@ -259,6 +265,8 @@ def child_env(
     if phases is not None:
         parse_phases(phases)
         env[ENV_PHASES] = phases
+    if names_args is not None:
+        env[ENV_NAMES_ARGS] = "1" if names_args else "0"
     return env
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 import torch
 from torch._inductor.utils import run_and_get_code
 
 import aoti_debug
+from aoti_debug.format.schema import NAMES_RE
 from aoti_debug.runtime import session
 from examples.models import MLP
 from tests.conftest import only_run, records
@@ -220,11 +222,34 @@ def test_names_level_prints_flushed_before_after(tmp_path, capfd):
     with torch.no_grad():
         _compile_and_run(model, torch.randn(2, 16), level="names", root=str(tmp_path))
     err = capfd.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("[aoti_debug] ")]
+    assert re.search(r"^\[aoti_debug\] graph=graph0 wrapper=python file=\S+\.py$", err, re.M)
+    lines = [line for line in err.splitlines() if NAMES_RE.match(line)]
     assert lines[0].startswith("[aoti_debug] before launch=1 ") and "kernel=extern_kernels.addmm" in lines[0]
     assert lines[1].startswith("[aoti_debug] after launch=1 ")
     assert len([x for x in lines if " before " in x]) == len([x for x in lines if " after " in x]) >= 3
     assert not os.path.exists(os.path.join(str(tmp_path)))  or not os.listdir(str(tmp_path))
+
+
+def test_names_args_describes_every_launch(tmp_path, capfd, monkeypatch):
+    """AOTI_DEBUG_NAMES_ARGS (aoti-debug locate): a site line and one arg line per arg, metadata only."""
+    from aoti_debug.format.schema import ARG_RE, SITE_RE, parse_fields
+
+    monkeypatch.setenv("AOTI_DEBUG_NAMES_ARGS", "1")
+    session.reset()
+    try:
+        with torch.no_grad():
+            _compile_and_run(MLP().eval(), torch.randn(2, 16), level="names", root=str(tmp_path))
+    finally:
+        session.reset()
+    err = capfd.readouterr().err.splitlines()
+    sites = [SITE_RE.match(x) for x in err if SITE_RE.match(x)]
+    args = [parse_fields(ARG_RE.match(x)["fields"]) for x in err if ARG_RE.match(x)]
+    befores = [x for x in err if NAMES_RE.match(x) and " before " in x]
+    assert len(sites) == len(befores) >= 3 and all(int(m["line"]) > 0 for m in sites)
+    tensors = [a for a in args if a["kind"] == "tensor"]
+    assert tensors and all(a["shape"].startswith("[") and a["dtype"] == "float32" and a["device"] == "cpu"
+                           for a in tensors)
+    assert any(a["shape"] == "[2,16]" for a in tensors)
 
 
 def test_print_level_prints_one_line_per_tensor(tmp_path, capfd):

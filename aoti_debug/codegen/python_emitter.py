@@ -30,20 +30,31 @@ def ensure_header(manager, wrapper) -> None:
         root.imports.writeline(line)
 
 
-def site(launch: Launch, phases: tuple[str, ...], with_values: bool) -> tuple:
+#: Launches whose every arg is an expression of the call itself, so each exists (is
+#: allocated) before the call: at level names their outputs are described too.
+ARGS_EXIST_BEFORE = ("triton", "user_triton", "cpp")
+
+
+def site(launch: Launch, phases: tuple[str, ...], level: str) -> tuple:
     def meta(selected):
         return tuple((a.name, a.role, a.kind, a.expr) for a in selected)
 
-    before = [a for a in launch.args if a.before] if with_values and "before" in phases else []
-    after = [a for a in launch.args if a.after] if with_values and "after" in phases else []
-    return (launch.graph, launch.kernel, launch.op, meta(before), meta(after)), before, after
+    if level == "names":
+        # Metadata only (read when AOTI_DEBUG_NAMES_ARGS is set): the faulting launch
+        # never reaches `done`, so everything it is given is passed before it. An extern
+        # or fallback kernel's outputs do not exist yet there.
+        before = [a for a in launch.args if a.before or launch.kind in ARGS_EXIST_BEFORE]
+        after = []
+    else:
+        before = [a for a in launch.args if a.before] if "before" in phases else []
+        after = [a for a in launch.args if a.after] if "after" in phases else []
+    return (launch.graph, launch.kernel, launch.op, meta(before), meta(after), launch.source), before, after
 
 
 def emit(manager, wrapper, launch: Launch, phase: str) -> list[str]:
     ensure_header(manager, wrapper)
     settings = manager.settings
-    with_values = settings.level != "names"
-    site_tuple, before, after = site(launch, settings.phases, with_values)
+    site_tuple, before, after = site(launch, settings.phases, settings.level)
     literal = py_literal(site_tuple)
     if phase == "before":
         return [f"{HANDLE}.launch({literal}, {py_tuple([a.expr for a in before])})"]

@@ -213,3 +213,46 @@ NAMES_RE = re.compile(
     r"kernel=(?P<kernel>\S+) call=(?P<call>\d+)\s*$"
 )
 ERROR_RE = re.compile(r"^\[aoti_debug\] error after launch=(?P<launch>\d+) kernel=(?P<kernel>\S+): (?P<error>.*)$")
+
+
+#: Level ``names`` also prints, once per graph before its first launch, where its code is.
+#: ``file`` is the wrapper's path (Python: the module's ``__file__``; C++: ``__FILE__`` of
+#: the wrapper source, or the ``.so``); it may contain spaces, so it comes last.
+def graph_line(graph: str, wrapper: str, file: str | None) -> str:
+    return f"[aoti_debug] graph={graph} wrapper={wrapper} file={file or ''}"
+
+
+GRAPH_RE = re.compile(r"^\[aoti_debug\] graph=(?P<graph>\S+) wrapper=(?P<wrapper>\S+) file=(?P<file>.*)$")
+
+
+#: With ``AOTI_DEBUG_NAMES_ARGS=1``, right after each ``before`` line: the launch's line in
+#: the wrapper file (0: unknown) and what Inductor says it was made from.
+def site_line(launch: int, line: int | None, source: str | None) -> str:
+    text = " ".join((source or "").split())
+    return f"[aoti_debug] site launch={launch} line={line or 0} from={text}"
+
+
+SITE_RE = re.compile(r"^\[aoti_debug\] site launch=(?P<launch>\d+) line=(?P<line>\d+) from=(?P<source>.*)$")
+
+
+#: ... then one line per arg the launch is given: ``key=value`` fields, no spaces in values
+#: (``name role kind`` always; tensors add ``dtype shape stride offset device ptr nbytes``,
+#: shapes as ``[8,4]``; scalars ``value``).
+def arg_line(launch: int, fields: dict) -> str:
+    parts = " ".join(f"{k}={_field(v)}" for k, v in fields.items())
+    return f"[aoti_debug] arg launch={launch} {parts}"
+
+
+ARG_RE = re.compile(r"^\[aoti_debug\] arg launch=(?P<launch>\d+) (?P<fields>.*)$")
+_FIELD_RE = re.compile(r"(\w+)=(\S*)")
+
+
+def _field(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return "_".join(str(value).split()) or "-"
+
+
+def parse_fields(text: str) -> dict[str, str]:
+    """The ``key=value`` fields of an ``arg`` line, as strings."""
+    return dict(_FIELD_RE.findall(text))

@@ -23,7 +23,7 @@ from .verdict import Verdict
 
 #: Messages of a device fault, best first (PyTorch, Triton and the CUDA driver's words).
 _DEVICE_ERROR = re.compile(
-    r"(CUDA error: .*|CUDA driver error: .*|.*illegal memory access.*|.*device-side assert.*|"
+    r"(CUDA error: .*|CUDA driver error: .*|.*illegal memory access.*|.*device-side assert triggered.*|"
     r".*misaligned address.*|.*unspecified launch failure.*|.*illegal instruction.*|CUBLAS_STATUS_\w+.*)",
     re.IGNORECASE,
 )
@@ -78,26 +78,21 @@ def locate(
     outcome = runner.run(cmd, child_env, on_line, timeout=timeout, cwd=cwd)
     verdict = judge(trace, outcome, cmd, timeout)
     if verdict.status == "located" and verdict.launch is not None:
-        wrapper, file = trace.graph_file(verdict.launch.graph)
-        verdict.wrapper = wrapper
+        files = trace.graph_files(verdict.launch.graph)
         verdict.source = sources.find(
-            verdict.launch.kernel, wrapper_file=file, line=verdict.launch.line,
-            provenance=verdict.launch.source, frames=list(trace.frames),
+            verdict.launch.kernel, wrapper_files=[f for _, f in files], line=verdict.launch.line,
+            provenance=verdict.launch.source, frames=list(trace.frames), call=verdict.launch.call,
         )
+        kinds = {f: w for w, f in files}
+        verdict.wrapper = kinds.get(verdict.source.file or "") or (files[0][0] if files else None)
     if use_sanitizer:
         if verdict.status == "clean":
             verdict.notes.append("--sanitizer: not run, the command ran clean")
         else:
-            verdict.sanitizer = sanitizer.run(
-                cmd, child_env, timeout,
-                on_other=None if echo is None else (lambda s, line: trace_free_echo(line, echo)),
-            )
+            # The re-run prints the runtime's lines too; only the command's own are echoed.
+            own = None if echo is None else (lambda _s, line: None if line.startswith("[aoti_debug] ") else echo(line))
+            verdict.sanitizer = sanitizer.run(cmd, child_env, timeout, on_other=own)
     return verdict
-
-
-def trace_free_echo(line: str, echo: Callable[[str], None]) -> None:
-    if not line.startswith("[aoti_debug] "):
-        echo(line)
 
 
 def judge(trace: Trace, outcome: runner.Outcome, cmd: Sequence[str], timeout: float | None = None) -> Verdict:
@@ -113,7 +108,7 @@ def judge(trace: Trace, outcome: runner.Outcome, cmd: Sequence[str], timeout: fl
         state, message = trace.error
         v.status, v.kind, v.launch, v.error = "located", "device-error", state, message
         v.completed = trace.completed_at_error or 0
-        v.unfinished = [u for u in unfinished if u.launch != state.launch]
+        v.unfinished = [u for u in unfinished if u is not state]
         return v
     if failed and unfinished:
         state = unfinished[0]
@@ -150,10 +145,9 @@ def _why_unattributed(trace: Trace, outcome: runner.Outcome) -> str:
     if not trace.seen_any:
         what = "was stopped" if outcome.timed_out else "failed"
         return (
-            f"the command {what} before any instrumented launch ran. Either the fault is outside "
-            "compiled code, or the code that ran was not compiled with aoti_debug: an AOTInductor "
-            ".so must be compiled with AOTI_DEBUG_LEVEL=names (or under aoti-debug locate), and "
-            "the C++ wrapper needs a runtime that instruments it"
+            f"the command {what} before any instrumented launch ran: the fault is outside compiled code, "
+            "or what ran was compiled without aoti_debug (an AOTInductor .so is instrumented when it is "
+            "compiled: build it with AOTI_DEBUG_LEVEL=names, e.g. under aoti-debug locate)"
         )
     last = trace.last_completed
     after = f" after launch {last.launch} ({last.kernel}) completed" if last is not None else ""
@@ -179,7 +173,8 @@ def error_message(trace: Trace, outcome: runner.Outcome) -> str | None:
     if outcome.signal:
         return f"killed by {outcome.signal}"
     if outcome.returncode:
-        return f"exit status {outcome.returncode}"
+        last = f": {_short(lines[-1])}" if lines else ""
+        return f"exit status {outcome.returncode}{last}"
     return None
 
 

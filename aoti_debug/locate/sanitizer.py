@@ -47,9 +47,10 @@ class Collector:
         if not line.startswith(PREFIX):
             return False
         body = line[len(PREFIX):]
+        body = body[1:] if body.startswith(" ") else body
         text = body.strip()
         if self._open is None:
-            if text and not body.startswith("  ") and not text.startswith(
+            if text and not body.startswith(" ") and not text.startswith(
                 ("COMPUTE-SANITIZER", "ERROR SUMMARY", "LEAK SUMMARY", "Target application")
             ):
                 self._open = [text]

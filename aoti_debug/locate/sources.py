@@ -32,7 +32,9 @@ NEAR_LINES = 40
 _NODES_RE = re.compile(r"Source Nodes:\s*\[([^\]]*)\]")
 _ATEN_RE = re.compile(r"Original ATen:\s*\[([^\]]*)\]")
 _KERNEL_PATH_RE = re.compile(r"kernel path:\s*(\S+)")
+_ORIGINAL_PATH_RE = re.compile(r"Original path:\s*(\S+)")  # a user-defined Triton kernel's def
 _DECLARATION = ("extern ", "void ", "static ", "def ", "async_compile", "#", "//", "*", "template")
+_GENERATED_MARKERS = ("async_compile", "_aoti_debug_graph", "CppWrapperCodeCache", "AOTInductorModel")
 _USER_DECORATORS = ("@triton.jit", "@triton.autotune", "@jit", "@triton.heuristics")
 
 
@@ -62,6 +64,8 @@ class Source:
     """A Triton kernel's own source file (Inductor's ``# kernel path:`` comment)."""
     user_function: str | None = None
     """A user-defined Triton kernel's Python function."""
+    user_source: str | None = None
+    """``file:line`` of that function (Inductor's ``# Original path:`` comment)."""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -87,23 +91,27 @@ class _Site:
 
 def find(
     kernel: str,
-    wrapper_file: str | None = None,
+    wrapper_files: Sequence[str] = (),
     line: int | None = None,
     provenance: str | None = None,
     frames: Sequence[Frame] = (),
+    call: int = 0,
 ) -> Source:
     """Everything the generated sources say about one launch of ``kernel``.
 
     Args:
-        wrapper_file: the graph's file as the runtime printed it (``.py``, ``.cpp`` or ``.so``).
+        wrapper_files: the graph's file as the runtime printed it (``.py``, ``.cpp`` or
+            ``.so``); several when the label was printed more than once, newest first.
         line: the launch's line in it, as the runtime printed it.
         provenance: the runtime's ``from=`` text for the launch.
         frames: Python traceback frames from the command's output, any order.
+        call: the launch's ``call=`` count (which of several calls of the kernel, when
+            nothing else tells them apart).
     """
     src = Source(provenance=provenance)
     _fill_user_function(src, provenance)
     candidates: list[tuple[str, list[int], str]] = []
-    if wrapper_file:
+    for wrapper_file in wrapper_files:
         for path in _expand(wrapper_file):
             candidates.append((path, [line] if line else [], "runtime"))
     by_file: dict[str, list[int]] = {}
@@ -117,7 +125,9 @@ def find(
         lines = _read(path)
         if lines is None or not any(n in text for text in lines for n in names):
             continue
-        site, others = _choose(_sites(lines, kernel, names), hints, lines)
+        if how == "traceback" and not _generated(lines):
+            continue  # the user's own file (it may well mention the op)
+        site, others = _choose(_sites(lines, kernel, names), hints, lines, call)
         if site is None:
             continue
         src.file, src.found_by = path, how
@@ -126,9 +136,9 @@ def find(
         _comments_above(src, lines, site.start)
         _definition(src, kernel, path, lines)
         return src
-    if wrapper_file:
+    if wrapper_files:
         # The runtime named a file we cannot read or search: still worth showing.
-        src.file, src.line, src.found_by = wrapper_file, line, "runtime"
+        src.file, src.line, src.found_by = wrapper_files[0], line, "runtime"
     return src
 
 
@@ -144,6 +154,11 @@ def _expand(path: str) -> list[str]:
     except OSError:
         pass
     return out
+
+
+def _generated(lines: list[str]) -> bool:
+    """An Inductor-generated wrapper (Python, or a Python module around C++ source)."""
+    return any(m in text for text in lines[:400] for m in _GENERATED_MARKERS)
 
 
 def _read(path: str) -> list[str] | None:
@@ -168,11 +183,19 @@ def _names(kernel: str) -> list[str]:
 
 
 def _is_hook(text: str, phase: str, kernel: str) -> bool:
-    return f"_aoti_debug.{phase}(" in text and (repr(kernel) in text or f'"{kernel}"' in text)
+    """Our instrumentation of a launch: ``_aoti_debug.launch((...))`` in Python, a one-line
+    ``{ ... ::aoti_debug_rt_1::launch(aoti_debug_site, {...}); }`` block in C++."""
+    if f"_aoti_debug.{phase}(" not in text and not ("aoti_debug_rt" in text and f"::{phase}(" in text):
+        return False
+    return repr(kernel) in text or f'"{kernel}"' in text
 
 
 def _sites(lines: list[str], kernel: str, names: list[str]) -> list[_Site]:
     """Every launch of ``kernel`` in a wrapper: instrumented (Python hooks) or found by name."""
+    pattern = re.compile("|".join(
+        rf"\"{re.escape(n)}\"" if "::" in n else rf"(?<![\w.])(?:call_)?{re.escape(n)}(?:\.run)?\s*\("
+        for n in names
+    ))
     sites = []
     for i, text in enumerate(lines):
         if not _is_hook(text, "launch", kernel):
@@ -185,13 +208,11 @@ def _sites(lines: list[str], kernel: str, names: list[str]) -> list[_Site]:
             if _is_hook(lines[j], "done", kernel):
                 end = j + 1
                 break
-        sites.append(_Site(start=i + 1, call=call, end=end))
+        # A C++ launch can be a block: its call is the line that names the kernel.
+        named = [k + 1 for k in range(call - 1, end - 1) if pattern.search(lines[k])]
+        sites.append(_Site(start=i + 1, call=named[0] if named else call, end=end))
     if sites:
         return sites
-    pattern = re.compile(
-        "|".join(rf"(?<![\w.])(?:call_)?{re.escape(n)}(?:\.run)?\s*\(" for n in names if "::" not in n)
-        + "".join(rf"|\"{re.escape(n)}\"" for n in names if "::" in n)
-    )
     for i, text in enumerate(lines):
         stripped = text.strip()
         if stripped.startswith(_DECLARATION) or "= async_compile" in stripped or "loadKernel" in stripped:
@@ -210,8 +231,9 @@ def _next_code(lines: list[str], start: int) -> int | None:
     return None
 
 
-def _choose(sites: list[_Site], hints: list[int], lines: list[str]) -> tuple[_Site | None, list[int]]:
-    """The launch's site: the one a hint line falls in, else the only one, else the first."""
+def _choose(sites: list[_Site], hints: list[int], lines: list[str], call: int) -> tuple[_Site | None, list[int]]:
+    """The launch's site: the one a hint line falls in, else the only one, else (the wrapper
+    is straight-line code, run once per call of the graph) the ``call``-th modulo their number."""
     for h in hints:
         for s in sites:
             if s.start <= h <= s.end:
@@ -226,7 +248,8 @@ def _choose(sites: list[_Site], hints: list[int], lines: list[str]) -> tuple[_Si
         return _Site(start=hints[0], call=call, end=call), []
     if not sites:
         return None, []
-    return sites[0], [s.call for s in sites[1:]]
+    chosen = sites[call % len(sites)]
+    return chosen, [s.call for s in sites if s is not chosen]
 
 
 # -- what it was made of --------------------------------------------------------------------
@@ -254,6 +277,9 @@ def _parse_provenance(src: Source, text: str) -> None:
     m = _KERNEL_PATH_RE.search(text)
     if m and not src.kernel_file:
         src.kernel_file = m.group(1)
+    m = _ORIGINAL_PATH_RE.search(text)
+    if m and not src.user_source:
+        src.user_source = m.group(1)
 
 
 def _split(text: str) -> list[str]:
@@ -304,7 +330,11 @@ def _body(src: Source, lines: list[str], start: int) -> None:
             decorators.append(s)
         m = re.match(r"def\s+(\w+)\s*\(", s)
         if m:
-            user = any(d.startswith(_USER_DECORATORS) for d in decorators)
+            # Inductor's own Triton kernels are @triton.jit too, under its heuristics;
+            # a user kernel gets user_autotune (custom_kernel=True) or none.
+            user = any(d.startswith("@triton_heuristics.user_autotune") for d in decorators) or (
+                any(d.startswith(_USER_DECORATORS) for d in decorators)
+                and not any(d.startswith("@triton_heuristics") for d in decorators))
             if user and not src.user_function:
                 src.user_function = m.group(1)
             return

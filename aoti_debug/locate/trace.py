@@ -43,6 +43,9 @@ class LaunchState:
     call: int = 0
     completed_before: int = 0
     """Launches that had completed when this one started."""
+    seq: int = 0
+    """Arrival order of its ``before`` line (launch numbers of the Python and the C++
+    runtime are separate counters, so only arrival order compares across them)."""
     line: int | None = None
     """Line of the launch in the wrapper file (runtime ``site`` line), where printed."""
     source: str | None = None
@@ -72,8 +75,12 @@ class Trace:
     """Incremental reader of a run's output; :meth:`feed` every line in arrival order."""
 
     def __init__(self) -> None:
-        self.graphs: dict[str, dict[str, str]] = {}
-        self.in_flight: dict[int, LaunchState] = {}
+        #: label -> [{"wrapper", "file"}], newest first (the Python and the C++ runtime
+        #: label their graphs independently, so one process can print a label twice).
+        self.graphs: dict[str, list[dict[str, str]]] = {}
+        #: (launch, kernel) -> state: the runtimes' launch counters are separate, and
+        #: the ``after`` and ``error`` lines carry both.
+        self.in_flight: dict[tuple[int, str], LaunchState] = {}
         self.started = 0
         self.completed = 0
         self.last_completed: LaunchState | None = None
@@ -102,18 +109,18 @@ class Trace:
         if GRAPH_RE is not None:
             m = GRAPH_RE.match(line)
             if m:
-                self.graphs[m["graph"]] = {"wrapper": m["wrapper"], "file": m["file"].strip()}
+                self.graphs.setdefault(m["graph"], []).insert(0, {"wrapper": m["wrapper"], "file": m["file"].strip()})
                 return True
             m = SITE_RE.match(line)
             if m:
-                state = self.in_flight.get(int(m["launch"]))
+                state = self._described(int(m["launch"]))
                 if state is not None:
                     state.line = int(m["line"]) or None
                     state.source = (m["source"] or "").strip() or None
                 return True
             m = ARG_RE.match(line)
             if m:
-                state = self.in_flight.get(int(m["launch"]))
+                state = self._described(int(m["launch"]))
                 if state is not None:
                     state.args.append(_arg_fields(parse_fields(m["fields"])))
                 return True
@@ -126,14 +133,15 @@ class Trace:
         if m["phase"] == "before":
             self.started += 1
             state = LaunchState(launch=launch, kernel=m["kernel"], graph=m["graph"], call=int(m["call"]),
-                                completed_before=self.completed)
+                                completed_before=self.completed, seq=self.started)
             self.last_started = state
             if len(self.in_flight) >= MAX_UNFINISHED:
-                self.in_flight.pop(min(self.in_flight))
-            self.in_flight[launch] = state
+                oldest = min(self.in_flight, key=lambda k: self.in_flight[k].seq)
+                self.in_flight.pop(oldest)
+            self.in_flight[(launch, state.kernel)] = state
         else:
             self.completed += 1
-            state = self.in_flight.pop(launch, None)
+            state = self.in_flight.pop((launch, m["kernel"]), None)
             if state is None:
                 state = LaunchState(launch=launch, kernel=m["kernel"], graph=m["graph"], call=int(m["call"]))
             self.last_completed = state
@@ -141,7 +149,7 @@ class Trace:
     def _error(self, launch: int, kernel: str, message: str) -> None:
         if self.error is not None:
             return  # device errors are sticky: the first one is the cause
-        state = self.in_flight.get(launch) or LaunchState(launch=launch, kernel=kernel)
+        state = self.in_flight.get((launch, kernel)) or LaunchState(launch=launch, kernel=kernel)
         self.error = (state, message.strip())
         self.completed_at_error = self.completed
 
@@ -158,12 +166,18 @@ class Trace:
 
     def unfinished(self) -> list[LaunchState]:
         """Launches that started and never completed, innermost (latest) first."""
-        return [self.in_flight[k] for k in sorted(self.in_flight, reverse=True)]
+        return sorted(self.in_flight.values(), key=lambda s: s.seq, reverse=True)
 
-    def graph_file(self, graph: str) -> tuple[str | None, str | None]:
-        """(wrapper kind, file) of a graph label; a subgraph lives in its parent's file."""
-        info = self.graphs.get(graph) or self.graphs.get(graph.split("/", 1)[0]) or {}
-        return info.get("wrapper"), info.get("file") or None
+    def _described(self, launch: int) -> LaunchState | None:
+        """The launch a ``site``/``arg`` line describes: they follow its ``before`` line."""
+        s = self.last_started
+        return s if s is not None and s.launch == launch else None
+
+    def graph_files(self, graph: str) -> list[tuple[str, str]]:
+        """(wrapper kind, file) of each graph printed with this label, newest first; a
+        subgraph lives in its parent's file."""
+        infos = self.graphs.get(graph) or self.graphs.get(graph.split("/", 1)[0]) or []
+        return [(i["wrapper"], i["file"]) for i in infos if i.get("file")]
 
 
 def _arg_fields(raw: dict[str, str]) -> dict[str, Any]:

@@ -95,10 +95,8 @@ class Verdict:
             "exception": "raised and never completed",
             "hang": "was still running when the command was stopped at the timeout",
         }.get(self.kind or "", "never completed")
-        return (
-            f"located: launch {self.launch.launch} {self.launch.kernel} ({self.launch.graph or '?'}) {how}, "
-            f"after {self.completed} completed launches"
-        )
+        done = f"{self.completed} completed launch" + ("" if self.completed == 1 else "es")
+        return f"located: launch {self.launch.launch} {self.launch.kernel} ({self.launch.graph or '?'}) {how}, after {done}"
 
     def headline(self) -> str:
         """The first line of :meth:`render` (the rows below it carry the details)."""
@@ -154,12 +152,12 @@ class Verdict:
                 row("file", where)
                 row("code", src.code)
                 if src.other_lines:
-                    row("ambiguous", "the kernel is also launched at line(s) "
-                        + ", ".join(map(str, src.other_lines[:8])) + "; the runtime did not say which")
+                    row("ambiguous", f"chosen by its call count ({la.call}); the kernel is also launched at line(s) "
+                        + ", ".join(map(str, src.other_lines[:8])))
                 row("fused from", ", ".join(src.nodes))
                 row("aten ops", ", ".join(src.aten))
                 if src.user_function:
-                    row("user kernel", src.user_function)
+                    row("user kernel", src.user_function + (f"  ({src.user_source})" if src.user_source else ""))
                 elif src.provenance and not (src.nodes or src.aten):
                     row("made from", src.provenance)
                 row("definition", src.definition)

@@ -9,10 +9,13 @@ Emitted code (see ``aoti_debug.codegen.python_emitter``) looks like::
     triton_poi_fused_add_0.run(arg0_1, buf2, buf3, 16, stream=stream0)
     _aoti_debug.done(_AD_SITE_3, (buf3,))
 
-A site is a constant tuple ``(subgraph, kernel, op, before_meta, after_meta)``, each
-meta a tuple of ``(arg, role, kind_hint, expr)`` in the order of the values passed.
+A site is a constant tuple ``(subgraph, kernel, op, before_meta, after_meta, source)``,
+each meta a tuple of ``(arg, role, kind_hint, expr)`` in the order of the values passed,
+``source`` what the kernel was made from (or None; older sites have no sixth element).
 Only inputs (and in-place args) are passed before a launch and only outputs (and
 in-place args) after it, so no record ever shows memory the launch had not written.
+At level ``names`` every arg that exists when the launch starts is passed before it,
+and only its metadata is ever read (``AOTI_DEBUG_NAMES_ARGS``: ``aoti-debug locate``).
 """
 
 from __future__ import annotations
@@ -22,12 +25,12 @@ from typing import Any, Sequence
 
 import torch
 
-from ..format.schema import names_line, tensor_filename
+from ..format.schema import arg_line, graph_line, names_line, site_line, tensor_filename
 from . import session as _session
 from .session import Job, warn_once
 from .stats import device_summary, format_checksum, summary_to_stats
 
-Site = tuple  # (subgraph, kernel, op, before_meta, after_meta)
+Site = tuple  # (subgraph, kernel, op, before_meta, after_meta[, source])
 
 
 def _emit(line: str) -> None:
@@ -75,6 +78,9 @@ class GraphHandle:
             if base is None:
                 base = f"graph{sum(1 for k in sess.graph_labels if k[1] == '')}"
                 sess.register_graph((id(self), ""), base, {"wrapper": self.wrapper, "file": self.origin})
+                if self.level == "names":
+                    # Where this graph's code is: `aoti-debug locate` shows the faulting line.
+                    _emit(graph_line(base, self.wrapper, self.origin))
             label = base if not subgraph else f"{base}/{subgraph}"
             if subgraph:
                 sess.register_graph(key, label, {"wrapper": self.wrapper, "file": self.origin, "subgraph": subgraph})
@@ -94,6 +100,8 @@ class GraphHandle:
             sess.kernel_calls[(label, kernel)] += 1
             if self.level == "names":
                 _emit(names_line("before", self._launch, label, kernel, sess.kernel_calls[(label, kernel)] - 1))
+                if sess.settings.names_args:
+                    self._describe(site, values, sys._getframe(1).f_lineno)
                 return
             self._record(sess, site, site[3], values, "before", label)
         except Exception as e:
@@ -124,6 +132,16 @@ class GraphHandle:
             # the error propagate as it would have without us.
             _emit(f"[aoti_debug] error after launch={self._launch} kernel={site[1]}: {str(e).splitlines()[0]}")
             raise
+
+    def _describe(self, site: Site, values: Sequence[Any], line: int) -> None:
+        """Level names with AOTI_DEBUG_NAMES_ARGS: the launch's line and its args' metadata.
+
+        Reads metadata only (no values, no sync): still safe after a device fault.
+        """
+        _emit(site_line(self._launch, line, site[5] if len(site) > 5 else None))
+        for (arg, role, kind_hint, _expr), value in zip(site[3], values):
+            for name, v in _flatten(arg, value):
+                _emit(arg_line(self._launch, {"name": name, "role": role, **_metadata(v, kind_hint)}))
 
     # -- records -----------------------------------------------------------------------
     def _record(self, sess, site: Site, meta: Sequence, values: Sequence[Any], phase: str, label: str) -> None:
@@ -240,6 +258,26 @@ class GraphHandle:
             return None
         filename = tensor_filename(rec["seq"], rec["phase"], rec["kernel"], rec["arg"])
         return host, filename
+
+
+def _metadata(v: Any, kind_hint: str) -> dict:
+    if isinstance(v, torch.Tensor):
+        meta: dict[str, Any] = {
+            "kind": "tensor", "dtype": str(v.dtype).replace("torch.", ""), "shape": list(v.shape),
+            "stride": list(v.stride()) if v.layout == torch.strided else "-", "device": str(v.device),
+        }
+        try:
+            meta["offset"] = v.storage_offset()
+            meta["ptr"] = hex(v.data_ptr())
+            meta["nbytes"] = v.untyped_storage().nbytes()
+        except Exception:  # no storage (sparse, some subclasses): the rest still helps
+            pass
+        return meta
+    if v is None:
+        return {"kind": "none"}
+    if isinstance(v, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return {"kind": "symint" if kind_hint == "symint" else "scalar", "value": v}
+    return {"kind": "other", "type": type(v).__name__}
 
 
 def _fill_stats(rec: dict, hs_hc) -> None:
