@@ -62,7 +62,7 @@ def test_python_emitter_golden():
     after = python_emitter.emit(m, root, launch, "after")
     site = ("('', 'triton_poi_fused_add_0', 'triton_poi_fused_add_0', "
             "(('arg0_1', 'input', 'tensor', 'arg0_1'), ('xnumel', 'input', 'scalar', '16')), "
-            "(('buf0', 'output', 'tensor', 'buf0'),))")
+            "(('buf0', 'output', 'tensor', 'buf0'),), None)")
     assert before == [f"_aoti_debug.launch({site}, (arg0_1, 16))"]
     assert after == [f"_aoti_debug.done({site}, (buf0,))"]
     assert Root.imports.lines == [
