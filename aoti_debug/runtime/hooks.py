@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import torch
 
 from ..format.schema import arg_line, graph_line, names_line, site_line, tensor_filename
+from . import fused_stats
 from . import session as _session
 from .session import Job, warn_once
 from .stats import device_summary, format_checksum, summary_to_stats
@@ -187,11 +188,19 @@ class GraphHandle:
     def _tensors(self, sess, items: list[tuple[dict, torch.Tensor]]) -> None:
         """Stats for all tensors of one launch side in one batch: one device->host copy."""
         summaries = []
+        packed, dev0 = None, items[0][1].device
+        if fused_stats.enabled_for(dev0) and all(t.device == dev0 for _, t in items):
+            try:  # one Triton launch per dtype for the whole side
+                packed = fused_stats.summarize([t for _, t in items], packed=True)
+            except Exception as e:
+                warn_once("fused-stats", f"batched stats failed, using torch ops: {e}")
         for rec, t in items:
             rec.update(
                 kind="tensor", dtype=str(t.dtype).replace("torch.", ""), shape=list(t.shape),
                 stride=list(t.stride()), device=str(t.device), numel=t.numel(),
             )
+            if packed is not None:
+                continue
             try:
                 summaries.append(device_summary(t))
             except Exception as e:
@@ -204,6 +213,13 @@ class GraphHandle:
                 by_device.setdefault(s[0].device, []).append(i)
         host_stats: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         event = None
+        if packed is not None:
+            host = packed  # cpu: only under TRITON_INTERPRET (tests)
+            if dev0.type != "cpu":
+                host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+                host.copy_(packed, non_blocking=True)
+            hs, hc = fused_stats.unpack(host)
+            host_stats = {i: (hs[i], hc[i]) for i in range(len(items))}
         for device, idx in by_device.items():
             stats = torch.stack([summaries[i][0] for i in idx])
             sums = torch.stack([summaries[i][1] for i in idx])

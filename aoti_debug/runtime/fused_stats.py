@@ -1,0 +1,330 @@
+"""Stats and checksums of many tensors at once, in one pass over each (Triton on CUDA).
+
+:func:`summarize` is the batched form of :func:`aoti_debug.runtime.stats.device_summary`
+for all tensors of one launch side: it returns ``stats`` (float64 ``[k, 8]``) and
+``checksums`` (int64 ``[k]``) on the tensors' device, with the same meaning as
+``device_stats`` / ``device_checksum``, without any host sync. With ``packed=True`` it
+returns the one float64 buffer of ``9*k`` values both live in (``stats`` rows first,
+then the checksums' bits), so that the caller needs one device->host copy; split the
+host copy with :func:`unpack`.
+
+How (CUDA, and CPU under ``TRITON_INTERPRET=1`` for tests):
+
+* the tensors are grouped by element kind (one Triton launch per kind present, usually
+  one); a small int64 table (cached on the device by content) gives each tensor's
+  offset from the group's lowest-addressed tensor, numel, programs and output row;
+* each program reads one chunk of one tensor once, as raw bits (uint8/16/32/int64),
+  accumulating per lane: finite min/max, shifted sums ``sum(x-K)`` and
+  ``sum((x-K)^2)`` in float64 (``K`` = the chunk's first element when finite, else 0),
+  finite/NaN counts and the checksum terms ``bits * (2*i + 1)`` in wrapping int64;
+* it writes its partials, then takes a ticket (``atomic_add``, acq_rel): the last
+  program of a tensor combines that tensor's partials (exact two-level combination,
+  ``M2 = sum M2_p + sum n_p (mean_p - mean)^2``) and writes the row and the checksum.
+  So a launch side costs one kernel launch per kind (plus one tiny H2D copy of the
+  table when the tensors' addresses are new) instead of ~20 torch ops per tensor.
+
+Exactness: checksums are bit-identical to ``device_checksum`` (a sum mod 2**64 does
+not depend on the order of additions). min, max, absmax and the counts are exact.
+mean and std are float64 results whose rounding differs from the torch path (which
+sums in float64 too): every element is exact in float64 (int64 beyond 2**53 is rounded
+as ``.to(torch.float64)`` rounds it); the cross-program combination is exact up to
+float64 rounding; the one error source beyond rounding is the cancellation in a
+program's ``M2 = S2 - S1^2/n`` of its shifted sums, relative error about
+``2**-53 * sqrt(tiles per program) * S2/M2`` where ``S2/M2 = 1 + n (mean-K)^2/M2`` is
+O(1) for ordinary data and at most the chunk's element count when ``K`` is an extreme
+outlier (chunk: 4096 elements for tensors up to ~2M elements, growing with size so
+that a tensor gets at most ``4 * SMs`` programs): 1e-15 typical, <1e-8 worst case.
+Tests check mean to 1e-12 (relative to absmax) and std to 1e-9 relative. Sums that
+overflow float64 (float64 data near 1e154 and up) give inf/NaN in different places
+than the torch path.
+
+Kinds handled by the kernel: bool, uint8/16/32/64, int8/16/32/64, float16, bfloat16,
+float32, float64, float8_e4m3fn, float8_e5m2 and complex32/64/128 (as their real
+view). Anything else (other float8/float4 formats, quantized, sparse, conjugate or
+negative views...) goes through ``stats.device_summary`` for that tensor.
+Without Triton, or off CUDA (unless interpreting), the whole batch does.
+
+``AOTI_DEBUG_FUSED_STATS=0`` (or ``fused_stats.ENABLED = False``) turns the kernel off.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Sequence
+
+import torch
+
+from .stats import device_summary
+
+#: Elements per tile (one vector of the program), warps per program.
+BLOCK = 1024
+NUM_WARPS = 4
+#: A tensor gets at most this many programs per SM (more tiles per program beyond).
+PROGRAMS_PER_SM = 4
+#: Tiles per program at least (small tensors: one program).
+MIN_TILES = 4
+_TBLOCK = 64   # tensors looked up per step when a program finds its tensor
+_RBLOCK = 128  # partials combined per step by a tensor's last program
+
+# kind: (code, width in bytes, is_float). The code selects the decoder in the kernel.
+_KINDS: dict[torch.dtype, tuple[int, int, bool]] = {
+    torch.bool: (0, 1, False),
+    torch.uint8: (1, 1, False),
+    torch.int8: (2, 1, False),
+    torch.float8_e4m3fn: (3, 1, True),
+    torch.float8_e5m2: (4, 1, True),
+    torch.int16: (5, 2, False),
+    torch.float16: (6, 2, True),
+    torch.bfloat16: (7, 2, True),
+    torch.int32: (8, 4, False),
+    torch.float32: (9, 4, True),
+    torch.int64: (10, 8, False),
+    torch.float64: (11, 8, True),
+    torch.uint16: (12, 2, False),
+    torch.uint32: (13, 4, False),
+    torch.uint64: (14, 8, False),
+}
+
+_lock = threading.Lock()
+_UNSET: Any = object()
+_kernel_obj: Any = _UNSET             # the Triton kernel, None when triton is unusable
+_interpreted = False                  # the kernel runs in Triton's interpreter
+_broken: set[tuple] = set()           # (kind, vec) whose compile/launch failed
+_tables: dict[tuple, torch.Tensor] = {}
+_scratch: dict[tuple, list] = {}      # (device, stream) -> [partials f64, counters i32]
+_sm_count: dict[int, int] = {}
+_TABLE_CACHE_MAX = 4096
+
+#: ``AOTI_DEBUG_FUSED_STATS=0`` (read at import) sends everything down the torch-op path.
+ENABLED = os.environ.get("AOTI_DEBUG_FUSED_STATS", "1") != "0"
+
+
+# --------------------------------------------------------------------------- kernel
+
+
+def _kernel():
+    """The Triton kernel, or None (no usable triton). Imported on first use.
+
+    Triton decides at import whether the kernel runs compiled or in its interpreter
+    (``TRITON_INTERPRET=1``); an interpreted kernel also serves CPU tensors (tests).
+    """
+    global _kernel_obj, _interpreted
+    if _kernel_obj is _UNSET:
+        with _lock:
+            if _kernel_obj is _UNSET:
+                try:
+                    from .fused_stats_kernels import _stats_kernel
+
+                    _interpreted = type(_stats_kernel).__name__ == "InterpretedFunction"
+                    _kernel_obj = _stats_kernel
+                except Exception:  # no triton, or one this code cannot use
+                    _kernel_obj = None
+    return _kernel_obj
+
+
+# --------------------------------------------------------------------------- host side
+
+
+def enabled_for(device: torch.device) -> bool:
+    """Whether :func:`summarize` uses the Triton kernel for tensors on ``device``."""
+    if not ENABLED or device.type not in ("cuda", "cpu"):
+        return False
+    if _kernel() is None:
+        return False
+    return device.type == "cuda" or _interpreted
+
+
+def _prepare(t: torch.Tensor):
+    """``((kind, width, is_float), contiguous tensor)`` for the kernel, or None (torch-op path)."""
+    spec = _KINDS.get(t.dtype)
+    if spec is None and not t.is_complex():
+        return None
+    if t.layout != torch.strided or t.is_neg() or t.is_conj():
+        return None
+    if spec is None:
+        t = torch.view_as_real(t.detach())
+        spec = _KINDS.get(t.dtype)
+        if spec is None:
+            return None
+    if not t.is_contiguous():
+        t = t.detach().contiguous()
+    elif t.data_ptr() % spec[1]:
+        t = t.detach().clone()  # an element-misaligned view (hand-made storage offset): realign
+    return spec, t
+
+
+def _sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 1
+    n = _sm_count.get(device.index)
+    if n is None:
+        n = _sm_count[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
+    return n
+
+
+def _stream_key(device: torch.device) -> tuple:
+    if device.type != "cuda":
+        return (str(device), 0)
+    try:
+        return (device.index, torch._C._cuda_getCurrentRawStream(device.index))
+    except Exception:
+        return (device.index, torch.cuda.current_stream(device).cuda_stream)
+
+
+def _scratch_for(stream_key: tuple, device: torch.device, programs: int, rows: int):
+    """Partials (float64 [programs*9]) and zeroed counters (int32 [rows]), one pair per stream.
+
+    Reuse is safe because launches on one stream run in order and every launch leaves
+    the counters it used at zero.
+    """
+    s = _scratch.get(stream_key)
+    if s is None:
+        s = _scratch[stream_key] = [torch.empty(0, dtype=torch.float64, device=device),
+                                    torch.zeros(0, dtype=torch.int32, device=device)]
+    if s[0].numel() < programs * 9:
+        s[0] = torch.empty(max(programs * 9, 2 * s[0].numel(), 4096), dtype=torch.float64, device=device)
+    if s[1].numel() < rows:
+        s[1] = torch.zeros(max(rows, 2 * s[1].numel(), 256), dtype=torch.int32, device=device)
+    return s[0], s[1]
+
+
+def _device_table(values: list[int], stream_key: tuple, device: torch.device) -> torch.Tensor:
+    """The int64 table on ``device``; cached by content (addresses repeat step after step)."""
+    key = (stream_key, *values)
+    tab = _tables.get(key)
+    if tab is None:
+        if len(_tables) >= _TABLE_CACHE_MAX:
+            _tables.clear()
+        if device.type == "cuda":
+            # pinned + non_blocking: no host sync; torch keeps the pinned block until the copy ran
+            tab = torch.tensor(values, dtype=torch.int64, pin_memory=True).to(device, non_blocking=True)
+        else:
+            tab = torch.tensor(values, dtype=torch.int64)
+        _tables[key] = tab
+    return tab
+
+
+def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: torch.Tensor, k_total: int,
+            device: torch.device, stream_key: tuple, block: int, max_programs: int, min_tiles: int) -> None:
+    """One launch for all tensors of one kind: ``items`` = [(output row, contiguous tensor)].
+
+    Table row per tensor (int64): offset from ``base`` in units of ``vec`` elements,
+    numel, first program, programs, tiles per program, output row. Programs of one
+    tensor are consecutive; a program finds its tensor by counting first programs <= pid.
+    """
+    code, width, is_float = spec
+    ptrs = [t.data_ptr() if t.numel() else -1 for _, t in items]
+    live = [p for p in ptrs if p >= 0]
+    if live:
+        base_ptr = min(live)
+        base = items[ptrs.index(base_ptr)][1]
+    else:
+        base, base_ptr = out, out.data_ptr()
+    if code in (0, 3, 4) and base is not out:
+        base = base.view(torch.uint8)  # bool / float8 pointers: plain bytes for Triton
+    vec = 16 // width
+    if base_ptr % 16 or (vec > 1 and any((p - base_ptr) % 16 for p in live)):
+        vec = 1
+    if (code, vec) in _broken:
+        raise RuntimeError("the kernel failed before for this dtype")
+    unit = width * vec
+    values: list[int] = []
+    programs = 0
+    for (row, t), p in zip(items, ptrs):
+        n = t.numel()
+        tiles = -(-n // block)
+        per = max(min_tiles, -(-tiles // max_programs))
+        nprog = max(1, -(-tiles // per))
+        values += ((p - base_ptr) // unit if n else 0, n, programs, nprog, per, row)
+        programs += nprog
+    tab = _device_table(values, stream_key, device)
+    part, counters = _scratch_for(stream_key, device, programs, k_total)
+    try:
+        kernel[(programs,)](base, tab, len(items), part, counters, out, k_total,
+                            KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block,
+                            TBLOCK=_TBLOCK, RBLOCK=_RBLOCK, num_warps=NUM_WARPS)
+    except Exception:
+        _broken.add((code, vec))
+        raise
+
+
+def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, _block: int | None = None,
+              _max_programs: int | None = None, _min_tiles: int | None = None):
+    """Stats (float64 ``[k, 8]``) and checksums (int64 ``[k]``) of ``tensors``, on their device.
+
+    All tensors must be on one device; nothing is read back to the host. With
+    ``packed=True``, returns the one float64 ``[9*k]`` buffer holding both (see
+    :func:`unpack`). A tensor the kernel cannot take goes through
+    ``stats.device_summary``; errors from that path propagate (the caller may retry
+    tensor by tensor). ``_block``, ``_max_programs``, ``_min_tiles`` are for tests (small
+    tiles, many programs per tensor).
+    """
+    k = len(tensors)
+    if k == 0:
+        raise ValueError("summarize() needs at least one tensor")
+    device = tensors[0].device
+    for t in tensors:
+        if t.device != device:
+            raise ValueError(f"summarize(): tensors on {device} and {t.device}")
+    out = torch.empty(9 * k, dtype=torch.float64, device=device)
+    todo: list[int] = []
+    kernel = _kernel() if enabled_for(device) else None
+    if kernel is None:
+        todo = list(range(k))
+    else:
+        groups: dict[tuple, list[tuple[int, torch.Tensor]]] = {}
+        for row, t in enumerate(tensors):
+            prep = _prepare(t)
+            if prep is None:
+                todo.append(row)
+            else:
+                groups.setdefault(prep[0], []).append((row, prep[1]))
+        block = _block or BLOCK
+        max_programs = _max_programs or max(1, PROGRAMS_PER_SM * _sms(device))
+        min_tiles = _min_tiles or MIN_TILES
+        stream_key = _stream_key(device)
+        with _on_device(device):
+            for spec, items in groups.items():
+                try:
+                    _launch(kernel, items, spec, out, k, device, stream_key, block, max_programs, min_tiles)
+                except Exception as e:
+                    from .session import warn_once
+
+                    warn_once(f"fused-stats-{spec[0]}", f"fused stats kernel failed for {spec}, using torch ops: {e}")
+                    todo.extend(row for row, _ in items)
+    stats, sums = unpack(out) if todo or not packed else (None, None)
+    if todo:
+        pairs = [device_summary(tensors[row]) for row in todo]
+        if len(todo) == k:
+            stats.copy_(torch.stack([s for s, _ in pairs]))
+            sums.copy_(torch.stack([c for _, c in pairs]))
+        else:
+            for row, (s, c) in zip(todo, pairs):
+                stats[row].copy_(s)
+                sums[row].copy_(c)
+    return out if packed else (stats, sums)
+
+
+class _Nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NOTHING = _Nothing()
+
+
+def _on_device(device: torch.device):
+    """Triton launches on the current CUDA device: make it ``device`` when it is not."""
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        return torch.cuda.device(device)
+    return _NOTHING
+
+
+def unpack(buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split a (host or device) packed buffer into ``(stats [k, 8], checksums [k])`` views."""
+    k = buf.numel() // 9
+    return buf[: 8 * k].view(k, 8), buf[8 * k:].view(torch.int64)

@@ -1,0 +1,226 @@
+"""Triton kernels of :mod:`aoti_debug.runtime.fused_stats` (imported only when used).
+
+Kept in their own module because Triton (and its interpreter) resolve the helpers a
+kernel calls through the module's globals.
+
+Cross-program hand-off (the "last block" pattern of CUDA's threadFenceReduction): each
+program stores its partials, ``debug_barrier`` (bar.sync), then one ``atomic_add`` with
+acq_rel semantics at GPU scope on the tensor's counter; the program that draws the last
+ticket reads all partials with ``.cg`` loads (L2, never a stale L1 line), writes the
+result and resets the counter to 0 for the next launch on the stream.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _decode(bits, KIND: tl.constexpr):
+    """Raw bits (uint8/16/32, int64) -> value (fp32 for small floats, else fp64)."""
+    if KIND == 0:
+        x = (bits != 0).to(tl.float64)
+    elif KIND == 1:
+        x = bits.to(tl.float64)
+    elif KIND == 2:
+        x = bits.to(tl.int8, bitcast=True).to(tl.float64)
+    elif KIND == 3:
+        # float8_e4m3fn: bias 7, no inf, NaN = S.1111.111; decoded by hand (exact).
+        b = bits.to(tl.uint32)
+        e = (b >> 3) & 15
+        m = b & 7
+        s = b >> 7
+        normal = ((s << 31) | ((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
+        sub = m.to(tl.float32) * 0.001953125
+        sub = tl.where(s != 0, -sub, sub)
+        x = tl.where(e == 0, sub, normal)
+        x = tl.where((b & 127) == 127, float("nan"), x)
+    elif KIND == 4:
+        # float8_e5m2 is the high byte of a float16.
+        x = (bits.to(tl.uint16) << 8).to(tl.float16, bitcast=True).to(tl.float32)
+    elif KIND == 5:
+        x = bits.to(tl.int16, bitcast=True).to(tl.float64)
+    elif KIND == 6:
+        x = bits.to(tl.float16, bitcast=True).to(tl.float32)
+    elif KIND == 7:
+        x = bits.to(tl.bfloat16, bitcast=True).to(tl.float32)
+    elif KIND == 8:
+        x = bits.to(tl.int32, bitcast=True).to(tl.float64)
+    elif KIND == 9:
+        x = bits.to(tl.float32, bitcast=True)
+    elif KIND == 10:
+        x = bits.to(tl.float64)
+    elif KIND == 11:
+        x = bits.to(tl.float64, bitcast=True)
+    elif KIND == 14:
+        x = bits.to(tl.uint64, bitcast=True).to(tl.float64)
+    else:  # 12, 13: uint16, uint32 (the bits are loaded unsigned)
+        x = bits.to(tl.float64)
+    return x
+
+
+@triton.jit
+def _tile(p, idx, mask, K, mn, mx, s1, s2, cnt, nan, cs,
+          KIND: tl.constexpr, IS_FLOAT: tl.constexpr, MASKED: tl.constexpr):
+    if MASKED:
+        bits = tl.load(p + idx, mask=mask, other=0)
+    else:
+        bits = tl.load(p + idx)
+    x = _decode(bits, KIND)
+    if IS_FLOAT:
+        fin = tl.abs(x) < float("inf")
+        if MASKED:
+            fin = fin & mask
+        nan += (x != x).to(tl.int32)
+        mn = tl.minimum(mn, tl.where(fin, x, float("inf")))
+        mx = tl.maximum(mx, tl.where(fin, x, float("-inf")))
+        d = tl.where(fin, x.to(tl.float64) - K, 0.0)
+        cnt += fin.to(tl.int32)
+    elif MASKED:
+        mn = tl.minimum(mn, tl.where(mask, x, float("inf")))
+        mx = tl.maximum(mx, tl.where(mask, x, float("-inf")))
+        d = tl.where(mask, x - K, 0.0)
+        cnt += mask.to(tl.int32)
+    else:
+        mn = tl.minimum(mn, x)
+        mx = tl.maximum(mx, x)
+        d = x - K
+        cnt += 1
+    s1 += d
+    s2 += d * d
+    cs += bits.to(tl.int64) * (idx * 2 + 1)
+    return mn, mx, s1, s2, cnt, nan, cs
+
+
+@triton.jit(do_not_specialize=["k", "k_total"])
+def _stats_kernel(base, tab, k, part, counters, out, k_total,
+                  KIND: tl.constexpr, WIDTH: tl.constexpr, IS_FLOAT: tl.constexpr,
+                  VEC: tl.constexpr, BLOCK: tl.constexpr, TBLOCK: tl.constexpr,
+                  RBLOCK: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    # -- which tensor: the number of tensors whose first program is <= pid, less one
+    tid = -1
+    for j0 in range(0, k, TBLOCK):
+        js = j0 + tl.arange(0, TBLOCK)
+        f = tl.load(tab + js * 6 + 2, mask=js < k, other=pid + 1)
+        tid += tl.sum((f <= pid).to(tl.int32), axis=0)
+    rp = tab + tid * 6
+    q = tl.load(rp)
+    n = tl.load(rp + 1)
+    first = tl.load(rp + 2)
+    nprog = tl.load(rp + 3)
+    ctiles = tl.load(rp + 4)
+    row = tl.load(rp + 5)
+    if WIDTH == 1:
+        bp = base.to(tl.pointer_type(tl.uint8), bitcast=True)
+    elif WIDTH == 2:
+        bp = base.to(tl.pointer_type(tl.uint16), bitcast=True)
+    elif WIDTH == 4:
+        bp = base.to(tl.pointer_type(tl.uint32), bitcast=True)
+    else:
+        bp = base.to(tl.pointer_type(tl.int64), bitcast=True)
+    p = bp + q * VEC  # q is in units of VEC elements (16 bytes when VEC > 1)
+    t0 = (pid - first) * ctiles
+    start = t0 * BLOCK
+    end = tl.minimum(start + ctiles * BLOCK, n)
+    nvalid = tl.maximum(end - start, 0)
+    nfull = nvalid // BLOCK
+    # -- shift: the chunk's first element (0 when absent or not finite)
+    K = _decode(tl.load(p + start, mask=nvalid > 0, other=0), KIND).to(tl.float64)
+    if IS_FLOAT:
+        K = tl.where(tl.abs(K) < float("inf"), K, 0.0)
+    if IS_FLOAT and WIDTH < 8:
+        mn = tl.full([BLOCK], float("inf"), tl.float32)
+        mx = tl.full([BLOCK], float("-inf"), tl.float32)
+    else:
+        mn = tl.full([BLOCK], float("inf"), tl.float64)
+        mx = tl.full([BLOCK], float("-inf"), tl.float64)
+    s1 = tl.zeros([BLOCK], tl.float64)
+    s2 = tl.zeros([BLOCK], tl.float64)
+    cnt = tl.zeros([BLOCK], tl.int32)
+    nan = tl.zeros([BLOCK], tl.int32)
+    cs = tl.zeros([BLOCK], tl.int64)
+    ar = tl.arange(0, BLOCK)
+    for i in range(0, nfull):
+        idx = (t0 + i) * BLOCK + ar
+        mn, mx, s1, s2, cnt, nan, cs = _tile(p, idx, idx < end, K, mn, mx, s1, s2, cnt, nan, cs,
+                                             KIND, IS_FLOAT, False)
+    if nfull * BLOCK < nvalid:
+        idx = (t0 + nfull) * BLOCK + ar
+        mn, mx, s1, s2, cnt, nan, cs = _tile(p, idx, idx < end, K, mn, mx, s1, s2, cnt, nan, cs,
+                                             KIND, IS_FLOAT, True)
+    c = tl.sum(cnt, axis=0)
+    cf = c.to(tl.float64)
+    S1 = tl.sum(s1, axis=0)
+    S2 = tl.sum(s2, axis=0)
+    # partials, 9 per program: count, shift K, sum(x-K), M2, min, max, nan, inf, checksum
+    pp = part + pid * 9
+    tl.store(pp + 0, cf)
+    tl.store(pp + 1, K)
+    tl.store(pp + 2, S1)
+    tl.store(pp + 3, tl.maximum(S2 - S1 * S1 / tl.maximum(cf, 1.0), 0.0))  # M2 about own mean
+    tl.store(pp + 4, tl.min(mn, axis=0).to(tl.float64))
+    tl.store(pp + 5, tl.max(mx, axis=0).to(tl.float64))
+    nanc = tl.sum(nan, axis=0)
+    tl.store(pp + 6, nanc.to(tl.float64))
+    tl.store(pp + 7, (nvalid - c - nanc).to(tl.float64))
+    tl.store(pp + 8, tl.sum(cs, axis=0).to(tl.float64, bitcast=True))
+    # -- the last program of this tensor combines its partials
+    tl.debug_barrier()
+    ticket = tl.atomic_add(counters + row, 1, sem="acq_rel", scope="gpu")
+    if ticket == nprog - 1:
+        pb = part + first * 9
+        # program means relative to the first program's shift K0: d_p = (K_p - K0) + S1_p/n_p
+        K0 = tl.load(pb + 1, cache_modifier=".cg")
+        rs = tl.arange(0, RBLOCK)
+        Nv = tl.zeros([RBLOCK], tl.float64)
+        Dv = tl.zeros([RBLOCK], tl.float64)
+        mnv = tl.full([RBLOCK], float("inf"), tl.float64)
+        mxv = tl.full([RBLOCK], float("-inf"), tl.float64)
+        nanv = tl.zeros([RBLOCK], tl.float64)
+        infv = tl.zeros([RBLOCK], tl.float64)
+        csv = tl.zeros([RBLOCK], tl.int64)
+        for r0 in range(0, nprog, RBLOCK):
+            rr = r0 + rs
+            rm = rr < nprog
+            q9 = pb + rr * 9
+            cp = tl.load(q9 + 0, mask=rm, other=0.0, cache_modifier=".cg")
+            kp = tl.load(q9 + 1, mask=rm, other=0.0, cache_modifier=".cg")
+            s1p = tl.load(q9 + 2, mask=rm, other=0.0, cache_modifier=".cg")
+            Nv += cp
+            Dv += tl.where(cp > 0.0, cp * (kp - K0) + s1p, 0.0)
+            mnv = tl.minimum(mnv, tl.load(q9 + 4, mask=rm, other=float("inf"), cache_modifier=".cg"))
+            mxv = tl.maximum(mxv, tl.load(q9 + 5, mask=rm, other=float("-inf"), cache_modifier=".cg"))
+            nanv += tl.load(q9 + 6, mask=rm, other=0.0, cache_modifier=".cg")
+            infv += tl.load(q9 + 7, mask=rm, other=0.0, cache_modifier=".cg")
+            csv += tl.load(q9 + 8, mask=rm, other=0.0, cache_modifier=".cg").to(tl.int64, bitcast=True)
+        N = tl.sum(Nv, axis=0)
+        mu = tl.sum(Dv, axis=0) / tl.maximum(N, 1.0)  # mean - K0
+        M2v = tl.zeros([RBLOCK], tl.float64)
+        for r0 in range(0, nprog, RBLOCK):
+            rr = r0 + rs
+            rm = rr < nprog
+            q9 = pb + rr * 9
+            cp = tl.load(q9 + 0, mask=rm, other=0.0, cache_modifier=".cg")
+            kp = tl.load(q9 + 1, mask=rm, other=0.0, cache_modifier=".cg")
+            s1p = tl.load(q9 + 2, mask=rm, other=0.0, cache_modifier=".cg")
+            m2p = tl.load(q9 + 3, mask=rm, other=0.0, cache_modifier=".cg")
+            dm = (kp - K0) + s1p / tl.maximum(cp, 1.0) - mu
+            M2v += tl.where(cp > 0.0, m2p + cp * dm * dm, 0.0)
+        M2 = tl.sum(M2v, axis=0)
+        mean = K0 + mu
+        none = N == 0.0
+        mnf = tl.where(none, float("nan"), tl.min(mnv, axis=0))
+        mxf = tl.where(none, float("nan"), tl.max(mxv, axis=0))
+        std = tl.sqrt(M2 / tl.maximum(N - 1.0, 1.0))
+        std = tl.where(N > 1.0, std, tl.where(none, float("nan"), 0.0))
+        ob = out + row * 8
+        tl.store(ob + 0, mnf)
+        tl.store(ob + 1, mxf)
+        tl.store(ob + 2, tl.where(none, float("nan"), mean))
+        tl.store(ob + 3, std)
+        tl.store(ob + 4, tl.maximum(tl.abs(mnf), tl.abs(mxf)))
+        tl.store(ob + 5, tl.sum(nanv, axis=0))
+        tl.store(ob + 6, tl.sum(infv, axis=0))
+        tl.store(ob + 7, N)
+        tl.store(out + k_total * 8 + row, tl.sum(csv, axis=0).to(tl.float64, bitcast=True))
+        tl.store(counters + row, 0)  # ready for the next launch on this stream

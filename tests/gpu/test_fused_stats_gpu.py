@@ -1,0 +1,128 @@
+"""fused_stats.summarize() compiled on CUDA against the torch-op path (stats.py).
+
+The same cases as tests/test_fused_stats.py (which runs them in Triton's interpreter),
+plus large tensors, many programs per tensor (the last-program combination under real
+concurrency), no host sync, side streams. Run with tools/gpu/run_gpu_tests.sh.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aoti_debug.runtime import fused_stats, session
+from aoti_debug.runtime.stats import device_checksum, device_stats
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+triton = pytest.importorskip("triton", reason="triton is not installed")
+
+from tests.test_fused_stats import check, make_cases  # noqa: E402
+
+CASES = make_cases("cuda") if torch.cuda.is_available() else []
+BIG = [c for c in CASES if c[1].numel() > 200]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled():
+    kernel = fused_stats._kernel()
+    if kernel is None:
+        pytest.skip("triton is not usable here")
+    if fused_stats._interpreted:
+        pytest.skip("TRITON_INTERPRET is set: the kernel would not be compiled")
+    assert fused_stats.enabled_for(torch.device("cuda"))
+    before = len(session.FAILURES)
+    yield kernel
+    failures = [f for f in session.FAILURES[before:] if f[0].startswith("fused-stats")]
+    assert not failures, failures
+    assert not fused_stats._broken
+
+
+@pytest.mark.parametrize("name,t", CASES, ids=[n for n, _ in CASES])
+def test_each_case(name, t):
+    check([t], [name])
+
+
+@pytest.mark.parametrize("name,t", BIG, ids=[n for n, _ in BIG])
+def test_each_case_many_programs(name, t):
+    # default tile size (other sizes would compile every kernel again): one tile per program
+    check([t], [name], _min_tiles=1, _max_programs=2)
+    check([t], [name], _min_tiles=1, _max_programs=1000)
+
+
+def test_all_cases_in_one_batch():
+    names = [n for n, _ in CASES]
+    tensors = [t for _, t in CASES]
+    check(tensors, names)
+    check(tensors, names, _min_tiles=1, _max_programs=16)
+
+
+def test_large_tensors():
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(8 * 256, 4096, device="cuda", generator=g)
+    h = (torch.randn(2048, 1024, device="cuda", generator=g) * 100).to(torch.bfloat16)
+    i = torch.randint(-(2**40), 2**40, (4 << 20,), device="cuda", generator=g)
+    f = torch.randn(16 << 20, device="cuda", generator=g).half()
+    f[::1001] = float("nan")
+    f[7::3001] = float("-inf")
+    off = 1e3 + torch.randn(3 << 20, device="cuda", dtype=torch.float64, generator=g)
+    check([x, h, i, f, off], ["fp32-8M", "bf16-2M", "int64-4M", "fp16-16M-nan", "fp64-offset"])
+
+
+def test_last_program_combination_under_concurrency():
+    """Many tensors with many programs each, repeated: a memory-ordering bug in the
+    ticket/last-program pattern would show as a wrong row now and then."""
+    g = torch.Generator(device="cuda").manual_seed(2)
+    ts = [torch.randn(1 << 18, device="cuda", generator=g) + j for j in range(48)]
+    exp_s = torch.stack([device_stats(t) for t in ts])
+    exp_c = torch.stack([device_checksum(t) for t in ts])
+    for _ in range(30):
+        s, c = fused_stats.summarize(ts, _min_tiles=1, _max_programs=1024)
+        assert torch.equal(c, exp_c)
+        torch.testing.assert_close(s, exp_s, rtol=1e-9, atol=1e-9)
+
+
+def test_transformer_like_batches_repeat():
+    g = torch.Generator(device="cuda").manual_seed(3)
+    shapes = [(2048, 1024), (2048, 4096), (1024, 1024), (4096, 1024), (1024,), (2048,), (8, 16, 256, 64)]
+    ts = [torch.randn(s, device="cuda", generator=g) for s in shapes * 6]
+    sides = [ts[i:i + 3] for i in range(0, len(ts), 3)]
+    first = [fused_stats.summarize(side, packed=True).clone() for side in sides]
+    for _ in range(3):
+        again = [fused_stats.summarize(side, packed=True) for side in sides]
+        for a, b in zip(first, again):
+            assert torch.equal(a.view(torch.int64), b.view(torch.int64))
+    for side in sides[:4]:
+        check(side, [str(tuple(t.shape)) for t in side])
+
+
+def test_no_host_sync():
+    ts = [torch.randn(1000, 33, device="cuda"), torch.arange(77, device="cuda"), torch.randn(5, 7, device="cuda").t()]
+    fused_stats.summarize(ts)  # compile outside the check
+    fresh = [torch.randn(4099, device="cuda"), torch.ones(3, dtype=torch.bool, device="cuda"), torch.randn(9, 9, device="cuda").t()]
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        fused_stats.summarize(fresh)  # new addresses: the table goes up with a non-blocking copy
+        fused_stats.summarize(fresh, packed=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    check(fresh, ["f32", "bool", "f32-t"])
+
+
+def test_side_stream():
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        ts = [torch.randn(50000, device="cuda"), torch.randn(300, 301, device="cuda").t()]
+        stats, sums = fused_stats.summarize(ts, _min_tiles=1, _max_programs=64)
+    s.synchronize()
+    for i, t in enumerate(ts):
+        assert int(sums[i]) == int(device_checksum(t))
+        torch.testing.assert_close(stats[i], device_stats(t), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_other_device():
+    ts = [torch.randn(10000, device="cuda:1"), torch.arange(10, device="cuda:1")]
+    assert torch.cuda.current_device() == 0
+    check(ts, ["f32", "i64"])

@@ -1,0 +1,281 @@
+"""fused_stats.summarize() against stats.device_stats / device_checksum.
+
+On CPU the Triton kernel runs in Triton's interpreter: test_under_interpreter re-runs
+this file in a subprocess with TRITON_INTERPRET=1 (the other kernel tests skip in the
+parent process). tests/gpu/test_fused_stats_gpu.py runs the same cases compiled on
+CUDA; ``make_cases`` and ``check`` are shared with it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from aoti_debug.runtime import fused_stats
+from aoti_debug.runtime.stats import device_checksum, device_stats
+
+_KERNELS = "aoti_debug.runtime.fused_stats_kernels"
+
+
+# ------------------------------------------------------------------------- shared
+
+
+def make_cases(device: str) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) pairs covering every dtype path, odd shapes, NaN/Inf, layouts."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+
+    def rnd(*shape, dtype=torch.float32, scale=1.0):
+        return (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype).to(device)
+
+    def ints(lo, hi, *shape, dtype):
+        return torch.randint(lo, hi, shape, generator=g, dtype=torch.int64).to(dtype).to(device)
+
+    nan, inf = float("nan"), float("inf")
+    out: list[tuple[str, torch.Tensor]] = []
+    shapes = [(), (0,), (1,), (5,), (1000,), (33, 65), (2, 0, 3), (3000,)]
+    for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        name = str(dt).replace("torch.", "")
+        for shape in shapes:
+            out.append((f"{name}{list(shape)}", rnd(*shape, dtype=dt, scale=3.0)))
+        x = rnd(2049, dtype=dt)
+        x[::7] = nan
+        x[3::11] = inf
+        x[5::13] = -inf
+        out.append((f"{name}-nan-inf", x))
+        out.append((f"{name}-all-nan", torch.full((37,), nan, dtype=dt, device=device)))
+        out.append((f"{name}-all-inf", torch.tensor([inf, -inf, inf], dtype=dt, device=device)))
+        out.append((f"{name}-one-finite", torch.tensor([nan, 2.5, inf, nan], dtype=dt, device=device)))
+        out.append((f"{name}-nan-first", torch.cat([torch.full((3,), nan, dtype=dt, device=device), rnd(500, dtype=dt)])))
+    # precision: a large mean and a small spread
+    out.append(("float32-offset", (1e4 + rnd(5000, dtype=torch.float64, scale=1e-3)).float()))
+    out.append(("float64-offset", 1e6 + rnd(5000, dtype=torch.float64, scale=1e-4)))
+    out.append(("float32-huge", rnd(700, scale=1e30)))
+    # worst case for the shifted sums: the shift (a chunk's first element) is an outlier
+    x = rnd(9000)
+    x[0], x[4096], x[8192] = 1e6, -3e5, 7e5
+    out.append(("float32-outlier-first", x))
+    x = rnd(9000, dtype=torch.float64)
+    x[0], x[4096] = 1e12, -1e11
+    out.append(("float64-outlier-first", x))
+    # every bit pattern of the small float formats (subnormals, inf, NaN)
+    out.append(("float16-all-bits", torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.float16).to(device)))
+    out.append(("bfloat16-all-bits", torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).to(device)))
+    for dt in (torch.float8_e4m3fn, torch.float8_e5m2):
+        name = str(dt).replace("torch.", "")
+        out.append((f"{name}-all-bits", torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dt).to(device)))
+        out.append((f"{name}-rand", rnd(300, 7, scale=4.0).to(dt)))
+        out.append((f"{name}-empty", torch.empty(0, dtype=dt, device=device)))
+    # integers and bool
+    out.append(("bool", ints(0, 2, 1001, dtype=torch.bool)))
+    out.append(("bool-one", torch.tensor([True], device=device)))
+    out.append(("bool-empty", torch.empty(0, 3, dtype=torch.bool, device=device)))
+    out.append(("uint8", ints(0, 256, 4099, dtype=torch.uint8)))
+    out.append(("int8", ints(-128, 128, 4099, dtype=torch.int8)))
+    out.append(("int16", ints(-(2**15), 2**15, 3001, dtype=torch.int16)))
+    out.append(("int32", ints(-(2**31), 2**31, 3001, dtype=torch.int32)))
+    out.append(("int32-scalar", torch.tensor(-7, dtype=torch.int32, device=device)))
+    out.append(("int64", ints(-(2**62), 2**62, 3001, dtype=torch.int64)))
+    out.append(("int64-small", ints(-50, 50, 129, dtype=torch.int64)))
+    out.append(("int64-extremes", torch.tensor([-(2**63), 2**63 - 1, 0, -1, 2**53 + 1], dtype=torch.int64, device=device)))
+    out.append(("int64-empty", torch.empty(0, dtype=torch.int64, device=device)))
+    out.append(("uint16", ints(0, 2**16, 999, dtype=torch.int64).to(torch.uint16)))
+    out.append(("uint32", ints(0, 2**32, 999, dtype=torch.int64).to(torch.uint32)))
+    out.append(("uint64", torch.tensor([0, 1, 2**62, 2**63 - 1, 12345], dtype=torch.int64, device=device).view(torch.uint64)))
+    # complex (as their real view)
+    c = torch.complex(rnd(300, 3), rnd(300, 3))
+    c[7, 1] = complex(nan, 1.0)
+    out.append(("complex64", c))
+    out.append(("complex128", torch.complex(rnd(513, dtype=torch.float64), rnd(513, dtype=torch.float64))))
+    out.append(("complex128-empty", torch.empty(0, dtype=torch.complex128, device=device)))
+    out.append(("complex32", torch.complex(rnd(64), rnd(64)).to(torch.complex32)))
+    # layouts: non-contiguous, stride 0, offsets that break 16-byte alignment
+    out.append(("transposed", rnd(37, 53).t()))
+    out.append(("step-slice", rnd(4000)[1::3]))
+    out.append(("expanded", rnd(5, 1).expand(5, 300)))
+    out.append(("permuted-3d", rnd(4, 5, 6, dtype=torch.float16).permute(2, 0, 1)))
+    out.append(("bool-transposed", ints(0, 2, 17, 19, dtype=torch.bool).t()))
+    out.append(("int64-transposed", ints(-9, 9, 6, 70, dtype=torch.int64).t()))
+    out.append(("complex-transposed", torch.complex(rnd(9, 11), rnd(9, 11)).t()))
+    out.append(("float32-offset1", rnd(3001)[1:]))
+    out.append(("float32-offset3", rnd(3001)[3:]))
+    out.append(("float16-offset1", rnd(2001, dtype=torch.float16)[1:]))
+    out.append(("float64-offset1", rnd(2001, dtype=torch.float64)[1:]))
+    out.append(("int8-offset1", ints(-128, 128, 2001, dtype=torch.int8)[1:]))
+    out.append(("uint8-offset5", ints(0, 256, 2001, dtype=torch.uint8)[5:]))
+    out.append(("requires-grad", rnd(100).requires_grad_()))
+    # torch-op fallback inside a batch
+    out.append(("float8_e4m3fnuz", rnd(50).to(torch.float8_e4m3fnuz)))
+    return out
+
+
+def _scale(exp: torch.Tensor) -> float:
+    absmax = float(exp[4])
+    return absmax if math.isfinite(absmax) and absmax > 0 else 1.0
+
+
+def check(tensors: list[torch.Tensor], names: list[str], **kw) -> None:
+    """summarize(tensors) equals the per-tensor torch path: exact where exact, else ~1e-12."""
+    stats, sums = fused_stats.summarize(tensors, **kw)
+    k = len(tensors)
+    assert stats.shape == (k, 8) and stats.dtype == torch.float64
+    assert sums.shape == (k,) and sums.dtype == torch.int64
+    assert stats.device == tensors[0].device and sums.device == tensors[0].device
+    stats, sums = stats.cpu(), sums.cpu()
+    for i, (t, name) in enumerate(zip(tensors, names)):
+        exp, exp_c = device_stats(t.detach()).cpu(), int(device_checksum(t.detach()))
+        got = stats[i]
+        assert int(sums[i]) == exp_c, f"{name}: checksum {int(sums[i]):x} != {exp_c:x}"
+        exact = [0, 1, 4, 5, 6, 7]  # min max absmax nan inf count
+        torch.testing.assert_close(got[exact], exp[exact], rtol=0, atol=0, equal_nan=True,
+                                   msg=lambda m, name=name: f"{name}: {m}\n got {got.tolist()}\n exp {exp.tolist()}")
+        s = _scale(exp)
+        torch.testing.assert_close(got[2], exp[2], rtol=1e-12, atol=1e-12 * s, equal_nan=True,
+                                   msg=lambda m, name=name: f"{name} mean: {m}")
+        torch.testing.assert_close(got[3], exp[3], rtol=1e-9, atol=1e-12 * s, equal_nan=True,
+                                   msg=lambda m, name=name: f"{name} std: {m}")
+
+
+# ------------------------------------------------------------------------- CPU (interpreter)
+
+
+def _numpy_index_shim() -> None:
+    """Triton 3.6's interpreter does ``int(ndarray of shape (1,))`` for loop bounds,
+    which numpy >= 2.4 refuses; read the one element instead (test-only patch)."""
+    from triton.runtime import interpreter
+
+    orig = getattr(interpreter, "_patch_lang_tensor", None)
+    if orig is None or getattr(orig, "_aoti_shim", False):
+        return
+
+    def patched(tensor, scope):
+        orig(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._aoti_shim = True
+    interpreter._patch_lang_tensor = patched
+
+
+#: Triton picks interpreter or compiler when each @jit function is defined, its own
+#: library included, so TRITON_INTERPRET=1 must be set before triton is imported:
+#: test_under_interpreter re-runs this file in a fresh interpreter with it set.
+INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def test_under_interpreter():
+    pytest.importorskip("triton", reason="triton is not installed: the fused stats kernel cannot be tested")
+    if INTERPRETING:
+        pytest.skip("already running under the interpreter")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TRITON_INTERPRET="1", AOTI_DEBUG_FUSED_STATS="1")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore",
+                           os.path.abspath(__file__)], env=env, cwd=repo, capture_output=True, text=True, timeout=900)
+    tail = proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, tail
+    summary = [line for line in proc.stdout.splitlines() if " passed" in line]
+    assert summary and "failed" not in summary[-1] and "error" not in summary[-1], tail
+    assert "1 skipped" in summary[-1] or "skipped" not in summary[-1], tail  # only test_under_interpreter
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    if not INTERPRETING:
+        pytest.skip("runs in a subprocess with TRITON_INTERPRET=1 (test_under_interpreter)")
+    pytest.importorskip("triton", reason="triton is not installed: the fused stats kernel cannot be tested")
+    if _KERNELS in sys.modules and not fused_stats._interpreted:
+        pytest.skip("the kernel was compiled for the GPU in this process")
+    _numpy_index_shim()
+    kernel = fused_stats._kernel()
+    if kernel is None or not fused_stats._interpreted:
+        pytest.skip("triton's interpreter is not usable here")
+    assert fused_stats.enabled_for(torch.device("cpu"))
+    return kernel
+
+
+CASES = make_cases("cpu")
+
+
+@pytest.mark.parametrize("name,t", CASES, ids=[n for n, _ in CASES])
+def test_each_case(interpreted, name, t):
+    check([t], [name])
+
+
+BIG = [c for c in CASES if c[1].numel() > 200]
+
+
+@pytest.mark.parametrize("name,t", BIG, ids=[n for n, _ in BIG])
+def test_each_case_many_programs(interpreted, name, t):
+    # small tiles and few or many programs per tensor: multi-tile loops, tails, combination
+    small = 32 if t.numel() <= 5000 else 512  # the interpreter is slow on the 64K-element cases
+    check([t], [name], _block=2 * small, _max_programs=3)
+    check([t], [name], _block=small, _max_programs=50)
+    check([t], [name], _min_tiles=1, _max_programs=1000)  # the GPU test's variant
+
+
+def test_all_cases_in_one_batch(interpreted):
+    names = [n for n, _ in CASES]
+    tensors = [t for _, t in CASES]
+    assert len(tensors) > fused_stats._TBLOCK  # the tensor lookup takes several steps
+    check(tensors, names, _block=256, _max_programs=4)
+
+
+def test_repeat_and_counters_reset(interpreted):
+    ts = [torch.randn(3000), torch.arange(100), torch.randn(7, 9).t()]
+    a = fused_stats.summarize(ts, _block=64, _max_programs=5)
+    b = fused_stats.summarize(ts, _block=64, _max_programs=5)
+    assert torch.equal(a[1], b[1])
+    torch.testing.assert_close(a[0], b[0], equal_nan=True, rtol=0, atol=0)
+    cpu = torch.device("cpu")
+    part, counters = fused_stats._scratch_for(fused_stats._stream_key(cpu), cpu, 1, 3)
+    assert int(counters.abs().sum()) == 0
+
+
+def test_packed_buffer(interpreted):
+    ts = [torch.randn(10), torch.tensor([1, 2, 3])]
+    buf = fused_stats.summarize(ts, packed=True)
+    assert buf.shape == (18,) and buf.dtype == torch.float64
+    s, c = fused_stats.unpack(buf.clone())
+    s2, c2 = fused_stats.summarize(ts)
+    torch.testing.assert_close(s, s2, rtol=0, atol=0)
+    assert torch.equal(c, c2)
+
+
+def test_kernel_failure_falls_back(interpreted, monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("simulated launch failure")
+
+    monkeypatch.setattr(fused_stats, "_launch", boom)
+    names = [n for n, _ in CASES[:20]]
+    check([t for _, t in CASES[:20]], names)
+
+
+def test_disabled_uses_torch_path(monkeypatch):
+    monkeypatch.setattr(fused_stats, "ENABLED", False)
+    assert not fused_stats.enabled_for(torch.device("cpu"))
+    sub = CASES[::5]
+    check([t for _, t in sub], [n for n, _ in sub])
+
+
+def test_rejects_mixed_devices_and_empty():
+    with pytest.raises(ValueError):
+        fused_stats.summarize([])
+    with pytest.raises(ValueError):
+        fused_stats.summarize([torch.zeros(1), torch.zeros(1, device="meta")])
+
+
+def test_kernel_was_used(interpreted, monkeypatch):
+    """The cases above ran through the kernel, not silently through the fallback."""
+    from aoti_debug.runtime import session
+
+    calls = []
+    real = fused_stats._launch
+    monkeypatch.setattr(fused_stats, "_launch", lambda *a, **k: (calls.append(a[2][0]), real(*a, **k)))
+    before = len(session.FAILURES)
+    check([t for _, t in CASES], [n for n, _ in CASES])
+    assert not [f for f in session.FAILURES[before:] if f[0].startswith("fused-stats")]
+    assert sorted(set(calls)) == list(range(15))  # every kind code launched
+    assert not fused_stats._broken
