@@ -28,9 +28,11 @@ def flush() -> None:
 def __getattr__(name: str):
     # The comparison library pulls in pandas: import it only when asked for.
     if name in ("load_dump", "compare"):
-        from . import compare as _compare
+        import importlib
 
-        return getattr(_compare, name)
+        # import_module, not `from . import compare`: that would re-enter this hook.
+        module = importlib.import_module(__name__ + ".compare")
+        return module if name == "compare" else getattr(module, name)
     raise AttributeError(f"module 'aoti_debug' has no attribute {name!r}")
 
 

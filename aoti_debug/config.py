@@ -273,10 +273,25 @@ def child_env(
 _dump_dir_override: str | None = None
 
 
+_env_dir_before_override: str | None = None
+
+
 def set_dump_dir(path: str | None) -> None:
-    """Set the dump root for this process (``enable(dump_dir=...)``); None restores the env's."""
-    global _dump_dir_override
+    """Set the dump root for this process (``enable(dump_dir=...)``); None restores the env's.
+
+    Mirrored into ``AOTI_DEBUG_DIR`` so that the C++ runtime of a cpp_wrapper module or an
+    AOTInductor model loaded in this process, which reads the environment, follows it too.
+    """
+    global _dump_dir_override, _env_dir_before_override
+    if path is not None and _dump_dir_override is None:
+        _env_dir_before_override = os.environ.get(ENV_DIR)
     _dump_dir_override = path
+    if path is not None:
+        os.environ[ENV_DIR] = path
+    elif _env_dir_before_override is None:
+        os.environ.pop(ENV_DIR, None)
+    else:
+        os.environ[ENV_DIR] = _env_dir_before_override
 
 
 def get_dump_dir_override() -> str | None:

@@ -23,6 +23,8 @@ def _register() -> None:
     from .run import run
 
     main.add_command(run)
+    from .diff import diff; main.add_command(diff)  # noqa: E702
+    from .show import show; main.add_command(show)  # noqa: E702
     main.add_command(locate)
 
 

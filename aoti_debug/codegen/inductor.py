@@ -326,6 +326,8 @@ def _cpp_value(arg: Any) -> str:
     GPU wrapper converts them in ``prepare_triton_wrapper_args``; we see them before)."""
     if isinstance(arg, str):
         return arg
+    if arg is None:
+        return "nullptr"
     if isinstance(arg, bool):
         return "true" if arg else "false"
     if isinstance(arg, int):
@@ -477,11 +479,27 @@ def _multi_out_launch(wrapper, node, *a, **k) -> Launch:
                   source=_origins(node))
 
 
+def _written_args(op_overload, raw_args) -> set[int]:
+    """Positions of ``raw_args`` that the op writes in place. The C++ wrapper passes the
+    exported args (``FallbackKernel.export_extern_kernel_node``: positional, then kwargs in
+    schema order), which line up with the schema's arguments."""
+    schema = getattr(op_overload, "_schema", None)
+    if schema is None:
+        return set()
+    return {i for i, a in enumerate(schema.arguments)
+            if i < len(raw_args) and a.alias_info is not None and a.alias_info.is_write}
+
+
 def _runtime_lookup_launch(wrapper, buf_name, python_kernel_name, get_args, op_overload, raw_args, outputs, *a, **k):
-    args = [_tensor_arg(x, "input") for x in _flat_ir(raw_args)]
     if _is_cpp(wrapper):
+        # Custom ops reach the C++ wrapper here (not through generate_fallback_kernel as in
+        # Python): take their in-place args from the schema, as _fallback_launch does.
+        written = _written_args(op_overload, raw_args)
+        args = [_tensor_arg(x, "inout" if i in written else "input")
+                for i, arg in enumerate(raw_args) for x in _flat_ir([arg])]
         args.extend(_cpp_outputs(str(buf_name), outputs))
     else:
+        args = [_tensor_arg(x, "input") for x in _flat_ir(raw_args)]
         args.append(LaunchArg(name=str(buf_name), expr=str(buf_name), role="output", kind="unknown"))
     op = canonical_op(str(python_kernel_name))
     if isinstance(op_overload, torch._ops.OpOverload):
@@ -577,6 +595,33 @@ def install(settings: CompileSettings) -> None:
     for name in ("codegen", "_codegen"):
         _patch(ir.UserDefinedTritonKernel, name, _wrap_user_kernel_codegen)
     _install_cudagraph_guard()
+    _install_alias_tracking()
+
+
+def _install_alias_tracking() -> None:
+    """Follow ``bufB = bufA  # reuse`` and ``bufB = bufA[0]`` so that the manager knows
+    which buffer names hold data (ReuseLine / MultiOutputLine: torch 2.11 and 2.13)."""
+    from torch._inductor.codegen import wrapper as w
+
+    def make(names):
+        def wrap(original):
+            @functools.wraps(original)
+            def codegen(self, code):
+                original(self, code)
+                manager = getattr(self.wrapper, "_aoti_debug_manager", None)
+                if manager is not None:
+                    try:
+                        new, old = names(self)
+                        manager.alias(new, old)
+                    except Exception as e:
+                        _warn_codegen(e)
+
+            return codegen
+
+        return wrap
+
+    _patch(w.ReuseLine, "codegen", make(lambda line: (line.reused_as.get_name(), line.node.get_name())))
+    _patch(w.MultiOutputLine, "codegen", make(lambda line: (line.result_name, line.arg_name)))
 
 
 def uninstall() -> None:
@@ -612,7 +657,19 @@ def _update_cache_tag(settings: CompileSettings | None) -> None:
     if settings is None or not settings.active:
         cconfig.cache_key_tag = user_tag
         return
-    cconfig.cache_key_tag = f"{user_tag}|{settings.cache_tag()}"
+    cconfig.cache_key_tag = f"{user_tag}|{settings.cache_tag()}:{_code_fingerprint()}"
+
+
+@functools.lru_cache(maxsize=1)
+def _code_fingerprint() -> str:
+    """Changes with the code we emit (package version, C++ runtime text), so that an
+    upgraded aoti_debug never reuses a cached wrapper holding an older runtime."""
+    import hashlib
+
+    from .. import __version__
+    from .cpp_runtime import runtime_source
+
+    return hashlib.sha1((__version__ + runtime_source()).encode()).hexdigest()[:10]
 
 
 def reset_dynamo() -> None:

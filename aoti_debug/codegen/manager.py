@@ -52,13 +52,15 @@ class Manager:
     def prepare(self, launch: Launch) -> Launch:
         """Fix roles so that no record shows memory the launch had not yet written.
 
-        A user-defined Triton kernel's mutated arg whose buffer nothing has written yet
-        (a fresh ``empty`` that the kernel fills) is treated as a pure output. Inductor's
-        own kernels name their roles exactly (``in_out_ptr`` always holds data).
+        An in-place arg whose buffer no launch has written yet is treated as a pure
+        output: a user-defined Triton kernel filling a fresh ``empty``, or an Inductor
+        kernel whose ``in_out_ptr`` is a freshly allocated buffer it first writes itself
+        (``buf2 = buf1  # reuse`` of an ``empty_strided``). Reuse and multi-output aliases
+        carry the written state over (:meth:`alias`).
         """
         fixed = []
         for a in launch.args:
-            if launch.kind == "user_triton" and a.role == "inout" and a.kind == "tensor" and not self._holds_data(a.name):
+            if a.role == "inout" and a.kind == "tensor" and not self._holds_data(a.name):
                 a = dataclasses.replace(a, role="output")
             fixed.append(a)
         launch = dataclasses.replace(launch, args=fixed)
@@ -70,6 +72,11 @@ class Manager:
             return True
         # Graph inputs, constants and anything not allocated in this graph hold data.
         return not name.startswith("buf")
+
+    def alias(self, new: str, old: str) -> None:
+        """``new`` names the memory of ``old`` (a reuse line, a multi-output element)."""
+        if self._holds_data(old):
+            self.written.add(new)
 
     def mark_written(self, launch: Launch) -> None:
         for a in launch.args:

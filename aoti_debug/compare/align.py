@@ -6,10 +6,11 @@ canonical op name, so ``extern_kernels.addmm`` (Python wrapper) and
 offsets of its manifest lines per launch); run A is streamed in manifest order and
 each of its launches is paired with the next unused launch of B with that key.
 
-Inside a launch, records pair by ``(arg, phase)``. What is left pairs by position:
-the n-th value of a given phase and role in A with the n-th in B, when both runs
-recorded as many such values. That covers arguments whose names differ between
-wrappers (``arg0_1`` in the Python wrapper, a constant's name in AOTInductor).
+Inside a launch, records pair by position: the n-th value of a given phase and role
+in A with the n-th in B, when both runs recorded as many such values; what is left
+pairs by ``(arg, phase)``. Position covers names that differ between wrappers
+(``arg0_1`` in the Python wrapper, a constant's name in AOTInductor, buffers
+numbered differently).
 """
 
 from __future__ import annotations
@@ -126,36 +127,48 @@ def _slot(r: Record) -> tuple:
     return (r.phase, r.role)
 
 
+def _slots(recs: list[Record]) -> dict[tuple, list[int]]:
+    """Indices of ``recs`` per (phase, role), in the order the launch passed them."""
+    slots: dict[tuple, list[int]] = defaultdict(list)
+    for i, r in sorted(enumerate(recs), key=lambda t: (t[1].index, t[1].seq)):
+        slots[_slot(r)].append(i)
+    return slots
+
+
 def pair_records(recs_a: list[Record], recs_b: list[Record]) -> list[Pair]:
-    """Pair one launch's records: by (arg, phase), then by position within (phase, role)."""
-    by_name: dict[tuple, list[int]] = defaultdict(list)
-    for j, r in enumerate(recs_b):
-        by_name[(r.arg, r.phase)].append(j)
+    """Pair one launch's records: by position where both runs recorded as many values of
+    a phase and role, else by (arg, phase).
+
+    Position comes first because buffer names are local to one generated wrapper: the
+    Python and the C++ wrapper (or two compiles with different settings) number their
+    buffers differently, so ``buf7`` in one may be another tensor than ``buf7`` in the
+    other, while one kernel's arguments always come in its signature's order.
+    """
     match_a: list[int | None] = [None] * len(recs_a)
     used_b = [False] * len(recs_b)
-    for i, r in enumerate(recs_a):
-        js = by_name.get((r.arg, r.phase))
-        if js:
-            j = js.pop(0)
-            match_a[i] = j
-            used_b[j] = True
-    how = ["key" if j is not None else "-" for j in match_a]
-    if not all(used_b) and any(j is None for j in match_a):
-        slots_a: dict[tuple, list[int]] = defaultdict(list)
-        slots_b: dict[tuple, list[int]] = defaultdict(list)
-        for i, r in sorted(enumerate(recs_a), key=lambda t: (t[1].index, t[1].seq)):
-            slots_a[_slot(r)].append(i)
-        for j, r in sorted(enumerate(recs_b), key=lambda t: (t[1].index, t[1].seq)):
-            slots_b[_slot(r)].append(j)
-        for slot, idx_a in slots_a.items():
-            idx_b = slots_b.get(slot, [])
-            if len(idx_a) != len(idx_b):
-                continue
+    slots_b = _slots(recs_b)
+    for slot, idx_a in _slots(recs_a).items():
+        idx_b = slots_b.get(slot, [])
+        if len(idx_a) == len(idx_b):
             for i, j in zip(idx_a, idx_b):
-                if match_a[i] is None and not used_b[j]:
-                    match_a[i] = j
-                    used_b[j] = True
-                    how[i] = "position"
-    pairs = [Pair(r, recs_b[j] if j is not None else None, how[i]) for i, (r, j) in enumerate(zip(recs_a, match_a))]
+                match_a[i] = j
+                used_b[j] = True
+    if not all(used_b) or any(j is None for j in match_a):
+        by_name: dict[tuple, list[int]] = defaultdict(list)
+        for j, r in enumerate(recs_b):
+            if not used_b[j]:
+                by_name[(r.arg, r.phase)].append(j)
+        for i, r in enumerate(recs_a):
+            js = by_name.get((r.arg, r.phase)) if match_a[i] is None else None
+            if js:
+                j = js.pop(0)
+                match_a[i] = j
+                used_b[j] = True
+    pairs = []
+    for r, j in zip(recs_a, match_a):
+        if j is None:
+            pairs.append(Pair(r, None, "-"))
+        else:
+            pairs.append(Pair(r, recs_b[j], "key" if recs_b[j].arg == r.arg else "position"))
     pairs.extend(Pair(None, r, "-") for j, r in enumerate(recs_b) if not used_b[j])
     return pairs

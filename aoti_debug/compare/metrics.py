@@ -36,8 +36,9 @@ _TOLERANCES: dict[str, tuple[float, float]] = {
 }
 
 #: Elements per chunk: large enough to amortise per-op overhead, small enough that a
-#: chunk's scratch buffers stay in cache.
-CHUNK = 1 << 20
+#: chunk's six scratch buffers stay in a core's L2 cache (64K floats measured 1.5-2x
+#: faster than 1M on the 2-core CI machine; see benchmarks/diff.py).
+CHUNK = 1 << 16
 
 
 def default_tolerance(dtype: str | None) -> tuple[float, float]:
@@ -94,24 +95,34 @@ def _bit_view(t):
 
 
 class TensorComparator:
-    """Compares tensor pairs in chunks, reusing its scratch buffers across pairs."""
+    """Compares tensor pairs in chunks, reusing its scratch buffers across pairs.
+
+    The per-chunk arithmetic runs through numpy ufuncs on zero-copy views: on
+    cache-sized chunks their lower call overhead made the whole comparison ~1.7x
+    faster than the same ops through torch (2 cores, torch 2.13, numpy 2.4).
+    """
 
     def __init__(self, chunk: int = CHUNK):
         self.chunk = chunk
         self._scratch: dict[Any, tuple] = {}
 
     def _buffers(self, dtype):
+        import numpy as np
         import torch
 
         bufs = self._scratch.get(dtype)
         if bufs is None:
             n = self.chunk
-            bufs = tuple(torch.empty(n, dtype=dtype) for _ in range(5)) + (torch.empty(n, dtype=torch.bool),)
+            bx, by = torch.empty(n, dtype=dtype), torch.empty(n, dtype=dtype)
+            work = bx.numpy().dtype
+            bufs = (bx, by, bx.numpy(), by.numpy(), np.empty(n, work), np.empty(n, work), np.empty(n, work),
+                    np.empty(n, bool))
             self._scratch[dtype] = bufs
         return bufs
 
     def compare(self, a, b, atol: float, rtol: float) -> Metrics:
         """Metrics of two tensors of one dtype and shape (the caller checks both)."""
+        import numpy as np
         import torch
 
         a = a.detach().reshape(-1)
@@ -119,29 +130,36 @@ class TensorComparator:
         if a.is_complex():
             a, b = torch.view_as_real(a).reshape(-1), torch.view_as_real(b).reshape(-1)
         n = a.numel()
-        work = torch.float64 if a.dtype in (torch.float64,) or not (a.is_floating_point()) else torch.float32
+        work = torch.float64 if a.dtype == torch.float64 or not a.is_floating_point() else torch.float32
+        native = a.dtype == work
+        an, bn = (a.numpy(), b.numpy()) if native else (None, None)
         raw_a, raw_b = _bit_view(a), _bit_view(b)
+        bx, by, bxn, byn, d, u, t, m = self._buffers(work)
         acc = _Accumulator()
-        bx, by, bd, bu, bt, bm = self._buffers(work)
-        for start in range(0, n, self.chunk):
-            stop = min(start + self.chunk, n)
-            k = stop - start
-            equal = torch.equal(raw_a[start:stop], raw_b[start:stop])
-            x, y = a[start:stop], b[start:stop]
-            if x.dtype != work:
-                x = bx[:k].copy_(x)
-                y = by[:k].copy_(y) if not equal else x
-            if equal:
-                s = float(torch.dot(x, x))
-                if math.isfinite(s):
-                    acc.aa += s
-                    acc.bb += s
-                    acc.ab += s
+        with np.errstate(all="ignore"):
+            for start in range(0, n, self.chunk):
+                stop = min(start + self.chunk, n)
+                k = stop - start
+                equal = torch.equal(raw_a[start:stop], raw_b[start:stop])
+                if native:
+                    x, y = an[start:stop], bn[start:stop]
                 else:
-                    _chunk_nonfinite(acc, x, x, atol, rtol)
-                continue
-            acc.bitwise = False
-            _chunk_finite(acc, x, y, bd[:k], bu[:k], bt[:k], bm[:k], atol, rtol)
+                    bx[:k].copy_(a[start:stop])
+                    x = bxn[:k]
+                    if not equal:
+                        by[:k].copy_(b[start:stop])
+                    y = x if equal else byn[:k]
+                if equal:
+                    s = float(np.dot(x, x))
+                    if math.isfinite(s):
+                        acc.aa += s
+                        acc.bb += s
+                        acc.ab += s
+                    else:
+                        _chunk_nonfinite(acc, x, x, atol, rtol)
+                    continue
+                acc.bitwise = False
+                _chunk_finite(acc, x, y, d[:k], u[:k], t[:k], m[:k], atol, rtol)
         return acc.metrics(n)
 
 
@@ -173,39 +191,43 @@ class _Accumulator:
 
 
 def _chunk_finite(acc: _Accumulator, x, y, d, u, t, m, atol: float, rtol: float) -> None:
-    """One chunk, assuming finite values; hands over to the NaN/Inf path when not."""
+    """One chunk (numpy arrays), assuming finite values; hands over to the NaN/Inf path when not."""
     import numpy as np
-    import torch
 
-    torch.sub(x, y, out=d)
-    d.abs_()
-    mx = float(d.amax())
+    np.subtract(x, y, out=d)
+    np.abs(d, out=d)
+    mx = float(d.max())
     if not math.isfinite(mx):
         _chunk_nonfinite(acc, x, y, atol, rtol)
         return
     acc.max_abs = max(acc.max_abs, mx)
     if mx > 0:
-        torch.abs(y, out=u)
+        np.abs(y, out=u)
         if mx > atol:  # else no element can exceed atol + rtol*|y|
-            # t = |x-y| - rtol*|y|: an element fails when t > atol. Counting is left to
-            # numpy (several times faster on bool arrays) and only done when one fails.
-            torch.add(d, u, alpha=-rtol, out=t)
-            if float(t.amax()) > atol:
-                acc.mismatched += int(np.count_nonzero(np.greater(t.numpy(), atol, out=m.numpy())))
-        torch.div(d, u, out=t)
-        t.nan_to_num_(nan=0.0, posinf=math.inf)  # 0/0 -> 0; x/0 stays inf
-        acc.max_rel = max(acc.max_rel, float(t.amax()))
-    acc.aa += float(torch.dot(x, x))
-    acc.bb += float(torch.dot(y, y))
-    acc.ab += float(torch.dot(x, y))
+            # t = |x-y| - rtol*|y|: an element fails when t > atol; count only if one does.
+            np.multiply(u, rtol, out=t)
+            np.subtract(d, t, out=t)
+            if float(t.max()) > atol:
+                acc.mismatched += int(np.count_nonzero(np.greater(t, atol, out=m)))
+        np.divide(d, u, out=t)
+        rel = float(np.fmax.reduce(t))  # fmax skips the NaN of 0/0; x/0 stays inf
+        if rel > acc.max_rel:
+            acc.max_rel = rel
+    ab, aa, bb = float(np.dot(x, y)), float(np.dot(x, x)), float(np.dot(y, y))
+    if not (math.isfinite(ab) and math.isfinite(aa) and math.isfinite(bb)):  # float32 overflow
+        x64, y64 = x.astype(np.float64), y.astype(np.float64)
+        ab, aa, bb = float(np.dot(x64, y64)), float(np.dot(x64, x64)), float(np.dot(y64, y64))
+    acc.aa += aa
+    acc.bb += bb
+    acc.ab += ab
 
 
 def _chunk_nonfinite(acc: _Accumulator, x, y, atol: float, rtol: float) -> None:
-    """One chunk with NaN or Inf somewhere: masks, in float64."""
+    """One chunk with NaN or Inf somewhere: masks, in float64 (rare, so plain torch)."""
     import torch
 
-    x = x.to(torch.float64)
-    y = y.to(torch.float64)
+    x = torch.as_tensor(x).to(torch.float64)
+    y = torch.as_tensor(y).to(torch.float64)
     xn, yn = torch.isnan(x), torch.isnan(y)
     xi, yi = torch.isinf(x), torch.isinf(y)
     acc.nan_a += int(xn.sum())
@@ -234,7 +256,7 @@ def compare_checksums(ra: Record, rb: Record) -> Metrics:
     sa, sb = ra.stats, rb.stats
     return Metrics(
         basis="checksum", passed=True, max_abs=0.0, max_rel=0.0, mismatched=0, numel=ra.numel,
-        cosine=None, nan_a=sa.nan if sa else None, nan_b=sb.nan if sb else None,
+        cosine=1.0, nan_a=sa.nan if sa else None, nan_b=sb.nan if sb else None,
         inf_a=sa.inf if sa else None, inf_b=sb.inf if sb else None, bitwise=True,
     )
 

@@ -1,44 +1,47 @@
-"""Reading tensor files ahead of the comparison, so that the disk never waits on it.
+"""Asking the kernel to read tensor files ahead of the comparison.
 
-Comparing memory-mapped tensors alone would alternate: fault pages in, compute,
-fault the next pages in. A background thread instead reads the next files in large
-sequential reads (which fill the page cache at the disk's full rate) while the
-comparison works on the current pair from pages that are already there. The reads
-go into one small reusable buffer: the page cache, not this process, holds the data.
+Tensors are memory-mapped and compared in file order; the kernel's own readahead
+keeps one file streaming, but every new file starts cold. A background thread
+therefore hands the next files to ``posix_fadvise(WILLNEED)``, which queues their
+reads into the page cache without copying anything into this process: the disk
+keeps working while the comparison computes. (Reading the files into a buffer
+instead was measured slower on 2 cores: the extra copy competes with the compute.)
+Where ``posix_fadvise`` does not exist the thread does nothing.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 
-#: Size of each read; the buffer is reused for every file.
-READ_SIZE = 8 << 20
+#: Files are advised in steps of this many bytes, so a stale file is dropped early.
+STEP = 64 << 20
 
 
 class Prefetcher:
-    """A thread that reads the files it is given, in order, skipping stale ones."""
+    """A thread that advises the kernel to read the files it is given, in order."""
 
     def __init__(self):
         self._queue: queue.Queue = queue.Queue()
         self._consumed = 0
         self._thread: threading.Thread | None = None
-        self.bytes_read = 0
+        self.enabled = hasattr(os, "posix_fadvise")
 
     def add(self, ticket: int, path: str) -> None:
         """Read ``path`` soon; ``ticket`` orders it against :meth:`consumed`."""
+        if not self.enabled:
+            return
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="aoti_debug-prefetch", daemon=True)
             self._thread.start()
         self._queue.put((ticket, path))
 
     def consumed(self, ticket: int) -> None:
-        """Everything up to ``ticket`` is being compared already: no need to read it."""
+        """Everything before ``ticket`` has been compared: no need to read it any more."""
         self._consumed = ticket
 
     def _run(self) -> None:
-        buf = bytearray(READ_SIZE)
-        view = memoryview(buf)
         while True:
             item = self._queue.get()
             if item is None:
@@ -47,16 +50,19 @@ class Prefetcher:
             if ticket < self._consumed:
                 continue
             try:
-                with open(path, "rb", buffering=0) as f:
-                    while True:
-                        n = f.readinto(view)
-                        if not n:
-                            break
-                        self.bytes_read += n
-                        if ticket < self._consumed:
-                            break
+                fd = os.open(path, os.O_RDONLY)
             except OSError:
-                pass  # the comparison reports unreadable files itself
+                continue  # the comparison reports unreadable files itself
+            try:
+                size = os.fstat(fd).st_size
+                for offset in range(0, size, STEP):
+                    if ticket < self._consumed:
+                        break
+                    os.posix_fadvise(fd, offset, STEP, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
     def close(self) -> None:
         self._consumed = float("inf")  # type: ignore[assignment]  # drop what is still queued

@@ -13,11 +13,18 @@ from ..format.schema import Record, RunInfo
 from .metrics import Metrics
 
 #: Statuses of a record pair, in the order the tables sort them.
-STATUSES = ("fail", "mismatch", "error", "only_a", "only_b", "pass")
+STATUSES = ("fail", "mismatch", "error", "only_a", "only_b", "overwritten", "pass")
 #: Statuses that make a diff "incomplete" (exit 2): the runs could not be compared there.
 INCOMPLETE = ("mismatch", "error", "only_a", "only_b")
 
 EXIT_EQUAL, EXIT_DIFFERENT, EXIT_BAD_INPUT = 0, 1, 2
+
+#: Columns of :meth:`RecordComparison.to_row` / :meth:`DiffResult.to_frame`.
+COLUMNS = (
+    "status", "first", "launch_a", "launch_b", "graph", "kernel", "op", "call", "phase", "arg", "role",
+    "dtype", "shape", "basis", "max_abs", "max_rel", "mismatch", "cosine", "nan_a", "nan_b", "inf_a",
+    "inf_b", "bitwise", "atol", "rtol", "aligned_by", "seq_a", "seq_b", "note",
+)
 
 
 def _g(v: float | None) -> str:
@@ -40,7 +47,10 @@ class RecordComparison:
 
     status: str
     """``pass``, ``fail`` (values differ), ``mismatch`` (shape/dtype/kind differ),
-    ``error`` (a side cannot be read), ``only_a`` or ``only_b`` (no counterpart)."""
+    ``error`` (a side cannot be read), ``only_a`` or ``only_b`` (no counterpart), or
+    ``overwritten``: an in/out value that differed before the launch but matches
+    after it, which is what an uninitialised buffer that the kernel writes first
+    looks like (Inductor passes fresh ``empty`` buffers as ``in_out_ptr``)."""
     a: Record | None
     b: Record | None
     metrics: Metrics | None = None
@@ -204,6 +214,8 @@ class DiffResult:
     bytes_read: int = 0
     seconds: float = 0.0
     kept_passing: bool = True
+    dropped: int = 0
+    """Pairs counted but not kept in ``records`` (``max_records``)."""
 
     @property
     def exit_code(self) -> int:
@@ -227,8 +239,10 @@ class DiffResult:
 
     @property
     def stats_only(self) -> bool:
-        """No pair was compared element by element (stats-level dumps)."""
-        return not self.basis.get("values") and bool(self.basis.get("stats"))
+        """No pair was compared element by element because a side has no tensor files
+        (a stats-level dump): equal checksums or recorded stats decided every pair."""
+        stats_level = "stats" in (self.info_a.level, self.info_b.level)
+        return stats_level and not self.basis.get("values")
 
     def count_line(self) -> str:
         parts = [f"{self.counts[s]} {s.replace('_', ' ')}" for s in STATUSES if self.counts.get(s)]
@@ -270,8 +284,7 @@ class DiffResult:
         import pandas as pd
 
         rows = [rc.to_row() for rc in self.ordered()]
-        columns = list(RecordComparison("pass", Record(0, 0, "", "", "", "", 0, "", "")).to_row())
-        return pd.DataFrame(rows, columns=columns)
+        return pd.DataFrame(rows, columns=list(COLUMNS))
 
     def to_dict(self) -> dict:
         """Everything, JSON-able (infinities as strings)."""
@@ -295,5 +308,6 @@ class DiffResult:
             "launches": self.launches,
             "bytes_read": self.bytes_read,
             "seconds": self.seconds,
+            "dropped": self.dropped,
             "records": [{k: _json_float(v) for k, v in rc.to_row().items()} for rc in self.ordered()],
         }

@@ -50,7 +50,7 @@ class KernelSummary:
         if r.kind == "tensor":
             self.tensors += 1
             self.bytes += (r.numel or 0) * _ITEMSIZE.get(r.dtype or "", 0)
-            self.files += bool(r.file)
+            self.files += bool(r.file) and not r.shared
         s = r.stats
         if s is None or r.phase != "after":
             return
@@ -110,7 +110,7 @@ class RunSummary:
     def __str__(self) -> str:
         text = (f"{self.info.run_id or os.path.basename(self.path)}: level {self.info.level or '?'}, "
                 f"{len(self.graphs)} graph(s), {len(self.kernels)} kernel(s), {self.launches} launch(es), "
-                f"{self.records} record(s), {_bytes(self.bytes)} in {self.files} file(s)")
+                f"{self.records} record(s), {format_bytes(self.bytes)} in {self.files} file(s)")
         if self.first_nonfinite is not None:
             text += f"; first NaN/Inf in {self.first_nonfinite.record.kernel}"
         return text
@@ -176,7 +176,7 @@ def _json(v):
     return v
 
 
-def _bytes(n: int) -> str:
+def format_bytes(n: int) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -202,8 +202,12 @@ def summarize_run(reader: RunReader) -> RunSummary:
         if r.kind == "tensor":
             out.tensors += 1
             out.bytes += (r.numel or 0) * _ITEMSIZE.get(r.dtype or "", 0)
-            out.files += bool(r.file)
-        if out.first_nonfinite is None and _nonfinite(r):
+            # A record with ``shared`` points at an earlier record's file (equal values).
+            out.files += bool(r.file) and not r.shared
+        # An in/out buffer's value before a launch may be uninitialised memory that the
+        # kernel overwrites (Inductor passes fresh buffers as in_out_ptr): judge it by
+        # its value after the launch instead.
+        if out.first_nonfinite is None and _nonfinite(r) and not (r.phase == "before" and r.role == "inout"):
             out.first_nonfinite = _explain(r, last_writer.get((r.graph, r.arg)), "after" in (reader.info.phases or ()))
         if r.phase == "after":
             last_writer[(r.graph, r.arg)] = (r.kernel, r.launch)

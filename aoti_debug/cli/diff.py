@@ -1,0 +1,114 @@
+"""``aoti-debug diff``: compare two dumps and name the first divergent kernel."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import click
+
+from ..errors import AotiDebugError
+
+FORMAT_CHOICES = ("table", "csv", "json", "markdown", "html")
+
+
+class BadInput(click.ClickException):
+    """A library error shown as one line, exit code 2 (DESIGN.md: bad input)."""
+
+    exit_code = 2
+
+
+def output_options(fn):
+    """``--format`` and ``--output``, shared by diff and show."""
+
+    @click.option("--format", "-f", "fmt", type=click.Choice(FORMAT_CHOICES), default="table", show_default=True,
+                  help="Output format.")
+    @click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None,
+                  help="Write the report to FILE instead of standard output.")
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def emit(text: str, output: str | None, summary: str) -> None:
+    """Print the report, or write it to ``output`` and print the one-line summary."""
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise BadInput(f"cannot write {output}: {e.strerror or e}") from None
+    click.echo(f"{summary} (report written to {output})")
+
+
+class _Progress:
+    """A click progress bar over A's manifest bytes, on a terminal only."""
+
+    def __init__(self, enabled: bool | None):
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.bar = None
+        self.done = 0
+
+    def __call__(self, pos: int, total: int) -> None:
+        if not self.enabled or total <= 0:
+            return
+        if self.bar is None:
+            self.bar = click.progressbar(length=total, label="comparing", file=sys.stderr, show_eta=True)
+            self.bar.__enter__()
+        self.bar.update(max(0, pos - self.done))
+        self.done = max(self.done, pos)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
+@click.command()
+@click.argument("dump_a")
+@click.argument("dump_b")
+@click.option("--atol", type=float, default=None, help="Absolute tolerance (default: per dtype, as torch.testing.assert_close).")
+@click.option("--rtol", type=float, default=None, help="Relative tolerance, relative to B (default: per dtype).")
+@click.option("--kernels", "-k", default=None, help="Comma-separated globs on kernel or op names; !pat excludes.")
+@click.option("--all", "show_all", is_flag=True, help="List passing records too.")
+@click.option("--limit", type=click.IntRange(min=1), default=10000, show_default=True,
+              help="List at most this many records (all are compared and counted).")
+@click.option("--full", is_flag=True, help="Read tensor files even where equal checksums prove bitwise equality.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a terminal).")
+@output_options
+def diff(dump_a, dump_b, atol, rtol, kernels, show_all, limit, full, progress, fmt, output):
+    """Compare DUMP_A against DUMP_B (the reference) and name the first divergence.
+
+    Each DUMP is a run directory or a dump root holding exactly one run. Records are
+    aligned by (graph, kernel, call, arg, phase), extern kernels by their op name, so
+    Python-wrapper and AOTInductor dumps of one model line up. The first divergence
+    is the earliest launch of A whose outputs differ while its inputs match (or whose
+    differing input no earlier launch wrote: a weight or graph input).
+
+    \b
+    Exit status: 0 equal within tolerance, 1 different, 2 bad input or records that
+    could not be compared (missing file, shape/dtype differs, present in one run only).
+    \b
+    Example:
+      aoti-debug diff dumps/before dumps/after --format markdown -o diff.md
+    """
+    from ..compare import compare
+    from ..compare.render import render_diff
+
+    bar = _Progress(progress)
+    try:
+        result = compare(dump_a, dump_b, atol=atol, rtol=rtol, kernels=kernels, keep_passing=show_all,
+                         max_records=limit, use_checksums=not full, progress=bar)
+    except AotiDebugError as e:
+        raise BadInput(str(e)) from None
+    finally:
+        bar.close()
+    emit(render_diff(result, fmt, show_all), output, str(result).split("; first divergence")[0])
+    if fmt in ("csv",) or output is not None:
+        for line in result.problems:
+            click.echo(f"problem: {line}", err=True)
+    sys.exit(result.exit_code)

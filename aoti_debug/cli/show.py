@@ -1,0 +1,34 @@
+"""``aoti-debug show``: what a dump holds."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import AotiDebugError
+from .diff import BadInput, emit, output_options
+
+
+@click.command()
+@click.argument("dump")
+@output_options
+def show(dump, fmt, output):
+    """Summarise DUMP: runs, graphs, kernels, launches, bytes, value ranges, first NaN/Inf.
+
+    DUMP is a run directory or a dump root (every run under it is shown). Per kernel:
+    its calls, records, bytes, and the range of the values it wrote; then the first
+    record holding NaN or Inf and the kernel that produced it. Reads the manifest only.
+
+    \b
+    Exit status: 0, or 2 for a missing path, not a dump, or a damaged manifest.
+    """
+    from ..compare import summarize
+    from ..compare.render import render_show
+
+    try:
+        result = summarize(dump)
+    except AotiDebugError as e:
+        raise BadInput(str(e)) from None
+    emit(render_show(result, fmt), output, str(result))
+    sys.exit(result.exit_code)

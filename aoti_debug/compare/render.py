@@ -1,0 +1,249 @@
+"""Turning results into text: a terminal table, CSV, JSON, Markdown or HTML."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from typing import Any
+
+from .result import DiffResult
+from .show import RunSummary, ShowResult, format_bytes
+from .metrics import default_tolerance
+
+FORMATS = ("table", "csv", "json", "markdown", "html")
+
+#: Terminal-table columns of a diff: (frame column, header).
+_DIFF_COLUMNS = (
+    ("status", "status"), ("launch_a", "launch"), ("graph", "graph"), ("kernel", "kernel"), ("call", "call"),
+    ("phase", "phase"), ("arg", "arg"), ("dtype", "dtype"), ("shape", "shape"), ("max_abs", "max_abs"),
+    ("max_rel", "max_rel"), ("mismatch", "mismatch"), ("cosine", "cosine"), ("nan", "nan a/b"),
+    ("inf", "inf a/b"), ("basis", "basis"), ("note", "note"),
+)
+_SHOW_COLUMNS = ("graph", "kernel", "op", "calls", "records", "bytes", "min", "max", "absmax", "nan", "inf")
+
+
+def _num(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float):
+        return str(v) if math.isinf(v) else f"{v:.3g}"
+    return str(v)
+
+
+def _pct(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return "0%" if v == 0 else ("<0.01%" if v < 1e-4 else f"{v:.2%}")
+
+
+def _cos(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:.6f}"
+
+
+def _clip(text: Any, width: int) -> str:
+    s = "" if text is None else str(text)
+    return s if len(s) <= width else s[: width - 1] + "~"
+
+
+def _pair(a: Any, b: Any) -> str:
+    if a is None and b is None:
+        return "-"
+    return f"{_num(a)}/{_num(b)}"
+
+
+def _diff_rows(result: DiffResult, clip: bool) -> list[dict]:
+    rows = []
+    for rc in result.ordered():
+        r = rc.to_row()
+        status = r["status"] + (" *" if r["first"] else "")
+        cells = {
+            "status": status, "launch_a": _num(r["launch_a"] if r["launch_a"] is not None else r["launch_b"]),
+            "graph": r["graph"], "kernel": _clip(r["kernel"], 40) if clip else r["kernel"], "call": r["call"],
+            "phase": r["phase"], "arg": _clip(r["arg"], 24) if clip else r["arg"], "dtype": r["dtype"],
+            "shape": _clip(r["shape"], 18) if clip else r["shape"], "max_abs": _num(r["max_abs"]),
+            "max_rel": _num(r["max_rel"]), "mismatch": _pct(r["mismatch"]), "cosine": _cos(r["cosine"]),
+            "nan": _pair(r["nan_a"], r["nan_b"]), "inf": _pair(r["inf_a"], r["inf_b"]), "basis": r["basis"] or "-",
+            "note": _clip(r["note"], 70) if clip else r["note"],
+        }
+        rows.append(cells)
+    return rows
+
+
+def _tolerance_line(result: DiffResult) -> str:
+    if result.atol is not None and result.rtol is not None:
+        return f"tolerance atol={result.atol:g} rtol={result.rtol:g}"
+    seen = sorted({rc.record.dtype for rc in result.records if rc.record.dtype})
+    parts = []
+    for dt in seen[:4]:
+        atol, rtol = default_tolerance(dt)
+        atol = result.atol if result.atol is not None else atol
+        rtol = result.rtol if result.rtol is not None else rtol
+        parts.append(f"{dt} atol={atol:g} rtol={rtol:g}")
+    return "tolerance per dtype" + (f" ({'; '.join(parts)})" if parts else " (as torch.testing.assert_close)")
+
+
+def _diff_header(result: DiffResult) -> list[str]:
+    lines = []
+    for side, path, info in (("A", result.path_a, result.info_a), ("B", result.path_b, result.info_b)):
+        lines.append(f"{side}: {path}  (level {info.level or '?'}, {info.writer} writer, {info.device or '?'})")
+    lines.append(f"{result.basis_line()}; {_tolerance_line(result)}; B is the reference"
+                 + (f"; kernels {result.kernels}" if result.kernels else ""))
+    if result.first_divergence is not None:
+        lines.append(f"FIRST DIVERGENCE: {result.first_divergence}")
+    elif result.counts.get("fail"):
+        lines.append("FIRST DIVERGENCE: none found among the aligned launches")
+    return lines
+
+
+#: At most this many per-record messages are printed under a table.
+MAX_RECORD_MESSAGES = 20
+
+
+def _record_messages(result: DiffResult) -> list[str]:
+    """One full line per record that could not be compared (the table clips notes)."""
+    lines = []
+    bad = [rc for rc in result.ordered() if rc.status in ("error", "mismatch")]
+    for rc in bad[:MAX_RECORD_MESSAGES]:
+        if rc.status == "error":
+            lines.append(f"error: {rc.note}")
+        else:
+            r = rc.record
+            lines.append(f"mismatch: seq {r.seq} {rc.kernel} call {r.kernel_call} {r.phase} {rc.arg}: {rc.note}")
+    if len(bad) > MAX_RECORD_MESSAGES:
+        lines.append(f"... and {len(bad) - MAX_RECORD_MESSAGES} more (--format csv lists every record)")
+    return lines
+
+
+def _diff_footer(result: DiffResult, show_all: bool) -> list[str]:
+    lines = []
+    passing = result.counts.get("pass", 0)
+    shown = sum(1 for rc in result.records if rc.status == "pass")
+    if passing > shown and not show_all and not result.dropped:
+        lines.append(f"({passing - shown} passing record(s) not listed; --all lists them)")
+    if result.dropped:
+        lines.append(f"({result.dropped} more record(s) compared but not listed; --limit raises the cap)")
+    lines.extend(_record_messages(result))
+    for n in result.notes:
+        lines.append(f"note: {n}")
+    for p in result.problems:
+        lines.append(f"problem: {p}")
+    lines.append(str(result).split("; first divergence")[0])
+    return lines
+
+
+def _text_table(rows: list[dict], columns) -> str:
+    import pandas as pd
+
+    if not rows:
+        return ""
+    frame = pd.DataFrame(rows, columns=[c for c, _ in columns]).astype(str)
+    frame.columns = [h for _, h in columns]
+    # Left-align every cell: pandas right-aligns strings by default.
+    widths = {h: max([len(h), *map(len, frame[h])]) for h in frame.columns}
+    formatters = {h: (lambda v, w=widths[h]: v.ljust(w)) for h in frame.columns}
+    return "\n".join(line.rstrip() for line in frame.to_string(
+        index=False, justify="left", formatters=formatters).splitlines())
+
+
+def _markdown_table(rows: list[dict], columns) -> str:
+    if not rows:
+        return ""
+    head = "| " + " | ".join(h for _, h in columns) + " |"
+    rule = "|" + "|".join("---" for _ in columns) + "|"
+    body = ["| " + " | ".join(str(r.get(c, "")).replace("|", "\\|") for c, _ in columns) + " |" for r in rows]
+    return "\n".join([head, rule, *body])
+
+
+def _html_table(rows: list[dict], columns) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for _, h in columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(r.get(c, '')))}</td>" for c, _ in columns) + "</tr>"
+                   for r in rows)
+    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>{body}</tbody>\n</table>"
+
+
+def _html_page(title: str, paragraphs: list[str], tables: list[str]) -> str:
+    ps = "\n".join(f"<p>{html.escape(p)}</p>" for p in paragraphs)
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;"
+            f"font-family:monospace}}</style></head>\n<body>\n<h1>{html.escape(title)}</h1>\n{ps}\n"
+            + "\n".join(tables) + "\n</body></html>\n")
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, indent=1, default=str, allow_nan=False) + "\n"
+
+
+def render_diff(result: DiffResult, fmt: str = "table", show_all: bool = False) -> str:
+    """The diff as text in ``fmt`` (one of :data:`FORMATS`)."""
+    if fmt == "json":
+        return _dumps(result.to_dict())
+    if fmt == "csv":
+        return result.to_frame().to_csv(index=False)
+    header = _diff_header(result)
+    footer = _diff_footer(result, show_all)
+    if fmt == "markdown":
+        table = _markdown_table(_diff_rows(result, clip=False), _DIFF_COLUMNS)
+        return "\n\n".join(["# aoti-debug diff", "\n".join(f"- {h}" for h in header), table,
+                            "\n".join(f"- {f}" for f in footer)]) + "\n"
+    if fmt == "html":
+        return _html_page("aoti-debug diff", header + footer, [_html_table(_diff_rows(result, False), _DIFF_COLUMNS)])
+    table = _text_table(_diff_rows(result, clip=True), _DIFF_COLUMNS)
+    parts = ["\n".join(header)]
+    if table:
+        parts.append(table)
+    parts.append("\n".join(footer))
+    return "\n\n".join(parts) + "\n"
+
+
+def _show_rows(run: RunSummary) -> list[dict]:
+    rows = []
+    for k in run.kernels:
+        rows.append({"graph": k.graph, "kernel": k.kernel, "op": k.op if k.op != k.kernel else "", "calls": k.calls,
+                     "records": k.records, "bytes": format_bytes(k.bytes), "min": _num(k.min), "max": _num(k.max),
+                     "absmax": _num(k.absmax), "nan": k.nan, "inf": k.inf})
+    return rows
+
+
+def _run_lines(run: RunSummary) -> list[str]:
+    info = run.info
+    lines = [
+        f"run {info.run_id or '?'}: {run.path}",
+        f"level {info.level or '?'}, {info.writer} writer, device {info.device or '?'}, torch {info.torch_version or '?'}"
+        + (f", rank {info.rank}/{info.world_size}" if info.world_size > 1 else ""),
+        f"{len(run.graphs)} graph(s) ({', '.join(run.graphs) or '-'}), {len(run.kernels)} kernel(s), "
+        f"{run.launches} launch(es), {run.records} record(s), {run.tensors} tensor(s), "
+        f"{format_bytes(run.bytes)} in {run.files} file(s)",
+        f"first NaN/Inf: {run.first_nonfinite if run.first_nonfinite else 'none'}",
+    ]
+    lines += [f"note: {n}" for n in run.notes]
+    lines += [f"problem: {p}" for p in run.problems]
+    return lines
+
+
+def render_show(result: ShowResult, fmt: str = "table") -> str:
+    """What a dump holds, in ``fmt`` (one of :data:`FORMATS`)."""
+    columns = [(c, c) for c in _SHOW_COLUMNS]
+    if fmt == "json":
+        return _dumps(result.to_dict())
+    if fmt == "csv":
+        return result.to_frame().to_csv(index=False)
+    if fmt == "html":
+        paras, tables = [], []
+        for run in result.runs:
+            paras.extend(_run_lines(run))
+            tables.append(_html_table(_show_rows(run), columns))
+        return _html_page(f"aoti-debug show {result.path}", paras, tables)
+    blocks = []
+    if len(result.runs) > 1:
+        blocks.append(f"{result.path}: {len(result.runs)} runs")
+    for run in result.runs:
+        lines = _run_lines(run)
+        if fmt == "markdown":
+            blocks.append(f"## {lines[0]}\n\n" + "\n".join(f"- {l}" for l in lines[1:]) + "\n\n"
+                          + _markdown_table(_show_rows(run), columns))
+        else:
+            blocks.append("\n".join(lines) + "\n\n" + _text_table(_show_rows(run), columns))
+    return "\n\n".join(blocks) + "\n"
