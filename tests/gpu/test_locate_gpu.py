@@ -84,7 +84,7 @@ def test_locate_inductor_kernel_out_of_range_index(wrapper):
         shapes = [a.get("shape") for a in v.launch.args if a.get("kind") == "tensor"]
         assert [16] in shapes, v.launch.args  # the index tensor
         idx = [a for a in v.launch.args if a.get("kind") == "tensor" and a.get("shape") == [16]]
-        assert idx[0]["dtype"] == "int64"
+        assert "int64" in {a["dtype"] for a in idx}, idx  # the index tensor among the [16] args
 
 
 def test_locate_indexing_with_device_asserts_names_the_same_kernel():
