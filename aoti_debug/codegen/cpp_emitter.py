@@ -1,22 +1,99 @@
 """C++-wrapper code for one launch (cpp_wrapper=True and AOTInductor).
 
-Not implemented yet: until it is, C++ wrappers are compiled uninstrumented and a
-warning says so (see issue "The C++ wrapper and AOTInductor").
+The runtime (``cpp_runtime.header_block``) goes once into the root wrapper's header;
+each instrumented launch then gets one line per phase, a block with a constant site
+and a call that passes the values with their C++ types::
+
+    { static constexpr ::aoti_debug_rt_1::Arg aoti_debug_args[] = {{"buf0", "input", "tensor", "buf0"}};
+      static constexpr ::aoti_debug_rt_1::Site aoti_debug_site = {"", "cpp_fused_relu_0", ...};
+      ::aoti_debug_rt_1::launch(aoti_debug_site, {buf0}); }
+
+As in the Python emitter, only inputs (and in-place args) are passed before a launch
+and only outputs (and in-place args) after it. Every name and expression that lands
+in a string literal goes through ``emit.cpp_string``.
 """
 
 from __future__ import annotations
 
-import logging
+from . import python_emitter
+from .cpp_runtime import LEVEL_CODES, NAMESPACE, header_block
+from .emit import cpp_string
+from .launch import Launch, LaunchArg
 
-from .launch import Launch
 
-log = logging.getLogger("aoti_debug")
-_warned = False
+def _root(wrapper):
+    # C++ subgraphs are inlined into their parent's wrapper; a separate subgraph
+    # wrapper (if a torch version makes one) still writes into its root's header.
+    get_root = getattr(wrapper, "get_root_graph", None)
+    try:
+        return get_root() if get_root is not None else wrapper
+    except Exception:
+        return wrapper
+
+
+def ensure_header(manager, wrapper) -> None:
+    """Put the runtime into the wrapper's header once (the header is spliced in after
+    the wrapper body is generated, ahead of it in the source)."""
+    root = _root(wrapper)
+    if getattr(root, "_aoti_debug_cpp_header", False):
+        return
+    root._aoti_debug_cpp_header = True
+    device = str(getattr(root, "device", "cpu") or "cpu")
+    root.header.splice(header_block(device))
+
+
+def _arg_literal(a: LaunchArg, index: int) -> str:
+    return "{" + ", ".join([*(cpp_string(x) for x in (a.name, a.role, a.kind, a.expr)), str(index)]) + "}"
+
+
+def python_indices(args: list[LaunchArg]) -> list[int]:
+    """The record ``index`` the Python runtime gives each arg: it passes a fallback's
+    returned tuple as one value (``buf2`` -> ``buf2[0]``, ``buf2[1]``), where the C++
+    wrapper has one handle per element, so those share one index."""
+    out, index, prev = [], -1, None
+    for a in args:
+        base = a.name.split("[", 1)[0] if "[" in a.name else None
+        if base is None or base != prev:
+            index += 1
+        prev = base
+        out.append(index)
+    return out
+
+
+def site_line(manager, launch: Launch, phase: str) -> str:
+    settings = manager.settings
+    # The same selection as the Python wrapper's site (python_emitter.site): at level
+    # names only metadata is read (AOTI_DEBUG_NAMES_ARGS), all of it before the launch.
+    _site, before, after = python_emitter.site(launch, settings.phases, settings.level)
+    args = before if phase == "before" else after
+    ns = f"::{NAMESPACE}"
+    parts = ["{"]
+    if args:
+        literals = ", ".join(_arg_literal(a, i) for a, i in zip(args, python_indices(args)))
+        parts.append(f"static constexpr {ns}::Arg aoti_debug_args[] = {{{literals}}};")
+    fields = [
+        cpp_string(launch.graph),
+        cpp_string(launch.kernel),
+        cpp_string(launch.op),
+        str(LEVEL_CODES[settings.level]),
+        "1" if settings.sync else "0",
+        str(len(set(python_indices(before)))),
+        str(len(args)),
+        "aoti_debug_args" if args else "nullptr",
+        cpp_string(str(settings.kernels)),
+        cpp_string(",".join(settings.phases)),
+        "__FILE__",
+        "__LINE__",
+        cpp_string(launch.source or ""),
+    ]
+    parts.append(f"static constexpr {ns}::Site aoti_debug_site = {{{', '.join(fields)}}};")
+    call = "launch" if phase == "before" else "done"
+    values = ", ".join(a.expr for a in args)
+    parts.append(f"{ns}::{call}(aoti_debug_site, {{{values}}});")
+    parts.append("}")
+    return " ".join(parts)
 
 
 def emit(manager, wrapper, launch: Launch, phase: str) -> list[str]:
-    global _warned
-    if not _warned:
-        _warned = True
-        log.warning("aoti_debug: the C++ wrapper is not instrumented yet; compiling it uninstrumented")
-    return []
+    ensure_header(manager, wrapper)
+    return [site_line(manager, launch, phase)]

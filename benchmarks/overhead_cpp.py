@@ -1,0 +1,177 @@
+"""Step-time overhead of the C++ wrapper's levels: ours vs PyTorch's built-in printer.
+
+A small transformer is compiled with ``torch.compile(..., cpp_wrapper=True)`` once per
+configuration, each in its own process (the C++ runtime's state is per process):
+
+* ``base``           uninstrumented
+* ``ours:<level>``   aoti_debug at save / print / names / stats (AOTI_DEBUG_SYNC off)
+* ``builtin:<n>``    torch._inductor.config.aot_inductor.debug_intermediate_value_printer
+                     = "1" (save), "2" (print), "3" (kernel names), aoti_debug off
+
+All processes compile first, then run in lockstep: round after round, each process in
+turn runs a few steps while the others wait, so load from anything else on the machine
+falls on every configuration alike. Prints the median step time of each configuration
+as a ratio to ``base``.
+
+    python benchmarks/overhead_cpp.py                  # preset "small" (CPU-friendly)
+    python benchmarks/overhead_cpp.py --preset tiny --rounds 20
+
+stdout and stderr of the timed steps go to /dev/null: the terminal is not the cost.
+Each step gets a new input (identical steps would let our content dedup skip every
+write). Every writer works synchronously in the model thread (ours and the built-in),
+so a step's time includes writing its files. The built-in writes into ``cwd/tmp/``;
+each process gets a fresh working directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+PRESETS = {
+    "tiny": dict(d=64, heads=4, layers=2, batch=2, seq=32),
+    "small": dict(d=256, heads=8, layers=4, batch=4, seq=128),
+}
+
+CONFIGS = ["base", "ours:save", "ours:print", "ours:names", "ours:stats", "builtin:1", "builtin:2", "builtin:3"]
+
+_CHILD = r"""
+import json, os, sys, time
+sys.path.insert(0, {repo!r})
+import torch
+from examples.models import Transformer
+cfg, p = {cfg!r}, {preset!r}
+out = os.fdopen(os.dup(1), "w")  # the protocol channel; everything else printed goes to the log
+os.dup2(2, 1)
+torch.manual_seed(0)
+model = Transformer(p["d"], p["heads"], p["layers"]).eval()
+patch = dict(cpp_wrapper=True)
+if cfg.startswith("builtin:"):
+    patch["aot_inductor.debug_intermediate_value_printer"] = cfg.split(":")[1]
+elif cfg.startswith("ours:"):
+    import aoti_debug
+    aoti_debug.enable(cfg.split(":")[1])
+devnull = os.open(os.devnull, os.O_WRONLY)
+step = 0
+with torch.no_grad(), torch._inductor.config.patch(patch):
+    f = torch.compile(model)
+    t0 = time.perf_counter()
+    f(torch.randn(p["batch"], p["seq"], p["d"]))
+    compile_s = time.perf_counter() - t0
+    sys.stdout.flush(); sys.stderr.flush()
+    os.dup2(devnull, 1); os.dup2(devnull, 2)
+    print(json.dumps(dict(ready=True, compile_s=compile_s)), file=out, flush=True)
+    for line in sys.stdin:
+        n = int(line)
+        if n == 0:
+            break
+        # A new input every step: identical steps would let the content dedup skip every write.
+        xs = [torch.randn(p["batch"], p["seq"], p["d"]) for _ in range(n)]
+        times = []
+        for x in xs:
+            t = time.perf_counter()
+            f(x)
+            times.append(time.perf_counter() - t)
+        step += n
+        print(json.dumps(dict(times=times)), file=out, flush=True)
+nbytes = 0
+for root, _dirs, files in os.walk(os.getcwd()):
+    nbytes += sum(os.path.getsize(os.path.join(root, n)) for n in files)
+print(json.dumps(dict(bytes=nbytes, steps=step + 1)), file=out, flush=True)
+"""
+
+
+class Child:
+    """One configuration in its own process, driven over stdin/stdout."""
+
+    def __init__(self, cfg: str, preset: dict):
+        self.cfg = cfg
+        self.work = tempfile.mkdtemp(prefix="aoti_debug_bench_")
+        env = dict(os.environ)
+        env.pop("AOTI_DEBUG_LEVEL", None)
+        env.pop("AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER", None)
+        env["AOTI_DEBUG_DIR"] = os.path.join(self.work, "dump")
+        code = _CHILD.format(repo=REPO, cfg=cfg, preset=preset)
+        self.log = open(os.path.join(self.work, "child.log"), "w")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=self.work, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.times: list[float] = []
+
+    def read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            self.log.flush()
+            with open(self.log.name) as f:
+                raise RuntimeError(f"{self.cfg} failed:\n{f.read()[-4000:]}")
+        return json.loads(line)
+
+    def run(self, n: int) -> None:
+        self.proc.stdin.write(f"{n}\n")
+        self.proc.stdin.flush()
+        self.times.extend(self.read()["times"])
+
+    def finish(self) -> dict:
+        self.proc.stdin.write("0\n")
+        self.proc.stdin.flush()
+        info = self.read()
+        self.proc.wait()
+        shutil.rmtree(self.work, ignore_errors=True)
+        return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    ap.add_argument("--rounds", type=int, default=10, help="lockstep rounds")
+    ap.add_argument("--steps", type=int, default=3, help="steps per configuration per round")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ", ".join(CONFIGS))
+    args = ap.parse_args(argv)
+    preset = PRESETS[args.preset]
+    import torch
+
+    print(f"torch {torch.__version__}, cpp_wrapper=True, CPU ({os.cpu_count()} cores), transformer {preset}, "
+          f"{args.rounds} rounds x {args.steps} steps, one warm-up round", flush=True)
+    children = []
+    try:
+        for cfg in args.configs.split(","):
+            child = Child(cfg, preset)
+            info = child.read()  # compiles one at a time
+            print(f"  compiled {cfg:<12} in {info['compile_s']:6.1f} s", flush=True)
+            children.append(child)
+        for c in children:  # warm-up round, not timed
+            c.run(args.steps)
+            c.times.clear()
+        for _ in range(args.rounds):
+            for c in children:
+                c.run(args.steps)
+        results = {}
+        for c in children:
+            info = c.finish()
+            results[c.cfg] = dict(median=statistics.median(c.times), bytes=info["bytes"], steps=info["steps"])
+    finally:
+        for c in children:
+            if c.proc.poll() is None:
+                c.proc.kill()
+    base = results.get("base")
+    print()
+    print(f"{'config':<12} {'ms/step':>9} {'x base':>8} {'MB/step':>9}")
+    for cfg, r in results.items():
+        ratio = r["median"] / base["median"] if base else float("nan")
+        print(f"{cfg:<12} {r['median'] * 1e3:9.3f} {ratio:8.2f} {r['bytes'] / r['steps'] / 1e6:9.2f}")
+    print()
+    for ours, theirs in [("ours:save", "builtin:1"), ("ours:print", "builtin:2"), ("ours:names", "builtin:3")]:
+        if ours in results and theirs in results:
+            print(f"{ours:<11} is {results[theirs]['median'] / results[ours]['median']:6.2f}x the speed of {theirs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
