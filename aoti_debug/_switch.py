@@ -58,7 +58,17 @@ def enable(level: str | int = "save", kernels: str | None = None, sync: bool = F
 
 
 def disable() -> None:
-    """Stop instrumenting; later compiles are byte-identical to uninstrumented ones."""
+    """Stop instrumenting; later compiles are byte-identical to uninstrumented ones.
+
+    A dump directory set by ``enable(dump_dir=...)`` is dropped too (the environment's
+    ``AOTI_DEBUG_DIR``, if any, applies again to later runs).
+    """
+    if config.get_dump_dir_override() is not None:
+        from .runtime import session
+
+        session.flush()
+        config.set_dump_dir(None)
+        session.reset()
     if "aoti_debug.codegen.inductor" in sys.modules:
         apply(config.CompileSettings())
 

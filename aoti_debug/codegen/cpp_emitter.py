@@ -4,9 +4,12 @@ The runtime (``cpp_runtime.header_block``) goes once into the root wrapper's hea
 each instrumented launch then gets one line per phase, a block with a constant site
 and a call that passes the values with their C++ types::
 
-    { static constexpr ::aoti_debug_rt_1::Arg aoti_debug_args[] = {{"buf0", "input", "tensor", "buf0"}};
-      static constexpr ::aoti_debug_rt_1::Site aoti_debug_site = {"", "cpp_fused_relu_0", ...};
+    { static constexpr ::aoti_debug_rt_1::Arg aoti_debug_args[] = {{"buf0", "inout", "tensor", "buf0", 0}};
+      static constexpr ::aoti_debug_rt_1::Site aoti_debug_site = {"", "cpp_fused_relu_0", "cpp_fused_relu_0",
+          1, 0, 1, 1, aoti_debug_args, "", "before,after", __FILE__, __LINE__, "relu"};
       ::aoti_debug_rt_1::launch(aoti_debug_site, {buf0}); }
+
+(written on one line, so ``__LINE__`` is the launch's line for ``aoti-debug locate``).
 
 As in the Python emitter, only inputs (and in-place args) are passed before a launch
 and only outputs (and in-place args) after it. Every name and expression that lands
