@@ -21,7 +21,14 @@ dev = sys.argv[1] if len(sys.argv) > 1 else "cuda"
 m = M().to(dev); x = torch.randn(4, 16, device=dev)
 ep = torch.export.export(m, (x,))
 d = tempfile.mkdtemp()
-pkg = torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(d, "m.pt2"))
+level = os.environ.get("PROBE_LEVEL")  # compile instrumented at this aoti_debug level
+if level:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    import aoti_debug
+    with aoti_debug.enabled(level=level, dump_dir=os.path.join(d, "dump")):
+        pkg = torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(d, "m.pt2"))
+else:
+    pkg = torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(d, "m.pt2"))
 say("compiled", pkg)
 import zipfile
 names = zipfile.ZipFile(pkg).namelist()
