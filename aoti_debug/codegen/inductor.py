@@ -40,7 +40,6 @@ TORCH_VERSION = tuple(int(x) for x in re.findall(r"\d+", torch.__version__.split
 _patches: list[tuple[Any, str, Any]] = []
 _state = threading.local()
 _settings: CompileSettings | None = None
-_saved_cache_tag: str | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -649,7 +648,6 @@ def _update_cache_tag(settings: CompileSettings | None) -> None:
     an artifact compiled with other instrumentation is never reused across processes.
     The user's own tag is kept in front of ours.
     """
-    global _saved_cache_tag
     import torch.compiler.config as cconfig
 
     current = cconfig.cache_key_tag

@@ -72,11 +72,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def _float_or_none(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return float(value)
-    return float(value)
+    # float() also reads the "nan"/"inf"/"-inf" strings that _jsonable writes.
+    return None if value is None else float(value)
 
 
 @dataclasses.dataclass

@@ -68,7 +68,6 @@ class GraphHandle:
         self.wrapper = wrapper
         self._labels: dict[str, str] = {}
         self._launch = 0
-        self._session_pid = None
 
     # -- labels ------------------------------------------------------------------------
     def _label(self, sess: _session.Session, subgraph: str) -> str:
@@ -364,9 +363,6 @@ def _print_line(rec: dict) -> str:
         f"mean={_fmt(s.get('mean'))} std={_fmt(s.get('std'))} absmax={_fmt(s.get('absmax'))} "
         f"nan={s.get('nan', 0)} inf={s.get('inf', 0)}"
     )
-
-
-_handles: dict[tuple, GraphHandle] = {}
 
 
 def graph(origin: str | None, level: str, sync: bool, wrapper: str = "python") -> GraphHandle:
