@@ -9,12 +9,7 @@ import sys
 import click
 
 from ..errors import AotiDebugError
-
-
-class _BadInput(click.ClickException):
-    """One-line error, exit 2 (exit 1 means "a fault was located")."""
-
-    exit_code = 2
+from ._common import BadInput  # exit 2 (exit 1 means "a fault was located")
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -60,7 +55,7 @@ def locate(timeout, no_caching_allocator, sanitizer, fmt, quiet, cmd):
             use_sanitizer=sanitizer, echo=echo,
         )
     except AotiDebugError as e:
-        raise _BadInput(str(e)) from None
+        raise BadInput(str(e)) from None
     except KeyboardInterrupt:
         sys.exit(130)
     if fmt == "json":

@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..errors import AotiDebugError
-from .diff import BadInput, emit, output_options
+from ._common import BadInput, emit, output_options
 
 
 @click.command()

@@ -46,6 +46,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -1186,30 +1187,64 @@ inline void f32_blocks(const float* p, int64_t n, int64_t b_begin, int64_t b_end
   }
 }
 
-// Large tensors are summarised by the model's own OpenMP threads where the wrapper has
-// them (CPU wrappers are built with -fopenmp; the model thread is waiting for us anyway).
+// ------------------------------------------------------------------------------
+// Threads for large tensors: the model's own OpenMP threads where the wrapper has them
+// (CPU wrappers are built with -fopenmp; the model thread is waiting for us anyway),
+// else short-lived std::threads (GPU wrappers), at most 8. Where no thread can be
+// started, this thread does every part.
+// ------------------------------------------------------------------------------
+int workers() {
+#ifdef _OPENMP
+  return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+  static const int n = static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+  return n;
+#endif
+}
+
+// fn(0) .. fn(parts - 1), each once, in parallel where threads are available.
+template <class Fn>
+void run_parts(int64_t parts, Fn fn) {
+#ifdef _OPENMP
+  if (!omp_in_parallel()) {
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < parts; ++c) fn(c);
+    return;
+  }
+#endif
+  std::vector<std::thread> threads;
+  int64_t started = 1;
+  try {
+    for (; started < parts; ++started) threads.emplace_back(fn, started);
+  } catch (...) {  // no threads here (resource limits, a libc without them): go on alone
+  }
+  fn(0);
+  for (int64_t c = started; c < parts; ++c) fn(c);
+  for (auto& t : threads) t.join();
+}
+
 // Blocks combine exactly for counts, min/max and the checksum; mean and std combine
 // pairwise, so their last bits may depend on the thread count.
 template <class Fn>
 void over_blocks(int64_t n, BlockMoments& out, uint64_t& ck, Fn fn) {
   int64_t nblocks = (n + kBlock - 1) / kBlock;
-#ifdef _OPENMP
-  int threads = omp_get_max_threads();
-  if (nblocks >= 64 && threads > 1 && !omp_in_parallel()) {
+  int threads = workers();
+  if (nblocks >= 64 && threads > 1) {
     int64_t chunks = std::min<int64_t>(nblocks, 4 * static_cast<int64_t>(threads));
+#ifndef _OPENMP
+    chunks = std::min<int64_t>(chunks, threads);  // one std::thread per chunk
+#endif
     std::vector<BlockMoments> parts(static_cast<size_t>(chunks));
     std::vector<uint64_t> cks(static_cast<size_t>(chunks), 0);
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < chunks; ++c) {
+    run_parts(chunks, [&](int64_t c) {
       fn(c * nblocks / chunks, (c + 1) * nblocks / chunks, parts[static_cast<size_t>(c)], cks[static_cast<size_t>(c)]);
-    }
+    });
     for (int64_t c = 0; c < chunks; ++c) {
       out.merge(parts[static_cast<size_t>(c)]);
       ck += cks[static_cast<size_t>(c)];
     }
     return;
   }
-#endif
   fn(0, nblocks, out, ck);
 }
 
@@ -1462,6 +1497,54 @@ uint32_t crc32_of(const void* data, size_t n) {
   return table(data, n);
 }
 
+// crc32_combine (zlib): the CRC of A||B from crc(A), crc(B) and len(B), by multiplying
+// crc(A) by x^(8 len(B)) modulo the polynomial (reflected bit order).
+uint32_t crc_multmodp(uint32_t a, uint32_t b) {
+  uint32_t m = 1u << 31, p = 0;
+  for (;;) {
+    if (a & m) {
+      p ^= b;
+      if ((a & (m - 1)) == 0) break;
+    }
+    m >>= 1;
+    b = (b & 1) ? (b >> 1) ^ 0xEDB88320u : b >> 1;
+  }
+  return p;
+}
+
+uint32_t crc32_combine(uint32_t crc1, uint32_t crc2, uint64_t len2) {
+  static const std::vector<uint32_t> x2n = [] {  // x^(2^k) mod p
+    std::vector<uint32_t> t(32);
+    uint32_t p = 1u << 30;  // x^1
+    t[0] = p;
+    for (int k = 1; k < 32; ++k) t[static_cast<size_t>(k)] = p = crc_multmodp(p, p);
+    return t;
+  }();
+  uint32_t xp = 1u << 31;  // x^0
+  for (unsigned k = 3; len2; len2 >>= 1, ++k) {  // x^(8 len2): bytes to bits
+    if (len2 & 1) xp = crc_multmodp(x2n[k & 31], xp);
+  }
+  return crc_multmodp(xp, crc1) ^ crc2;
+}
+
+// crc32_of over large data in parallel parts, combined in order.
+uint32_t crc32_parallel(const void* data, uint64_t n) {
+  int threads = workers();
+  if (n < (8u << 20) || threads < 2) return crc32_of(data, static_cast<size_t>(n));
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  uint64_t chunk = ((n / static_cast<uint64_t>(threads)) + 63) & ~static_cast<uint64_t>(63);
+  std::vector<uint32_t> crc(static_cast<size_t>(threads), 0);
+  std::vector<uint64_t> len(static_cast<size_t>(threads), 0);
+  run_parts(threads, [&](int64_t i) {
+    uint64_t b = std::min(n, static_cast<uint64_t>(i) * chunk), e = std::min(n, b + chunk);
+    len[static_cast<size_t>(i)] = e - b;
+    crc[static_cast<size_t>(i)] = crc32_of(p + b, static_cast<size_t>(e - b));
+  });
+  uint32_t out = crc[0];
+  for (size_t i = 1; i < crc.size(); ++i) out = crc32_combine(out, crc[i], len[i]);
+  return out;
+}
+
 void put16(std::string& o, uint32_t v) {
   o.push_back(static_cast<char>(v & 0xff));
   o.push_back(static_cast<char>((v >> 8) & 0xff));
@@ -1614,7 +1697,7 @@ std::string write_pt(const std::string& path, const TypeInfo& ti, const std::vec
       {archive + "data.pkl", crc(pkl.data(), pkl.size()), pkl.size(), 0},
       {archive + "byteorder", crc(kByteorder.data(), kByteorder.size()), kByteorder.size(), 0},
       {archive + "version", crc(kVersion.data(), kVersion.size()), kVersion.size(), 0},
-      {archive + "data/0", crc(data, nbytes), nbytes, 0},
+      {archive + "data/0", crc32_parallel(data, nbytes), nbytes, 0},
   };
   const std::string* small[3] = {&pkl, &kByteorder, &kVersion};
   std::string head;
@@ -1744,6 +1827,33 @@ inline void gather_row(unsigned char* out, const unsigned char* src, int64_t n, 
   for (int64_t j = 0; j < n; ++j) o[j] = s[j * stride];
 }
 
+#ifdef AOTI_DEBUG_CUDA
+// One pinned host buffer per .so (grown to the largest tensor up to 256 MiB; larger ones
+// take the shim's copy), used under S.mu. Never freed: the CUDA runtime may be torn down
+// before this .so's statics at exit.
+void* pinned_buffer(uint64_t n) {
+  constexpr uint64_t kMax = 256ull << 20;
+  static void* buf = nullptr;
+  static uint64_t cap = 0;
+  static bool failed = false;
+  if (n > kMax || failed) return nullptr;
+  if (n > cap) {
+    uint64_t want = 1ull << 20;
+    while (want < n) want <<= 1;
+    void* p = nullptr;
+    if (cudaMallocHost(&p, static_cast<size_t>(want)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      failed = true;  // pinned memory refused: the shim's copy from now on
+      return nullptr;
+    }
+    if (buf) cudaFreeHost(buf);
+    buf = p;
+    cap = want;
+  }
+  return buf;
+}
+#endif
+
 // Makes t.data point at contiguous host bytes; "" or an error text.
 std::string host_values(AtenTensorHandle h, HostTensor& t) {
   const TypeInfo* ti = type_info(t.dtype);
@@ -1796,6 +1906,22 @@ std::string host_values(AtenTensorHandle h, HostTensor& t) {
     t.data = t.gathered.data();
     return "";
   }
+#ifdef AOTI_DEBUG_CUDA
+  // A contiguous CUDA tensor: one copy into this .so's reusable pinned buffer (several
+  // times the speed of a copy into fresh pageable memory). The device was synchronised
+  // before the side was read (record_side).
+  if (t.device_type == kDeviceCuda && is_contiguous(t)) {
+    void* src = nullptr;
+    void* dst = pinned_buffer(t.nbytes);
+    if (dst && aoti_torch_get_data_ptr(h, &src) == 0 && src) {
+      if (cudaMemcpy(dst, src, static_cast<size_t>(t.nbytes), cudaMemcpyDeviceToHost) == cudaSuccess) {
+        t.data = dst;
+        return "";
+      }
+      (void)cudaGetLastError();  // the shim's copy below reports what is wrong
+    }
+  }
+#endif
   // A device tensor: a contiguous CPU copy through the shim (synchronous copy).
   std::vector<int64_t> cstride(t.shape.size());
   int64_t st = 1;

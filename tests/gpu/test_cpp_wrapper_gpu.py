@@ -181,6 +181,8 @@ def test_dynamic_shapes_on_cuda(tmp_path, dynamic):
     assert {r["value"] for r in recs if r["kind"] in ("symint", "scalar")} & {7, 21}
 
 
+# The store's distance comes from a tensor: the C++ wrapper runs every kernel once at
+# compile time on made-up inputs (integer ones are zeros), where a constant would fault.
 _IMA_SCRIPT = """
 import os, sys
 sys.path.insert(0, {repo!r})
@@ -188,19 +190,19 @@ import torch, triton, triton.language as tl
 import aoti_debug
 
 @triton.jit
-def far_store(out_ptr, n, BLOCK: tl.constexpr):
+def far_store(out_ptr, shift_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(out_ptr + offs + (1 << 40), offs.to(tl.float32), mask=offs < n)
+    tl.store(out_ptr + offs + tl.load(shift_ptr), offs.to(tl.float32), mask=offs < n)
 
-def f(x):
+def f(x, shift):
     y = torch.sin(x)
     out = torch.empty_like(y)
-    far_store[(1,)](out, out.numel(), BLOCK=128)
+    far_store[(1,)](out, shift, out.numel(), BLOCK=128)
     return torch.cos(out) + y
 
 aoti_debug.enable("names", sync=True)
 with torch._inductor.config.patch(cpp_wrapper=True):
-    torch.compile(f)(torch.randn(64, device="cuda"))
+    torch.compile(f)(torch.randn(64, device="cuda"), torch.tensor([1 << 40], device="cuda"))
 torch.cuda.synchronize()
 """
 
@@ -220,7 +222,8 @@ def test_sync_names_the_kernel_behind_an_illegal_access(tmp_path):
 
 
 _AOTI_SCRIPT = """
-import os, sys
+import faulthandler, os, sys
+faulthandler.enable()
 sys.path.insert(0, {repo!r})
 import torch
 runner = torch._inductor.aoti_load_package({pkg!r})

@@ -66,7 +66,8 @@ def test_locate_user_triton_oob_store(wrapper):
             assert "locate_ima_user_triton.py" in src.user_source, v.render()
     if HAS_DETAIL and wrapper == "python":
         tensors = [a for a in v.launch.args if a.get("kind") == "tensor"]
-        assert len(tensors) == 2 and all(a["shape"] == [1024] and a["device"].startswith("cuda") for a in tensors)
+        assert all(a["device"].startswith("cuda") for a in tensors), tensors
+        assert sorted(a["shape"] for a in tensors) == [[1], [1024], [1024]], tensors  # shift, y, out
         assert {a["role"] for a in tensors} >= {"input"}, v.launch.args
 
 
