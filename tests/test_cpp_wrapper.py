@@ -25,6 +25,7 @@ from aoti_debug.format.writer import default_run_id
 from aoti_debug.runtime.stats import tensor_stats
 from examples.models import MLP
 from tests.conftest import only_run, records
+from tests.kinds import kinds_args, kinds_fn
 
 def compile_cpp(fn, *args, level="save", root=None, dynamic=None, kernels=None, phases=None):
     """Compile ``fn`` with cpp_wrapper=True at ``level`` and run it once; (fn, out, code)."""
@@ -223,35 +224,9 @@ def test_zip64_files_load(mlp, tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------- coverage
-@torch.library.custom_op("aoti_debug_cpp_test::scale_shift", mutates_args=())
-def scale_shift(x: torch.Tensor, s: float) -> torch.Tensor:
-    return x * s + 1
-
-
-@scale_shift.register_fake
-def _(x, s):
-    return torch.empty_like(x)
-
-
-@torch.library.custom_op("aoti_debug_cpp_test::add_into", mutates_args=("out",))
-def add_into(x: torch.Tensor, out: torch.Tensor) -> None:
-    out.add_(x)
-
-
-def kinds_fn(x, idx, w):
-    y = torch.sin(x) @ w                          # C++ kernel + extern mm
-    y = scale_shift(y, 2.0)                       # custom op with an output
-    z = torch.sort(y, dim=-1).values              # C-shim fallback, two outputs
-    acc = torch.zeros(8, z.shape[1])
-    acc.index_put_((idx,), z, accumulate=True)    # index_put
-    add_into(acc * 0.5, acc)                      # mutating custom op
-    return torch.cos(acc)
-
-
 @pytest.fixture(scope="module")
 def kinds(tmp_path_factory):
-    torch.manual_seed(0)
-    args = torch.randn(6, 5), torch.tensor([0, 2, 2, 5, 7, 1]), torch.randn(5, 4)
+    args = kinds_args()
     root = str(tmp_path_factory.mktemp("cpp_kinds"))
     with _env_restored():
         _fn, out, code = compile_cpp(kinds_fn, *args, root=root)
@@ -262,7 +237,7 @@ def test_every_launch_kind_is_instrumented(kinds):
     args, out, code, run_dir = kinds
     recs = records(run_dir)
     ops = {r["op"] for r in recs}
-    assert {"aten.mm", "aoti_debug_cpp_test.scale_shift", "aoti_debug_cpp_test.add_into", "aten.sort"} <= ops
+    assert {"aten.mm", "aoti_debug_test.scale_shift", "aoti_debug_test.add_into", "aten.sort"} <= ops
     assert any(r["kernel"].startswith("cpp_fused") for r in recs)
     torch.testing.assert_close(out, kinds_fn(*args))
     assert code.count("aoti_debug_rt_1::launch(") == code.count("aoti_debug_rt_1::done(") == len({r["launch"] for r in recs})
@@ -271,7 +246,7 @@ def test_every_launch_kind_is_instrumented(kinds):
 def test_fallback_and_custom_op_outputs_after_the_launch(kinds):
     (x, idx, w), _out, _code, run_dir = kinds
     recs = records(run_dir)
-    ss = [r for r in recs if r["op"] == "aoti_debug_cpp_test.scale_shift"]
+    ss = [r for r in recs if r["op"] == "aoti_debug_test.scale_shift"]
     after = [r for r in ss if r["phase"] == "after"]
     assert len(after) == 1 and after[0]["role"] == "output"
     torch.testing.assert_close(load(run_dir, after[0]), (torch.sin(x) @ w) * 2 + 1)
@@ -281,7 +256,7 @@ def test_fallback_and_custom_op_outputs_after_the_launch(kinds):
     assert sorted(r["arg"] for r in sort_after)[0].endswith("[0]") and len({r["index"] for r in sort_after}) == 1
     values = load(run_dir, next(r for r in sort_after if r["dtype"] == "float32"))
     torch.testing.assert_close(values, torch.sort((torch.sin(x) @ w) * 2 + 1, dim=-1).values)
-    mut = [r for r in recs if r["op"] == "aoti_debug_cpp_test.add_into"]
+    mut = [r for r in recs if r["op"] == "aoti_debug_test.add_into"]
     assert {(r["phase"], r["role"]) for r in mut} >= {("before", "inout"), ("after", "inout")}
     for r in recs:
         if r["role"] == "output":

@@ -14,6 +14,7 @@ from aoti_debug.format.schema import NAMES_RE
 from aoti_debug.runtime import session
 from examples.models import MLP
 from tests.conftest import only_run, records
+from tests.kinds import kinds_args, kinds_fn
 
 
 def _compile_and_run(fn, *args, level="save", kernels=None, root=None, **kw):
@@ -100,37 +101,11 @@ def test_outputs_never_captured_before_launch(mlp_dump):
 
 
 # --------------------------------------------------------------------------- coverage
-@torch.library.custom_op("aoti_debug_test::scale_shift", mutates_args=())
-def scale_shift(x: torch.Tensor, s: float) -> torch.Tensor:
-    return x * s + 1
-
-
-@scale_shift.register_fake
-def _(x, s):
-    return torch.empty_like(x)
-
-
-@torch.library.custom_op("aoti_debug_test::add_into", mutates_args=("out",))
-def add_into(x: torch.Tensor, out: torch.Tensor) -> None:
-    out.add_(x)
-
-
-def _kinds_fn(x, idx, w):
-    y = torch.sin(x) @ w                      # cpp kernel + extern mm
-    y = scale_shift(y, 2.0)                   # custom op (fallback with output)
-    z = torch.sort(y, dim=-1).values          # aten fallback, multi-output
-    acc = torch.zeros(8, z.shape[1])
-    acc.index_put_((idx,), z, accumulate=True)  # index_put (lowered into a C++ kernel)
-    add_into(acc * 0.5, acc)                    # mutating custom op
-    return torch.cos(acc)
-
-
 @pytest.fixture(scope="module")
 def kinds_dump(tmp_path_factory):
-    torch.manual_seed(0)
-    x, idx, w = torch.randn(6, 5), torch.tensor([0, 2, 2, 5, 7, 1]), torch.randn(5, 4)
+    x, idx, w = kinds_args()
     root = str(tmp_path_factory.mktemp("kinds"))
-    out, code = _compile_and_run(_kinds_fn, x, idx, w, root=root)
+    out, code = _compile_and_run(kinds_fn, x, idx, w, root=root)
     return (x, idx, w), out, code, only_run(root)
 
 
@@ -158,7 +133,7 @@ def test_custom_op_outputs_and_mutations(kinds_dump):
     torch.testing.assert_close(torch.load(os.path.join(run_dir, after[0]["file"]), weights_only=True), expected)
     mut = [r for r in recs if r["op"] == "aoti_debug_test.add_into"]
     assert {(r["phase"], r["role"]) for r in mut} >= {("before", "inout"), ("after", "inout")}
-    torch.testing.assert_close(out, _kinds_fn(x, idx, w))
+    torch.testing.assert_close(out, kinds_fn(x, idx, w))
 
 
 def test_sort_fallback_records_both_outputs(kinds_dump):

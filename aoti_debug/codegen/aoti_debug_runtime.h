@@ -1190,14 +1190,14 @@ inline void f32_blocks(const float* p, int64_t n, int64_t b_begin, int64_t b_end
 // ------------------------------------------------------------------------------
 // Threads for large tensors: the model's own OpenMP threads where the wrapper has them
 // (CPU wrappers are built with -fopenmp; the model thread is waiting for us anyway),
-// else short-lived std::threads (GPU wrappers), at most 8. Where no thread can be
+// else short-lived std::threads (GPU wrappers), at most 16. Where no thread can be
 // started, this thread does every part.
 // ------------------------------------------------------------------------------
 int workers() {
 #ifdef _OPENMP
   return omp_in_parallel() ? 1 : omp_get_max_threads();
 #else
-  static const int n = static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+  static const int n = static_cast<int>(std::min(16u, std::max(1u, std::thread::hardware_concurrency())));
   return n;
 #endif
 }
@@ -1232,7 +1232,7 @@ void over_blocks(int64_t n, BlockMoments& out, uint64_t& ck, Fn fn) {
   if (nblocks >= 64 && threads > 1) {
     int64_t chunks = std::min<int64_t>(nblocks, 4 * static_cast<int64_t>(threads));
 #ifndef _OPENMP
-    chunks = std::min<int64_t>(chunks, threads);  // one std::thread per chunk
+    chunks = std::min<int64_t>(threads, nblocks / 32);  // one std::thread per chunk of >= 256 KiB (f32)
 #endif
     std::vector<BlockMoments> parts(static_cast<size_t>(chunks));
     std::vector<uint64_t> cks(static_cast<size_t>(chunks), 0);
@@ -1529,7 +1529,7 @@ uint32_t crc32_combine(uint32_t crc1, uint32_t crc2, uint64_t len2) {
 
 // crc32_of over large data in parallel parts, combined in order.
 uint32_t crc32_parallel(const void* data, uint64_t n) {
-  int threads = workers();
+  int threads = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(workers()), n >> 21));  // >= 2 MiB each
   if (n < (8u << 20) || threads < 2) return crc32_of(data, static_cast<size_t>(n));
   const unsigned char* p = static_cast<const unsigned char*>(data);
   uint64_t chunk = ((n / static_cast<uint64_t>(threads)) + 63) & ~static_cast<uint64_t>(63);

@@ -4,6 +4,7 @@ Run with tools/gpu/run_gpu_tests.py."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -112,13 +113,21 @@ def test_cpp_and_python_wrappers_align_on_cuda(mlp_cuda, tmp_path):
     def key(r):
         return (r["kernel"] if r["kernel"] == r["op"] else r["op"], r["kernel_call"], r["phase"], r["arg"])
 
-    py_keys = {key(r): r.get("checksum") for r in py}
-    cc_keys = {key(r): r.get("checksum") for r in cc}
+    py_keys = {key(r): r for r in py}
+    cc_keys = {key(r): r for r in cc}
     assert set(py_keys) == set(cc_keys), set(py_keys) ^ set(cc_keys)
-    # Triton kernels are bitwise reproducible; cuBLAS may pick another algorithm per wrapper.
-    for k, v in cc_keys.items():
-        if k[0].startswith("triton_"):
-            assert v == py_keys[k], k
+    # Values agree to float tolerance, not bitwise: cuBLAS may pick another algorithm per
+    # process, and a Triton reduction another config (the Python wrapper autotunes when
+    # it runs, the C++ wrapper when it compiles). The CPU test asserts bitwise equality.
+    for k, r in cc_keys.items():
+        p = py_keys[k]
+        assert r["kind"] == p["kind"] and r.get("value") == p.get("value"), k
+        if r["kind"] == "tensor":
+            assert (r["dtype"], r["shape"]) == (p["dtype"], p["shape"]), k
+            for stat in ("min", "max", "mean", "absmax"):
+                a, b = r["stats"][stat], p["stats"][stat]
+                assert (a is None) == (b is None), (k, stat)
+                assert a is None or math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-5), (k, stat, a, b)
 
 
 @pytest.mark.skipif(not HAVE_TRITON, reason="needs triton")
