@@ -439,3 +439,15 @@ def test_level_off_emits_nothing():
     with torch._inductor.config.patch(cpp_wrapper=True):
         _out, code = run_and_get_cpp_code(torch.compile(f), torch.randn(8, 8))
     assert "aoti_debug_rt" not in code and "AOTI_DEBUG" not in code
+
+
+def test_cpp_integer_literals_are_scalars():
+    """The C++ GPU wrapper passes a static numel as the C++ printer writes it ("2048L"): a
+    scalar, as the Python wrapper records the same argument; sizes named by symbols stay symints."""
+    import sympy
+
+    from aoti_debug.codegen.inductor import _arg_kind
+
+    assert [_arg_kind(t, sympy.Integer) for t in ("2048L", "2048", "-3LL", "7UL")] == ["scalar"] * 4
+    assert _arg_kind("true", bool) == _arg_kind("1e-05", float) == "scalar"
+    assert _arg_kind("ks0", sympy.Symbol) == _arg_kind("s0", sympy.Symbol) == "symint"

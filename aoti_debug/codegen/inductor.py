@@ -243,12 +243,15 @@ def _root_defs(wrapper) -> dict:
         w = w.parent_wrapper
 
 
+_LITERAL_RE = re.compile(r"-?\d+[uUlL]*|-?\d+(\.\d*)?([eE][-+]?\d+)?")
+
+
 def _arg_kind(arg: Any, arg_type: Any) -> str:
     if isinstance(arg_type, torch.dtype) or (isinstance(arg_type, str) and arg_type.rstrip().endswith("*")):
         return "tensor"  # Triton args carry a dtype, C++ kernel args a pointer type
     text = str(arg)
-    if re.fullmatch(r"-?\d+(\.\d*)?(e-?\d+)?", text) or text in ("True", "False"):
-        return "scalar"
+    if _LITERAL_RE.fullmatch(text) or text in ("True", "False", "true", "false"):
+        return "scalar"  # a literal, also as the C++ printer writes one ("2048L")
     if arg_type is not None and arg_type in (float, bool):
         return "scalar"
     if arg_type is not None or re.fullmatch(r"[a-z]+\d+", text):
