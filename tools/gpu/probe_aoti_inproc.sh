@@ -2,7 +2,9 @@
 # Does an AOTI package crash when loaded in the process that compiled it (as the locate
 # examples do), uninstrumented and at level names? A native backtrace of the first crash.
 set -u
-export CXX=${CXX:-/usr/bin/g++} PYTHONUNBUFFERED=1
+# CXX as given (the device machine sets CXX=/opt/gcc/bin/g++); tools/gpu/run_gpu_tests.py swaps it
+echo "CXX=${CXX:-unset}"
+export PYTHONUNBUFFERED=1
 for level in off names; do
   echo "== examples/locate_ima_indexing.py --wrapper aoti --no-fault, level $level"
   if [ $level = off ]; then unset AOTI_DEBUG_LEVEL; else export AOTI_DEBUG_LEVEL=$level; fi

@@ -18,6 +18,16 @@ import xml.etree.ElementTree as ET
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def links_libstdcxx_statically(cxx: str) -> bool:
+    """True when ``cxx`` has only libstdc++.a to link (-print-file-name finds no .so)."""
+    try:
+        found = subprocess.run([cxx, "-print-file-name=libstdc++.so"], capture_output=True, text=True,
+                               timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return not os.path.isabs(found)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-k", default=None, help="pytest -k expression")
@@ -27,10 +37,13 @@ def main() -> int:
     out = os.environ.get("OUT") or "/tmp"
     xml = os.path.join(out, "gpu_junit.xml")
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
-    # The device machine's default compiler (/opt/gcc/bin/g++) links libstdc++ statically
-    # into AOTI .so files, which then segfault on load (tools/gpu/probe_aoti.sh; README
-    # "AOTInductor on the GPU machine"). The system g++ links it dynamically and works.
-    if "CXX" not in env and os.path.exists("/opt/gcc/bin/g++") and os.path.exists("/usr/bin/g++"):
+    # A compiler that finds no libstdc++.so (the device machine's /opt/gcc/bin/g++, also
+    # its CXX) links libstdc++.a into every AOTI .so, which then segfaults on load
+    # (tools/gpu/probe_aoti_libstdcxx.py; README "AOTInductor on the GPU machine").
+    cxx = env.get("CXX") or "g++"
+    if links_libstdcxx_statically(cxx) and os.path.exists("/usr/bin/g++") \
+            and not links_libstdcxx_statically("/usr/bin/g++"):
+        print(f"CXX={cxx} finds no libstdc++.so (AOTI .so files would crash on load): using /usr/bin/g++")
         env["CXX"] = "/usr/bin/g++"
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", f"--junitxml={xml}",
            "-o", "addopts=", "tests"]
