@@ -954,6 +954,8 @@ inline void f32_block(const float* p, int64_t n, BlockStats& a) {
     aoti_vd s0 = {}, s1 = {}, t0 = {}, t1 = {}, q0 = {}, q1 = {};
     const aoti_vd vc = aoti_vd{} + c;
     int64_t end = n / kStep * kStep;
+    // Two vectors per step, written out by hand: the same body as a lambda called twice
+    // measured 1.9x slower with AVX (GCC 12, 16 MiB of float32, one core).
     for (; i < end; i += kStep) {
       F32Lanes a0(p + i), a1(p + i + kLanes);
       vcount -= a0.fin;
