@@ -184,7 +184,7 @@ def main() -> None:
               file=sys.stderr)
     disk = rows[0][1]["bytes"] / rows[0][1]["seconds"]
     plain = rows[1][1]["bytes"] / rows[1][1]["seconds"]
-    print(f"\n| what | GB | seconds | GB/s | vs plain loop | vs disk | peak RSS MB |")
+    print("\n| what | GB | seconds | GB/s | vs plain loop | vs disk | peak RSS MB |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for label, r in rows:
         rate = r["bytes"] / r["seconds"]

@@ -191,7 +191,7 @@ def main() -> None:
         print(f"  measured {name}: {r}", file=sys.stderr, flush=True)
 
     base = results[0]
-    print(f"\n| config | step median (ms) | step ratio | compile ratio | MB written/step | save floor ratio |")
+    print("\n| config | step median (ms) | step ratio | compile ratio | MB written/step | save floor ratio |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in results:
         if "error" in r:

@@ -35,6 +35,13 @@ def records(run_dir: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def load_record(run_dir: str, rec: dict):
+    """The tensor a manifest record points at, loaded as users load it."""
+    import torch
+
+    return torch.load(os.path.join(run_dir, rec["file"]), weights_only=True)
+
+
 def run_python(code: str, env: dict | None = None, cwd: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (the package installed, env merged in)."""
     full_env = dict(os.environ)

@@ -24,7 +24,7 @@ from torch import nn
 
 import aoti_debug
 from aoti_debug.format.schema import GRAPH_RE, NAMES_RE
-from tests.conftest import REPO, only_run, records, run_python
+from tests.conftest import REPO, load_record, only_run, records, run_python
 
 
 @torch.library.custom_op("aoti_debug_aoti_test::shift", mutates_args=())
@@ -131,9 +131,6 @@ def run_package(pkg: str, workdir, dump: str | None, env: dict | None = None, pr
     return proc, outs
 
 
-def load(run_dir, rec):
-    return torch.load(os.path.join(run_dir, rec["file"]), weights_only=True)
-
 
 # --------------------------------------------------------------------------- save
 @pytest.fixture(scope="module")
@@ -154,14 +151,14 @@ def test_save_values_match_eager_at_two_batch_sizes(save_run):
         ref = eager(model, x)
         torch.testing.assert_close(outs[call], ref["out"])
         fc1 = [r for r in recs if r["op"] == "aten.addmm" and r["phase"] == "after"][2 * call]
-        torch.testing.assert_close(load(run_dir, fc1), ref["fc1"])
+        torch.testing.assert_close(load_record(run_dir, fc1), ref["fc1"])
         shift_out = [r for r in recs if r["op"] == "aoti_debug_aoti_test.shift" and r["phase"] == "after"][call]
-        torch.testing.assert_close(load(run_dir, shift_out), ref["shift"])
+        torch.testing.assert_close(load_record(run_dir, shift_out), ref["shift"])
         sort_out = [r for r in recs if r["op"] == "aten.sort" and r["phase"] == "after" and r["kernel_call"] == call]
         assert sorted(r["dtype"] for r in sort_out) == ["float32", "int64"]
-        torch.testing.assert_close(load(run_dir, next(r for r in sort_out if r["dtype"] == "float32")), ref["sort"])
+        torch.testing.assert_close(load_record(run_dir, next(r for r in sort_out if r["dtype"] == "float32")), ref["sort"])
         last = [r for r in recs if r["phase"] == "after" and r["kind"] == "tensor" and r["shape"] == [x.shape[0], 4]][-1]
-        torch.testing.assert_close(load(run_dir, last), ref["out"])
+        torch.testing.assert_close(load_record(run_dir, last), ref["out"])
 
 
 def test_save_records_constants_inputs_and_symints(save_run):
@@ -169,7 +166,7 @@ def test_save_records_constants_inputs_and_symints(save_run):
     model = make_model()
     recs = records(run_dir)
     first = [r for r in recs if r["op"] == "aten.addmm" and r["kernel_call"] == 0 and r["phase"] == "before"]
-    values = [load(run_dir, r) for r in first]
+    values = [load_record(run_dir, r) for r in first]
     assert any(torch.equal(v, model.fc1.bias) for v in values)                # a constant
     assert any(torch.equal(v, model.fc1.weight.t()) for v in values)          # a constant, viewed
     assert any(torch.equal(v, inputs()[0]) for v in values)                   # the model input
@@ -319,7 +316,7 @@ def test_shim_only_build(shim_package, workdir):
     for x, out in zip(inputs(), outs):
         torch.testing.assert_close(out, eager(model, x)["out"])
     last = [r for r in records(run_dir) if r["phase"] == "after" and r["kind"] == "tensor" and r["shape"] == [5, 4]][-1]
-    torch.testing.assert_close(load(run_dir, last), eager(model, inputs()[1])["out"])
+    torch.testing.assert_close(load_record(run_dir, last), eager(model, inputs()[1])["out"])
 
 
 RUNNER = r"""
@@ -372,4 +369,4 @@ def test_raw_so_from_cpp(shim_package, workdir):
         info = json.load(f)
     assert info["writer"] == "cpp" and info["argv"][0] == exe
     last = [r for r in records(run_dir) if r["phase"] == "after" and r["kind"] == "tensor" and r["shape"] == [3, 4]][-1]
-    torch.testing.assert_close(load(run_dir, last), expected)
+    torch.testing.assert_close(load_record(run_dir, last), expected)

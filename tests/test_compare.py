@@ -19,7 +19,7 @@ from torch import nn
 
 import aoti_debug
 import aoti_debug.compare as C
-from aoti_debug.compare.align import Launch, Pair, pair_records
+from aoti_debug.compare.align import Launch, pair_records
 from aoti_debug.compare.divergence import DivergenceFinder
 from aoti_debug.compare.metrics import TensorComparator, compare_scalars, compare_stats, default_tolerance
 from aoti_debug.compare.result import RecordComparison

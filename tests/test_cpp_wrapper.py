@@ -24,7 +24,7 @@ from aoti_debug.format.schema import GRAPH_RE, NAMES_RE
 from aoti_debug.format.writer import default_run_id
 from aoti_debug.runtime.stats import tensor_stats
 from examples.models import MLP
-from tests.conftest import only_run, records
+from tests.conftest import load_record, only_run, records
 from tests.kinds import kinds_args, kinds_fn
 
 def compile_cpp(fn, *args, level="save", root=None, dynamic=None, kernels=None, phases=None):
@@ -47,9 +47,6 @@ def run_in(root: str, fn, *args, level="save"):
     with aoti_debug.enabled(level=level), torch._inductor.config.patch(cpp_wrapper=True):
         return fn(*args)
 
-
-def load(run_dir, rec):
-    return torch.load(os.path.join(run_dir, rec["file"]), weights_only=True)
 
 
 @contextlib.contextmanager
@@ -95,12 +92,12 @@ def test_saved_values_match_eager(mlp):
     addmm = [r for r in recs if r["op"] == "aten.addmm" and r["phase"] == "after"]
     assert [r["kernel"] for r in addmm] == ["aoti_torch_cpu_addmm_out"] * 2
     assert [r["kernel_call"] for r in addmm] == [0, 1]
-    torch.testing.assert_close(load(run_dir, addmm[0]), h_pre)
+    torch.testing.assert_close(load_record(run_dir, addmm[0]), h_pre)
     relu = [r for r in recs if r["kernel"].startswith("cpp_fused") and "relu" in r["kernel"]]
     assert {r["phase"] for r in relu} == {"before", "after"} and all(r["role"] == "inout" for r in relu)
-    torch.testing.assert_close(load(run_dir, [r for r in relu if r["phase"] == "after"][0]), h)
-    torch.testing.assert_close(load(run_dir, addmm[1]), logits)
-    torch.testing.assert_close(load(run_dir, [r for r in recs if r["phase"] == "after"][-1]), expected)
+    torch.testing.assert_close(load_record(run_dir, [r for r in relu if r["phase"] == "after"][0]), h)
+    torch.testing.assert_close(load_record(run_dir, addmm[1]), logits)
+    torch.testing.assert_close(load_record(run_dir, [r for r in recs if r["phase"] == "after"][-1]), expected)
     torch.testing.assert_close(out, expected)
 
 
@@ -110,8 +107,8 @@ def test_extern_inputs_include_views_and_weights(mlp):
              and r["phase"] == "before"]
     views = [r for r in first if "reinterpret_tensor" in r.get("expr", "")]
     assert len(views) == 1 and views[0]["stride"] == [1, 16]  # the transposed weight, as the kernel sees it
-    torch.testing.assert_close(load(run_dir, views[0]), model.fc1.weight.detach().t())
-    assert any(torch.equal(load(run_dir, r), x) for r in first)
+    torch.testing.assert_close(load_record(run_dir, views[0]), model.fc1.weight.detach().t())
+    assert any(torch.equal(load_record(run_dir, r), x) for r in first)
 
 
 def test_records_complete_files_load_and_stats_match(mlp):
@@ -122,7 +119,7 @@ def test_records_complete_files_load_and_stats_match(mlp):
     for r in recs:
         assert required <= set(r), required - set(r)
         assert r["phase"] == "after" if r["role"] == "output" else True
-        t = load(run_dir, r)
+        t = load_record(run_dir, r)
         assert list(t.shape) == r["shape"] and str(t.dtype) == "torch." + r["dtype"] and t.is_contiguous()
         stats, checksum = tensor_stats(t)
         assert checksum == r["checksum"]
@@ -181,7 +178,7 @@ def test_repeated_calls_never_overwrite(mlp, tmp_path):
     recs = records(run_dir)
     calls = [r for r in recs if r["op"] == "aten.addmm" and r["phase"] == "before" and r["index"] == 1]
     assert [r["kernel_call"] for r in calls] == [0, 1, 2, 3]
-    torch.testing.assert_close(load(run_dir, calls[2]), load(run_dir, calls[0]) * 2)
+    torch.testing.assert_close(load_record(run_dir, calls[2]), load_record(run_dir, calls[0]) * 2)
 
 
 def test_unwritable_dir_warns_once_and_model_runs(mlp, tmp_path, capfd):
@@ -220,7 +217,7 @@ def test_zip64_files_load(mlp, tmp_path, monkeypatch):
     for r in recs:
         with zipfile.ZipFile(os.path.join(run_dir, r["file"])) as z:
             assert z.testzip() is None
-        assert tensor_stats(load(run_dir, r))[1] == r["checksum"]
+        assert tensor_stats(load_record(run_dir, r))[1] == r["checksum"]
 
 
 # --------------------------------------------------------------------------- coverage
@@ -249,12 +246,12 @@ def test_fallback_and_custom_op_outputs_after_the_launch(kinds):
     ss = [r for r in recs if r["op"] == "aoti_debug_test.scale_shift"]
     after = [r for r in ss if r["phase"] == "after"]
     assert len(after) == 1 and after[0]["role"] == "output"
-    torch.testing.assert_close(load(run_dir, after[0]), (torch.sin(x) @ w) * 2 + 1)
+    torch.testing.assert_close(load_record(run_dir, after[0]), (torch.sin(x) @ w) * 2 + 1)
     sort_after = [r for r in recs if r["op"] == "aten.sort" and r["phase"] == "after"]
     assert sorted(r["dtype"] for r in sort_after) == ["float32", "int64"]
     # named as the Python runtime names a returned tuple, with one index for it
     assert sorted(r["arg"] for r in sort_after)[0].endswith("[0]") and len({r["index"] for r in sort_after}) == 1
-    values = load(run_dir, next(r for r in sort_after if r["dtype"] == "float32"))
+    values = load_record(run_dir, next(r for r in sort_after if r["dtype"] == "float32"))
     torch.testing.assert_close(values, torch.sort((torch.sin(x) @ w) * 2 + 1, dim=-1).values)
     mut = [r for r in recs if r["op"] == "aoti_debug_test.add_into"]
     assert {(r["phase"], r["role"]) for r in mut} >= {("before", "inout"), ("after", "inout")}
@@ -361,7 +358,7 @@ def test_dynamic_shapes_record_symints_and_values(tmp_path):
     assert {r["value"] for r in symints} >= {5, 7}
     last = [r for r in recs if r["phase"] == "after" and r["kind"] == "tensor"][-1]
     assert last["shape"] == [7, 3]
-    torch.testing.assert_close(load(run_dir, last), f(x))
+    torch.testing.assert_close(load_record(run_dir, last), f(x))
 
 
 def test_two_graphs_share_one_run(tmp_path):
@@ -395,7 +392,7 @@ def test_subgraph_kernels_get_subgraph_labels(tmp_path):
     sub = [r for r in recs if r["graph"].startswith("graph0/")]
     assert sub, sorted({r["graph"] for r in recs})
     final = [r for r in sub if r["phase"] == "after"][-1]
-    torch.testing.assert_close(load(run_dir, final), torch.sin(x) * 2)
+    torch.testing.assert_close(load_record(run_dir, final), torch.sin(x) * 2)
 
 
 def test_dtypes_stats_and_checksums_match_python(tmp_path):
@@ -416,7 +413,7 @@ def test_dtypes_stats_and_checksums_match_python(tmp_path):
     dtypes = {r["dtype"] for r in recs}
     assert {"float16", "bfloat16", "float64", "int64", "int8", "bool", "uint8", "int32", "float32"} <= dtypes
     for r in recs:
-        t = load(run_dir, r)
+        t = load_record(run_dir, r)
         stats, checksum = tensor_stats(t)
         assert checksum == r["checksum"], r
         expected = stats.to_dict()
@@ -426,7 +423,7 @@ def test_dtypes_stats_and_checksums_match_python(tmp_path):
             assert r["stats"]["mean"] is None
         else:
             assert r["stats"]["mean"] == pytest.approx(expected["mean"], rel=1e-12)
-    outputs = {r["dtype"]: load(run_dir, r) for r in recs if r["phase"] == "after"}
+    outputs = {r["dtype"]: load_record(run_dir, r) for r in recs if r["phase"] == "after"}
     torch.testing.assert_close(outputs["float16"], outs[0], equal_nan=True)
     torch.testing.assert_close(outputs["bfloat16"], outs[1], equal_nan=True)
 

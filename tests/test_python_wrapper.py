@@ -13,7 +13,7 @@ import aoti_debug
 from aoti_debug.format.schema import NAMES_RE
 from aoti_debug.runtime import session
 from examples.models import MLP
-from tests.conftest import only_run, records
+from tests.conftest import load_record, only_run, records
 from tests.kinds import kinds_args, kinds_fn
 
 
@@ -37,9 +37,6 @@ def mlp_dump(tmp_path_factory):
     return model, x, out, code, only_run(root)
 
 
-def _load(run_dir, rec):
-    return torch.load(os.path.join(run_dir, rec["file"]), weights_only=True)
-
 
 def test_saved_values_match_eager(mlp_dump):
     model, x, out, _code, run_dir = mlp_dump
@@ -51,15 +48,15 @@ def test_saved_values_match_eager(mlp_dump):
         expected_out = torch.softmax(logits, dim=-1)
     addmm = [r for r in recs if r["op"] == "aten.addmm" and r["phase"] == "after"]
     assert [r["kernel_call"] for r in addmm] == [0, 1]
-    torch.testing.assert_close(_load(run_dir, addmm[0]), h_pre)  # fc1 before relu
+    torch.testing.assert_close(load_record(run_dir, addmm[0]), h_pre)  # fc1 before relu
     # The relu is fused into a C++ kernel that works in place on the addmm output.
     relu = [r for r in recs if r["kernel"].startswith("cpp_fused") and "relu" in r["kernel"]]
     assert {r["phase"] for r in relu} == {"before", "after"} and all(r["role"] == "inout" for r in relu)
-    torch.testing.assert_close(_load(run_dir, [r for r in relu if r["phase"] == "after"][0]), h)
-    torch.testing.assert_close(_load(run_dir, [r for r in relu if r["phase"] == "before"][0]), h_pre)
-    torch.testing.assert_close(_load(run_dir, addmm[1]), logits)
+    torch.testing.assert_close(load_record(run_dir, [r for r in relu if r["phase"] == "after"][0]), h)
+    torch.testing.assert_close(load_record(run_dir, [r for r in relu if r["phase"] == "before"][0]), h_pre)
+    torch.testing.assert_close(load_record(run_dir, addmm[1]), logits)
     last = [r for r in recs if r["phase"] == "after"][-1]
-    torch.testing.assert_close(_load(run_dir, last), expected_out)
+    torch.testing.assert_close(load_record(run_dir, last), expected_out)
     torch.testing.assert_close(out, expected_out)
 
 
@@ -68,8 +65,8 @@ def test_extern_inputs_include_views(mlp_dump):
     first = [r for r in records(run_dir) if r["op"] == "aten.addmm" and r["kernel_call"] == 0 and r["phase"] == "before"]
     views = [r for r in first if "reinterpret_tensor" in r.get("expr", "")]
     assert len(views) == 1, first
-    torch.testing.assert_close(_load(run_dir, views[0]), model.fc1.weight.detach().t())
-    assert any(torch.equal(_load(run_dir, r), x) for r in first)
+    torch.testing.assert_close(load_record(run_dir, views[0]), model.fc1.weight.detach().t())
+    assert any(torch.equal(load_record(run_dir, r), x) for r in first)
 
 
 def test_records_are_complete_and_files_load(mlp_dump):
@@ -81,7 +78,7 @@ def test_records_are_complete_and_files_load(mlp_dump):
         assert required <= set(r), set(required) - set(r)
         assert r["role"] in ("input", "output", "inout")
         assert (r["phase"] == "before") == (r["role"] in ("input", "inout")) or r["role"] == "inout"
-        t = _load(run_dir, r)
+        t = load_record(run_dir, r)
         assert list(t.shape) == r["shape"] and str(t.dtype) == "torch." + r["dtype"]
     assert [r["seq"] for r in recs] == sorted(r["seq"] for r in recs)
     own = [r for r in recs if not r.get("shared")]
@@ -130,7 +127,7 @@ def test_custom_op_outputs_and_mutations(kinds_dump):
     after = [r for r in ss if r["phase"] == "after"]
     assert len(before) == 1 and len(after) == 1
     expected = (torch.sin(x) @ w) * 2 + 1
-    torch.testing.assert_close(torch.load(os.path.join(run_dir, after[0]["file"]), weights_only=True), expected)
+    torch.testing.assert_close(load_record(run_dir, after[0]), expected)
     mut = [r for r in recs if r["op"] == "aoti_debug_test.add_into"]
     assert {(r["phase"], r["role"]) for r in mut} >= {("before", "inout"), ("after", "inout")}
     torch.testing.assert_close(out, kinds_fn(x, idx, w))

@@ -16,7 +16,7 @@ import aoti_debug
 from aoti_debug.runtime import hooks, session
 from aoti_debug.runtime.stats import tensor_stats
 from examples.models import MLP
-from tests.conftest import REPO, only_run, records, run_dirs
+from tests.conftest import REPO, load_record, only_run, records, run_dirs
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_odd_tensors_are_saved_exactly(fresh_session):
     for n, t in ODD.items():
         r = recs[n]
         assert "error" not in r, r
-        loaded = torch.load(os.path.join(run_dir, r["file"]), weights_only=True)
+        loaded = load_record(run_dir, r)
         assert loaded.dtype == t.dtype and list(loaded.shape) == list(t.shape) == r["shape"]
         assert r["stride"] == list(t.stride())
         if t.dtype == torch.float8_e4m3fn:
@@ -148,12 +148,12 @@ def test_values_are_captured_at_launch_time(fresh_session):
     aoti_debug.flush()
     run_dir = only_run(str(fresh_session))
     rec = records(run_dir)[0]
-    assert torch.equal(torch.load(os.path.join(run_dir, rec["file"]), weights_only=True), torch.ones(1000))
+    assert torch.equal(load_record(run_dir, rec), torch.ones(1000))
 
 
 def test_killed_run_leaves_a_valid_manifest(tmp_path):
     code = textwrap.dedent(
-        f"""
+        """
         import os, signal, torch, aoti_debug
         from aoti_debug.runtime import hooks
         g = hooks.graph(None, "save", False)

@@ -3,7 +3,6 @@ caches never handing back an artifact compiled under other instrumentation."""
 
 from __future__ import annotations
 
-import os
 import sys
 import textwrap
 
@@ -16,7 +15,7 @@ from aoti_debug import config
 from aoti_debug.cli import main
 from aoti_debug.errors import ConfigError
 from examples.models import MLP
-from tests.conftest import REPO, only_run, records, run_dirs, run_python
+from tests.conftest import REPO, only_run, records, run_python
 
 # A user script that knows nothing about aoti_debug.
 SCRIPT = textwrap.dedent(
@@ -76,6 +75,7 @@ def test_fx_and_aot_caches_do_not_cross_instrumentation(tmp_path):
                       cwd=str(tmp_path))
     assert off2.returncode == 0 and "CODE []" in off2.stdout, off2.stdout + off2.stderr
     stats = run_python(SCRIPT, _env(tmp_path, AOTI_DEBUG_LEVEL="stats", AOTI_DEBUG_DIR=str(tmp_path / "s")))
+    assert stats.returncode == 0, stats.stderr
     recs = records(only_run(str(tmp_path / "s")))
     assert recs and not any("file" in r for r in recs), "a save-level artifact was reused for stats"
 

@@ -18,29 +18,10 @@ import aoti_debug
 from aoti_debug.format.schema import ERROR_RE, NAMES_RE
 from aoti_debug.runtime.stats import tensor_stats
 from examples.models import MLP
-from tests.conftest import REPO, only_run, records
+from tests.conftest import REPO, load_record, only_run, records
+from tests.user_kernels import HAVE_TRITON, user_fn
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
-
-try:
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def _scaled_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        pid = tl.program_id(0)
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out_ptr + offs, 2 * tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
-
-    HAVE_TRITON = True
-except ImportError:  # pragma: no cover
-    HAVE_TRITON = False
-
-
-def _load(run_dir, rec):
-    return torch.load(os.path.join(run_dir, rec["file"]), weights_only=True)
-
 
 def compile_cpp(fn, *args, level="save", root=None, sync=False):
     """cpp_wrapper=True compile + one call; the C++ runtime reads AOTI_DEBUG_DIR."""
@@ -91,10 +72,10 @@ def test_triton_kernels_in_cpp_wrapper_match_eager(mlp_cuda):
     with torch.no_grad():
         expected = model(x)
     last = [r for r in recs if r["phase"] == "after" and r["kind"] == "tensor"][-1]
-    torch.testing.assert_close(_load(run_dir, last), expected.cpu(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(load_record(run_dir, last), expected.cpu(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out, expected)
     for r in (r for r in recs if r["kind"] == "tensor"):
-        t = _load(run_dir, r)
+        t = load_record(run_dir, r)
         assert t.device.type == "cpu"
         assert r["checksum"] == tensor_stats(t)[1]
         if r["role"] == "output":
@@ -132,13 +113,6 @@ def test_cpp_and_python_wrappers_align_on_cuda(mlp_cuda, tmp_path):
 
 @pytest.mark.skipif(not HAVE_TRITON, reason="needs triton")
 def test_user_defined_triton_kernel_in_cpp_wrapper(tmp_path):
-    def user_fn(x, y):
-        a = torch.sin(x)
-        out = torch.empty_like(a)
-        n = out.numel()
-        _scaled_add[(triton.cdiv(n, 128),)](a, y, out, n, BLOCK=128)
-        return torch.relu(out)
-
     x, y = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
     out, _code = compile_cpp(user_fn, x, y, root=str(tmp_path))
     run_dir = only_run(str(tmp_path))
@@ -148,7 +122,7 @@ def test_user_defined_triton_kernel_in_cpp_wrapper(tmp_path):
     after = [r for r in recs if r["phase"] == "after"]
     assert len(before) == 2, before
     assert len(after) == 1 and after[0]["role"] == "output"
-    torch.testing.assert_close(_load(run_dir, after[0]), (2 * torch.sin(x) + y).cpu())
+    torch.testing.assert_close(load_record(run_dir, after[0]), (2 * torch.sin(x) + y).cpu())
     torch.testing.assert_close(out, torch.relu(2 * torch.sin(x) + y))
     assert any(r["kind"] in ("scalar", "symint") and r["value"] == 1000 for r in recs)
 
@@ -265,4 +239,4 @@ def test_aoti_package_on_cuda(tmp_path):
     assert any(r["kernel"].startswith("triton_") for r in recs)
     assert {r["graph"] for r in recs} == {"graph0"}
     last = [r for r in recs if r["phase"] == "after" and r["kind"] == "tensor"][-1]
-    torch.testing.assert_close(_load(run_dir, last), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(load_record(run_dir, last), expected, atol=1e-5, rtol=1e-5)

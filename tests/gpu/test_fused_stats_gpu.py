@@ -2,7 +2,7 @@
 
 The same cases as tests/test_fused_stats.py (which runs them in Triton's interpreter),
 plus large tensors, many programs per tensor (the last-program combination under real
-concurrency), no host sync, side streams. Run with tools/gpu/run_gpu_tests.sh.
+concurrency), no host sync, side streams. Run with tools/gpu/run_gpu_tests.py.
 """
 
 from __future__ import annotations

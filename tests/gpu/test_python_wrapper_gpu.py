@@ -1,9 +1,7 @@
 """The Python-wrapper path on CUDA: Triton and user-defined Triton kernels, exact values,
-CUDA graphs, device tensors of every odd kind. Run with tools/gpu/run_gpu_tests.sh."""
+CUDA graphs, device tensors of every odd kind. Run with tools/gpu/run_gpu_tests.py."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 import torch
@@ -12,13 +10,11 @@ import aoti_debug
 from aoti_debug.runtime import hooks, session
 from aoti_debug.runtime.stats import tensor_stats
 from examples.models import MLP
-from tests.conftest import only_run, records
+from tests.conftest import load_record, only_run, records
+from tests.user_kernels import HAVE_TRITON, user_fn
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
-
-def _load(run_dir, rec):
-    return torch.load(os.path.join(run_dir, rec["file"]), weights_only=True)
 
 
 @pytest.fixture(scope="module")
@@ -44,16 +40,16 @@ def test_triton_kernels_values_match_eager(mlp_cuda):
         expected = model(x)
     mm = [r for r in recs if r["op"].startswith("aten.") and r["phase"] == "after"]
     assert mm
-    first = _load(run_dir, mm[0])
+    first = load_record(run_dir, mm[0])
     assert first.device.type == "cpu"
     # fc1 may be mm (+ fused bias in a Triton kernel) or addmm: compare what it is.
     cand = [h_pre.cpu(), (x @ model.fc1.weight.t()).cpu()]
     assert any(torch.allclose(first, c, atol=1e-4, rtol=1e-4) for c in cand)
     last = [r for r in recs if r["phase"] == "after"][-1]
-    torch.testing.assert_close(_load(run_dir, last), expected.cpu(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(load_record(run_dir, last), expected.cpu(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out, expected)
     for r in (r for r in recs if r["kind"] == "tensor"):  # device stats agree with the saved values
-        t = _load(run_dir, r)
+        t = load_record(run_dir, r)
         stats, checksum = tensor_stats(t)
         assert r["checksum"] == checksum
         assert r["stats"]["nan"] == stats.nan
@@ -66,36 +62,12 @@ def test_triton_roles(mlp_cuda):
             assert r["phase"] == "after"
 
 
-try:
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def _scaled_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        pid = tl.program_id(0)
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        tl.store(out_ptr + offs, 2 * tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
-
-    HAVE_TRITON = True
-except ImportError:  # pragma: no cover
-    HAVE_TRITON = False
-
-
-def _user_fn(x, y):
-    a = torch.sin(x)
-    out = torch.empty_like(a)
-    n = out.numel()
-    _scaled_add[(triton.cdiv(n, 128),)](a, y, out, n, BLOCK=128)
-    return torch.relu(out)
-
-
 @pytest.mark.skipif(not HAVE_TRITON, reason="needs triton")
 def test_user_defined_triton_kernel(tmp_path):
     x, y = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
     torch._dynamo.reset()
     with aoti_debug.enabled(level="save", dump_dir=str(tmp_path)):
-        out = torch.compile(_user_fn)(x, y)
+        out = torch.compile(user_fn)(x, y)
     aoti_debug.flush()
     run_dir = only_run(str(tmp_path))
     recs = [r for r in records(run_dir) if "_scaled_add" in r["kernel"]]
@@ -104,7 +76,7 @@ def test_user_defined_triton_kernel(tmp_path):
     after = [r for r in recs if r["phase"] == "after"]
     assert len(before) == 2, before  # x-derived and y; the empty output is never read before the launch
     assert len(after) == 1 and after[0]["role"] == "output"
-    torch.testing.assert_close(_load(run_dir, after[0]), (2 * torch.sin(x) + y).cpu())
+    torch.testing.assert_close(load_record(run_dir, after[0]), (2 * torch.sin(x) + y).cpu())
     torch.testing.assert_close(out, torch.relu(2 * torch.sin(x) + y))
     assert any(r["kind"] in ("scalar", "symint") and r["value"] == 1000 for r in recs)
 
@@ -160,7 +132,7 @@ def test_odd_device_tensors(tmp_path, monkeypatch):
     recs = {r["arg"]: r for r in records(run_dir)}
     for n, t in odd.items():
         assert "error" not in recs[n], recs[n]
-        loaded = _load(run_dir, recs[n])
+        loaded = load_record(run_dir, recs[n])
         ref = t.cpu()
         if t.dtype == torch.float8_e4m3fn:
             assert torch.equal(loaded.view(torch.uint8), ref.view(torch.uint8))
