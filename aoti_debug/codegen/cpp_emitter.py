@@ -4,9 +4,9 @@ The runtime (``cpp_runtime.header_block``) goes once into the root wrapper's hea
 each instrumented launch then gets one line per phase, a block with a constant site
 and a call that passes the values with their C++ types::
 
-    { static constexpr ::aoti_debug_rt_1::Arg aoti_debug_args[] = {{"buf0", "inout", "tensor", "buf0", 0}};
+    { static constexpr ::aoti_debug_rt_1::Arg aoti_debug_args[] = {{"buf0", "inout", "tensor", "buf0", 0, 0, ""}};
       static constexpr ::aoti_debug_rt_1::Site aoti_debug_site = {"", "cpp_fused_relu_0", "cpp_fused_relu_0",
-          1, 0, 1, 1, aoti_debug_args, "", "before,after", __FILE__, __LINE__, "relu"};
+          1, 0, 1, 1, aoti_debug_args, "", "before,after", __FILE__, __LINE__, "relu", "inference", "0/0"};
       ::aoti_debug_rt_1::launch(aoti_debug_site, {buf0}); }
 
 (written on one line, so ``__LINE__`` is the launch's line for ``aoti-debug locate``).
@@ -46,7 +46,9 @@ def ensure_header(manager, wrapper) -> None:
 
 
 def _arg_literal(a: LaunchArg, index: int) -> str:
-    return "{" + ", ".join([*(cpp_string(x) for x in (a.name, a.role, a.kind, a.expr)), str(index)]) + "}"
+    fields = [*(cpp_string(x) for x in (a.name, a.role, a.kind, a.expr)), str(index),
+              "1" if a.uninitialised else "0", cpp_string(a.volatile_reason(a.name) or "")]
+    return "{" + ", ".join(fields) + "}"
 
 
 def python_indices(args: list[LaunchArg]) -> list[int]:
@@ -65,6 +67,7 @@ def python_indices(args: list[LaunchArg]) -> list[int]:
 
 def site_line(manager, launch: Launch, phase: str) -> str:
     settings = manager.settings
+    graph_info = python_emitter.graph_info()
     # The same selection as the Python wrapper's site (python_emitter.site): at level
     # names only metadata is read (AOTI_DEBUG_NAMES_ARGS), all of it before the launch.
     _site, before, after = python_emitter.site(launch, settings.phases, settings.level)
@@ -88,6 +91,8 @@ def site_line(manager, launch: Launch, phase: str) -> str:
         "__FILE__",
         "__LINE__",
         cpp_string(launch.source or ""),
+        cpp_string(graph_info.get("kind", "")),
+        cpp_string(graph_info.get("compile_id", "")),
     ]
     parts.append(f"static constexpr {ns}::Site aoti_debug_site = {{{', '.join(fields)}}};")
     call = "launch" if phase == "before" else "done"

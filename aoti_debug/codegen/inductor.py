@@ -90,6 +90,31 @@ def _graph_name() -> str:
     return "" if getattr(V.graph, "parent", None) is None else str(name)
 
 
+def current_graph_info() -> dict:
+    """Kind and Dynamo compile id of the graph being generated, for run.json.
+
+    ``GraphLowering.is_backward`` / ``is_inference`` (torch 2.11 and 2.13); the compile id
+    from ``torch._guards.CompileContext`` (none under AOTInductor's export path).
+    """
+    from torch._inductor.virtualized import V
+
+    info: dict = {}
+    try:
+        graph = V.graph
+        info["kind"] = "backward" if graph.is_backward else "inference" if graph.is_inference else "forward"
+    except Exception:
+        pass
+    try:
+        from torch._guards import CompileContext
+
+        compile_id = CompileContext.current_compile_id()
+        if compile_id is not None:
+            info["compile_id"] = str(compile_id)
+    except Exception:
+        pass
+    return info
+
+
 def _make_line_class():
     from torch._inductor.codegen.wrapper import WrapperLine
 
@@ -392,6 +417,52 @@ def _op_name(node: Any, kernel: str) -> str:
     return canonical_op(python_name or kernel)
 
 
+#: Return names that carry RNG state or nothing at all, whatever the inputs: the seeds
+#: and offsets of the SDPA variants (efficient, flash, cuDNN; torch 2.11 and 2.13 schemas).
+_VOLATILE_RETURNS = {
+    "philox_seed": "RNG seed",
+    "philox_offset": "RNG offset",
+    "rng_state": "RNG state",
+    "unused": "unused output",
+    "debug_attn_mask": "debug output (filled only with return_debug_mask)",
+}
+
+
+def _volatile_returns(op: Any) -> dict[int, str]:
+    """Positions of ``op``'s returns that are nondeterministic by contract, with why.
+
+    Named RNG returns (``philox_seed``...) are volatile; an op tagged
+    ``nondeterministic_seeded`` whose returns have no names (``randint`` making
+    Inductor's dropout seeds, ``rand``, ``bernoulli``) returns random values throughout.
+    """
+    if not isinstance(op, torch._ops.OpOverload):
+        return {}
+    returns = op._schema.returns
+    name = f"{op.namespace}.{op._schema.name.split('::')[-1]}"
+    out = {i: f"{_VOLATILE_RETURNS[r.name]} of {name}" for i, r in enumerate(returns) if r.name in _VOLATILE_RETURNS}
+    if not out and torch.Tag.nondeterministic_seeded in op.tags and not any(r.name for r in returns):
+        out = {i: f"random values of {name} (nondeterministic_seeded)" for i in range(len(returns))}
+    return out
+
+
+def _mark_volatile(args: list[LaunchArg], op: Any, tuple_output: bool) -> None:
+    """Put the volatile returns of ``op`` on its output args: one arg per return (C++,
+    named ``buf7[2]``), or one arg holding the returned tuple (Python, ``buf7``)."""
+    volatile = _volatile_returns(op)
+    if not volatile:
+        return
+    outputs = [a for a in args if a.role == "output"]
+    for a in outputs:
+        if "[" in a.name:
+            pos = a.name[a.name.index("[") + 1 : a.name.index("]")]
+            if pos.isdigit() and int(pos) in volatile:
+                a.volatile = (("", volatile[int(pos)]),)
+        elif tuple_output:
+            a.volatile = tuple((f"[{i}]", why) for i, why in sorted(volatile.items()))
+        elif 0 in volatile:
+            a.volatile = (("", volatile[0]),)
+
+
 def _flat_ir(items) -> list:
     out = []
     for x in items:
@@ -419,6 +490,7 @@ def _extern_out_launch(wrapper, node, *a, **k) -> Launch:
     out_arg = _tensor_arg(out, "output")
     out_arg.name = node.get_name()
     args.append(out_arg)
+    _mark_volatile(args, getattr(node, "op_overload", None), tuple_output=False)
     return Launch(kernel=kernel, op=_op_name(node, kernel), kind="extern", args=args, graph=_graph_name(),
                   source=_origins(node))
 
@@ -460,6 +532,9 @@ def _fallback_launch(wrapper, node, *a, **k) -> Launch:
             args.append(LaunchArg(name=name, expr=name, role="output", kind="unknown"))
     op = _op_name(node, kernel)
     kind = "fallback" if op.startswith(("aten.", "prims.")) else "custom_op"
+    op_overload = getattr(node, "op_overload", None)
+    multi = isinstance(op_overload, torch._ops.OpOverload) and len(op_overload._schema.returns) > 1
+    _mark_volatile(args, op_overload, tuple_output=multi)
     return Launch(kernel=kernel, op=op, kind=kind, args=args, graph=_graph_name(), source=_origins(node))
 
 
@@ -506,6 +581,7 @@ def _runtime_lookup_launch(wrapper, buf_name, python_kernel_name, get_args, op_o
     op = canonical_op(str(python_kernel_name))
     if isinstance(op_overload, torch._ops.OpOverload):
         op = f"{op_overload.namespace}.{op_overload._schema.name.split('::')[-1]}"
+        _mark_volatile(args, op_overload, tuple_output=len(op_overload._schema.returns) > 1)
     return Launch(kernel=str(python_kernel_name), op=op, kind="custom_op", args=args, graph=_graph_name())
 
 
@@ -601,8 +677,9 @@ def install(settings: CompileSettings) -> None:
 
 
 def _install_alias_tracking() -> None:
-    """Follow ``bufB = bufA  # reuse`` and ``bufB = bufA[0]`` so that the manager knows
-    which buffer names hold data (ReuseLine / MultiOutputLine: torch 2.11 and 2.13)."""
+    """Follow ``bufB = bufA  # reuse``, ``bufB = bufA[0]`` and ``bufB =
+    reinterpret_tensor(bufA, ...)  # alias`` so that the manager knows which storage
+    each buffer name is (ReuseLine / MultiOutputLine / ReinterpretLine)."""
     from torch._inductor.codegen import wrapper as w
 
     def make(names):
@@ -624,6 +701,9 @@ def _install_alias_tracking() -> None:
 
     _patch(w.ReuseLine, "codegen", make(lambda line: (line.reused_as.get_name(), line.node.get_name())))
     _patch(w.MultiOutputLine, "codegen", make(lambda line: (line.result_name, line.arg_name)))
+    # ``buf0 = reinterpret_tensor(buf2, ...)  # alias``: a NonOwningLayout view (Inductor's
+    # torch.cat into one buffer), ReinterpretLine in torch 2.11 and 2.13.
+    _patch(w.ReinterpretLine, "codegen", make(lambda line: (line.reused_as.get_name(), line.node.get_name())))
 
 
 def uninstall() -> None:
@@ -663,14 +743,24 @@ def _update_cache_tag(settings: CompileSettings | None) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _code_fingerprint() -> str:
-    """Changes with the code we emit (package version, C++ runtime text), so that an
-    upgraded aoti_debug never reuses a cached wrapper holding an older runtime."""
+    """Changes with anything that shapes the code we emit or the protocol it speaks: the
+    package version and every source file of ``codegen`` and ``runtime`` (emitters,
+    C++ runtime, the hooks that read the sites), so that a changed aoti_debug never
+    reuses a cached wrapper generated by another."""
     import hashlib
+    import os
 
     from .. import __version__
-    from .cpp_runtime import runtime_source
 
-    return hashlib.sha1((__version__ + runtime_source()).encode()).hexdigest()[:10]
+    digest = hashlib.sha1(__version__.encode())
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for room in ("codegen", "runtime"):
+        folder = os.path.join(package, room)
+        for name in sorted(os.listdir(folder)):
+            if name.endswith((".py", ".h")):
+                with open(os.path.join(folder, name), "rb") as f:
+                    digest.update(name.encode() + b"\0" + f.read())
+    return digest.hexdigest()[:10]
 
 
 def reset_dynamo() -> None:

@@ -35,6 +35,21 @@ class LaunchArg:
     """``tensor``, ``symint`` (a symbolic size), ``scalar`` or ``unknown`` (decided at run time)."""
     dtype: str | None = None
     """Element type where codegen knows it (C++ needs it for scalars)."""
+    uninitialised: bool = False
+    """Read before the launch although no earlier launch of this graph (nor the caller)
+    wrote its storage: recorded as metadata only, never compared (set by the manager)."""
+    volatile: tuple[tuple[str, str], ...] = ()
+    """``(suffix, reason)`` for parts of the value that are nondeterministic by contract
+    (RNG seeds and offsets): ``""`` names the whole value, ``"[2]"`` the third element of
+    the tuple a fallback returns."""
+
+    def volatile_reason(self, name: str) -> str | None:
+        """The reason recorded for ``name`` (this arg or one element of it), if volatile."""
+        suffix = name[len(self.name):] if name.startswith(self.name) else None
+        for part, reason in self.volatile:
+            if part == "" or part == suffix:
+                return reason
+        return None
 
     @property
     def before(self) -> bool:

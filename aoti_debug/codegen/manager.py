@@ -11,15 +11,24 @@ from __future__ import annotations
 import dataclasses
 
 from ..config import CompileSettings
-from .launch import Launch
+from .launch import Launch, base_name
 
 
 class Manager:
-    """Per-wrapper state: settings, which buffers already hold data, header emitted."""
+    """Per-wrapper state: settings, which storages already hold data, header emitted.
+
+    Buffer names are followed to the storage they live in: ``buf0 =
+    reinterpret_tensor(buf2, ...)  # alias`` (a view that a kernel writes in parts, as
+    Inductor lowers ``torch.cat``), ``buf5 = buf2  # reuse`` and ``buf3 = buf2[0]`` (an
+    element of a fallback's result) all name ``buf2``'s memory.
+    """
 
     def __init__(self, settings: CompileSettings):
         self.settings = settings
         self.written: set[str] = set()
+        """Storages (root buffer names) that a launch of this graph has written."""
+        self.storage: dict[str, str] = {}
+        """Buffer name -> the name of the buffer whose memory it is (alias, reuse)."""
         self.header_done = False
         self.launches = 0
 
@@ -50,38 +59,51 @@ class Manager:
         return self.settings.kernels.matches(launch.kernel, launch.op)
 
     def prepare(self, launch: Launch) -> Launch:
-        """Fix roles so that no record shows memory the launch had not yet written.
+        """Flag what a launch reads before anything wrote it, so that no record ever
+        presents unwritten memory as data.
 
-        An in-place arg whose buffer no launch has written yet is treated as a pure
-        output: a user-defined Triton kernel filling a fresh ``empty``, or an Inductor
-        kernel whose ``in_out_ptr`` is a freshly allocated buffer it first writes itself
-        (``buf2 = buf1  # reuse`` of an ``empty_strided``). Reuse and multi-output aliases
-        carry the written state over (:meth:`alias`).
+        A value is data before a launch only if its storage came from the caller (graph
+        inputs, constants: anything not allocated in this graph) or an earlier launch
+        of this graph wrote it. Anything else is flagged ``uninitialised``: a kernel
+        that writes both halves of a ``torch.cat`` buffer and then reads the whole
+        buffer (RoPE's ``rotate_half``), a user-defined Triton kernel filling a fresh
+        ``empty``, an ``in_out_ptr`` that a kernel writes before reading.
         """
         fixed = []
         for a in launch.args:
-            if a.role == "inout" and a.kind == "tensor" and not self._holds_data(a.name):
-                a = dataclasses.replace(a, role="output")
+            if a.before and a.kind in ("tensor", "unknown") and not self._holds_data(a.name):
+                a = dataclasses.replace(a, uninitialised=True)
             fixed.append(a)
         launch = dataclasses.replace(launch, args=fixed)
         launch.unique_names()
         return launch
 
+    def root(self, name: str) -> str:
+        """The buffer that owns ``name``'s memory (``name`` itself unless an alias)."""
+        name = base_name(name.split("#")[0])
+        seen = set()
+        while name in self.storage and name not in seen:
+            seen.add(name)
+            name = self.storage[name]
+        return name
+
     def _holds_data(self, name: str) -> bool:
-        if name in self.written:
-            return True
+        root = self.root(name)
         # Graph inputs, constants and anything not allocated in this graph hold data.
-        return not name.startswith("buf")
+        return root in self.written or not root.startswith("buf")
 
     def alias(self, new: str, old: str) -> None:
-        """``new`` names the memory of ``old`` (a reuse line, a multi-output element)."""
-        if self._holds_data(old):
-            self.written.add(new)
+        """``new`` names the memory of ``old`` (a reinterpret view, a reuse line, a
+        multi-output element): writes through either are writes to one storage."""
+        new, old = base_name(new), self.root(old)
+        if new != old:
+            self.storage[new] = old
 
     def mark_written(self, launch: Launch) -> None:
         for a in launch.args:
-            if a.after:
-                self.written.add(a.name.split("#")[0])
+            if a.after and a.kind in ("tensor", "unknown"):
+                self.written.add(self.root(a.name))
+                self.written.add(self.root(a.expr))
 
     def emit(self, wrapper, launch: Launch, phase: str, cpp: bool) -> list[str]:
         """Lines to put before or after the launch, in the wrapper's language."""

@@ -9,10 +9,12 @@ RUNTIME_MODULE = "aoti_debug.runtime.hooks"
 HANDLE = "_aoti_debug"
 
 
-def header_lines(level: str, sync: bool) -> list[str]:
+def header_lines(level: str, sync: bool, graph_info: dict | None = None) -> list[str]:
+    info = tuple(sorted((graph_info or {}).items()))
     return [
         f"from {RUNTIME_MODULE} import graph as _aoti_debug_graph",
-        f"{HANDLE} = _aoti_debug_graph(globals().get('__file__'), {py_literal(level)}, {py_literal(sync)})",
+        f"{HANDLE} = _aoti_debug_graph(globals().get('__file__'), {py_literal(level)}, {py_literal(sync)}, "
+        f"info={py_literal(info)})",
     ]
 
 
@@ -26,7 +28,7 @@ def ensure_header(manager, wrapper) -> None:
     if getattr(root, "_aoti_debug_header", False):
         return
     root._aoti_debug_header = True
-    for line in header_lines(manager.settings.level, manager.settings.sync):
+    for line in header_lines(manager.settings.level, manager.settings.sync, graph_info()):
         root.imports.writeline(line)
 
 
@@ -35,9 +37,20 @@ def ensure_header(manager, wrapper) -> None:
 ARGS_EXIST_BEFORE = ("triton", "user_triton", "cpp")
 
 
+def graph_info() -> dict:
+    """What the graph being generated is: ``kind`` (forward, backward, inference) and
+    the ``compile_id`` Dynamo gave it, for run.json."""
+    from .inductor import current_graph_info
+
+    return current_graph_info()
+
+
 def site(launch: Launch, phases: tuple[str, ...], level: str) -> tuple:
+    """``(subgraph, kernel, op, before_meta, after_meta, source)``; each meta entry is
+    ``(arg, role, kind, expr, uninitialised, volatile)`` (runtime/hooks.py reads it)."""
+
     def meta(selected):
-        return tuple((a.name, a.role, a.kind, a.expr) for a in selected)
+        return tuple((a.name, a.role, a.kind, a.expr, a.uninitialised, a.volatile) for a in selected)
 
     if level == "names":
         # Metadata only (read when AOTI_DEBUG_NAMES_ARGS is set): the faulting launch

@@ -2,9 +2,10 @@
 
 A launch is known in both runs by ``(graph, op, kernel_call)``: ``op`` is the
 canonical op name, so ``extern_kernels.addmm`` (Python wrapper) and
-``aoti_torch_cpu_addmm_out`` (C++ wrapper) meet. Run B is indexed once (byte
-offsets of its manifest lines per launch); run A is streamed in manifest order and
-each of its launches is paired with the next unused launch of B with that key.
+``aoti_torch_cpu_addmm_out`` (C++ wrapper) meet. Both runs are indexed once (byte
+offsets of their manifest lines per launch counter, so that launches of concurrent
+threads may interleave); A's launches are taken in order of first appearance and
+each is paired with the next unused launch of B with that key.
 
 Inside a launch, records pair by position: the n-th value of a given phase and role
 in A with the n-th in B, when both runs recorded as many such values; what is left
@@ -88,20 +89,26 @@ class Aligner:
         return None, []
 
     def _a_launches(self) -> Iterator[tuple[list[Record], int]]:
-        """A's records grouped by launch (consecutive lines with one launch counter)."""
-        group: list[Record] = []
-        end = 0
-        for _start, stop, r in self.a.entries():
+        """A's records grouped by launch counter, launches in order of first appearance.
+
+        Launches that ran concurrently (a compiled model called from several threads)
+        interleave their lines in the manifest: a launch is every line carrying its
+        counter, wherever it stands. A is indexed by byte offsets first, as B is.
+        """
+        groups: dict[int, list[int]] = {}
+        ends: dict[int, int] = {}
+        for start, stop, r in self.a.entries():
             if not self._wanted(r):
-                end = stop
                 continue
-            if group and (r.launch != group[0].launch or launch_key(r) != launch_key(group[0])):
-                yield group, end
-                group = []
-            group.append(r)
-            end = stop
-        if group:
-            yield group, end
+            groups.setdefault(r.launch, []).append(start)
+            ends[r.launch] = stop
+        for launch, offsets in groups.items():
+            recs = [self.a.record_at(o) for o in offsets]
+            first = launch_key(recs[0])
+            same = [r for r in recs if launch_key(r) == first]
+            yield same, ends[launch]
+            if len(same) < len(recs):  # damaged: one counter on two kernels; keep both visible
+                yield [r for r in recs if launch_key(r) != first], ends[launch]
 
     def launches(self) -> Iterator[Launch]:
         """A's launches in manifest (= launch) order, each with its B counterpart."""

@@ -33,7 +33,7 @@ class _Plan:
     """How one pair will be compared, decided before any tensor file is read."""
 
     pair: Pair
-    how: str  # values | checksum | stats | value | mismatch | error | only_a | only_b
+    how: str  # values | checksum | stats | value | mismatch | error | only_a | only_b | not compared (below)
     note: str = ""
     paths: tuple[str, ...] = ()
     nbytes: int = 0
@@ -66,12 +66,25 @@ def _shape(r: Record) -> str:
     return "x".join(map(str, r.shape)) if r.shape else "scalar"
 
 
-def _plan(pair: Pair, ra: RunReader, rb: RunReader, use_checksums: bool) -> _Plan:
+#: Plans whose pair is listed apart and never compared.
+NOT_COMPARED = ("ignored", "volatile", "uninitialised")
+
+
+def _plan(pair: Pair, ra: RunReader, rb: RunReader, use_checksums: bool, ignore: KernelFilter | None = None) -> _Plan:
     a, b = pair.a, pair.b
+    rec = a if a is not None else b
+    if ignore is not None and rec is not None and ignore.matches(rec.kernel, rec.op, rec.arg):
+        return _Plan(pair, "ignored", f"matches --ignore {ignore}")
     if a is None:
         return _Plan(pair, "only_b", "only in run B")
     if b is None:
         return _Plan(pair, "only_a", "only in run A")
+    uninit = [side for side, r in (("A", a), ("B", b)) if r.uninitialised]
+    if uninit:
+        return _Plan(pair, "uninitialised", f"run {' and '.join(uninit)}: read before any launch wrote it "
+                                            f"(not data; metadata only)")
+    if a.volatile or b.volatile:
+        return _Plan(pair, "volatile", f"nondeterministic by contract: {a.volatile or b.volatile}")
     if a.kind != b.kind:
         return _Plan(pair, "mismatch", f"kind differs: {a.kind} in A, {b.kind} in B")
     if a.kind != "tensor":
@@ -181,7 +194,7 @@ class _Runner:
         assert rec is not None
         atol, rtol = tolerance(rec.dtype if rec.kind == "tensor" else "float", self.atol, self.rtol)
         rc = RecordComparison(plan.how, a, b, None, plan.pair.how, atol, rtol, plan.note)
-        if plan.how in ("only_a", "only_b", "mismatch", "error"):
+        if plan.how in ("only_a", "only_b", "mismatch", "error", *NOT_COMPARED):
             return rc
         if plan.how == "value":
             m = compare_scalars(a, b, self.atol, self.rtol)
@@ -219,6 +232,7 @@ def compare(
     atol: float | None = None,
     rtol: float | None = None,
     kernels: str | None = None,
+    ignore: str | list[str] | tuple[str, ...] | None = None,
     keep_passing: bool = True,
     max_records: int | None = None,
     use_checksums: bool = True,
@@ -231,6 +245,8 @@ def compare(
         a, b: run directories, dump roots holding exactly one run, or open readers.
         atol, rtol: tolerances for every pair; None takes each dtype's default.
         kernels: comma-separated globs on kernel or op names (``!pat`` excludes).
+        ignore: globs (a comma-separated string or a list) on kernel, op or arg names of
+            values known to be noise: listed as ``ignored``, never compared.
         keep_passing: keep passing pairs in ``records`` (else failures only).
         max_records: keep at most this many pairs in ``records`` (the first
             divergence's always); the rest are only counted. None keeps all.
@@ -244,6 +260,8 @@ def compare(
     started = time.perf_counter()
     ra, rb = _as_reader(a), _as_reader(b)
     kfilter = KernelFilter.parse(kernels)
+    patterns = ",".join(ignore) if isinstance(ignore, (list, tuple)) else (ignore or "")
+    ignored = KernelFilter.parse(patterns) if patterns else None
     runner = _Runner(ra, rb, atol, rtol)
     finder = DivergenceFinder()
     kept = _Kept(keep_passing, max_records)
@@ -252,18 +270,17 @@ def compare(
     try:
         aligner = Aligner(ra, rb, kfilter)
         with Prefetcher() as prefetcher, _one_intra_op_thread():
-            planned = _Lookahead(aligner.launches(), lambda p: _plan(p, ra, rb, use_checksums),
+            planned = _Lookahead(aligner.launches(), lambda p: _plan(p, ra, rb, use_checksums, ignored),
                                  prefetcher if read_ahead else None)
             for launch, plans in planned:
                 rows = [runner.run(pl) for pl in plans]
                 launches += 1
-                _forgive_overwritten(rows)
                 finder.observe(launch, rows)
                 kept.add(rows)
                 if progress is not None:
                     progress(launch.end_offset, total)
             for launch in aligner.only_in_b():
-                kept.add([runner.run(_plan(p, ra, rb, use_checksums)) for p in launch.pairs])
+                kept.add([runner.run(_plan(p, ra, rb, use_checksums, ignored)) for p in launch.pairs])
         if progress is not None:
             progress(total, total)
     finally:
@@ -279,23 +296,6 @@ def compare(
         atol=atol, rtol=rtol, kernels=str(kfilter), launches=launches, bytes_read=runner.bytes_read,
         seconds=time.perf_counter() - started, kept_passing=keep_passing, dropped=kept.dropped,
     )
-
-
-def _forgive_overwritten(rows: list[RecordComparison]) -> None:
-    """An in/out arg that differs before a launch but matches after it is not a divergence.
-
-    Inductor hands freshly allocated (uninitialised) buffers to kernels as in/out
-    pointers that the kernel writes before it reads; their "before" values are
-    whatever memory held, and differ from run to run. When the value after the
-    launch matches, the difference did not matter.
-    """
-    after = {rc.a.arg: rc.status for rc in rows if rc.a is not None and rc.a.phase == "after"}
-    for rc in rows:
-        a = rc.a
-        if (rc.status == "fail" and a is not None and a.phase == "before" and a.role == "inout"
-                and after.get(a.arg) == "pass"):
-            rc.status = "overwritten"
-            rc.note = "differs before the launch, matches after it (uninitialised in/out buffer?)"
 
 
 def _level_notes(ra: RunReader, rb: RunReader, basis: collections.Counter) -> list[str]:

@@ -54,9 +54,15 @@ def _pair(a: Any, b: Any) -> str:
     return f"{_num(a)}/{_num(b)}"
 
 
-def _diff_rows(result: DiffResult, clip: bool) -> list[dict]:
+#: Statuses of pairs that were not compared: one summary line, rows only with --all.
+_APART = ("volatile", "uninitialised", "ignored")
+
+
+def _diff_rows(result: DiffResult, clip: bool, show_all: bool = True) -> list[dict]:
     rows = []
     for rc in result.ordered():
+        if rc.status in _APART and not show_all:
+            continue
         r = rc.to_row()
         status = r["status"] + (" *" if r["first"] else "")
         cells = {
@@ -125,6 +131,11 @@ def _diff_footer(result: DiffResult, show_all: bool) -> list[str]:
         lines.append(f"({passing - shown} passing record(s) not listed; --all lists them)")
     if result.dropped:
         lines.append(f"({result.dropped} more record(s) compared but not listed; --limit raises the cap)")
+    apart = [f"{result.counts[s]} {s}" for s in _APART if result.counts.get(s)]
+    if apart:
+        reasons = sorted({rc.note for rc in result.records if rc.status == "volatile"})
+        lines.append(f"not compared: {', '.join(apart)}" + (f" ({'; '.join(reasons[:3])})" if reasons else "")
+                     + ("" if show_all else "; --all lists them"))
     lines.extend(_record_messages(result))
     for n in result.notes:
         lines.append(f"note: {n}")
@@ -185,12 +196,13 @@ def render_diff(result: DiffResult, fmt: str = "table", show_all: bool = False) 
     header = _diff_header(result)
     footer = _diff_footer(result, show_all)
     if fmt == "markdown":
-        table = _markdown_table(_diff_rows(result, clip=False), _DIFF_COLUMNS)
+        table = _markdown_table(_diff_rows(result, False, show_all), _DIFF_COLUMNS)
         return "\n\n".join(["# aoti-debug diff", "\n".join(f"- {h}" for h in header), table,
                             "\n".join(f"- {f}" for f in footer)]) + "\n"
     if fmt == "html":
-        return _html_page("aoti-debug diff", header + footer, [_html_table(_diff_rows(result, False), _DIFF_COLUMNS)])
-    table = _text_table(_diff_rows(result, clip=True), _DIFF_COLUMNS)
+        return _html_page("aoti-debug diff", header + footer,
+                          [_html_table(_diff_rows(result, False, show_all), _DIFF_COLUMNS)])
+    table = _text_table(_diff_rows(result, True, show_all), _DIFF_COLUMNS)
     parts = ["\n".join(header)]
     if table:
         parts.append(table)

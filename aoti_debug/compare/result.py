@@ -13,7 +13,7 @@ from ..format.schema import Record, RunInfo
 from .metrics import Metrics
 
 #: Statuses of a record pair, in the order the tables sort them.
-STATUSES = ("fail", "mismatch", "error", "only_a", "only_b", "overwritten", "pass")
+STATUSES = ("fail", "mismatch", "error", "only_a", "only_b", "volatile", "uninitialised", "ignored", "pass")
 #: Statuses that make a diff "incomplete" (exit 2): the runs could not be compared there.
 INCOMPLETE = ("mismatch", "error", "only_a", "only_b")
 
@@ -48,9 +48,9 @@ class RecordComparison:
     status: str
     """``pass``, ``fail`` (values differ), ``mismatch`` (shape/dtype/kind differ),
     ``error`` (a side cannot be read), ``only_a`` or ``only_b`` (no counterpart), or
-    ``overwritten``: an in/out value that differed before the launch but matches
-    after it, which is what an uninitialised buffer that the kernel writes first
-    looks like (Inductor passes fresh ``empty`` buffers as ``in_out_ptr``)."""
+    not compared: ``volatile`` (nondeterministic by contract: an RNG seed or offset),
+    ``uninitialised`` (read before any launch wrote its storage: not data) or
+    ``ignored`` (matched ``diff --ignore``)."""
     a: Record | None
     b: Record | None
     metrics: Metrics | None = None

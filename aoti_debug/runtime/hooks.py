@@ -10,10 +10,16 @@ Emitted code (see ``aoti_debug.codegen.python_emitter``) looks like::
     _aoti_debug.done(_AD_SITE_3, (buf3,))
 
 A site is a constant tuple ``(subgraph, kernel, op, before_meta, after_meta, source)``,
-each meta a tuple of ``(arg, role, kind_hint, expr)`` in the order of the values passed,
-``source`` what the kernel was made from (or None; older sites have no sixth element).
+each meta a tuple of ``(arg, role, kind_hint, expr, uninitialised, volatile)`` in the
+order of the values passed, ``source`` what the kernel was made from (or None).
 Only inputs (and in-place args) are passed before a launch and only outputs (and
-in-place args) after it, so no record ever shows memory the launch had not written.
+in-place args) after it. An input whose storage nothing had written yet comes with
+``uninitialised`` set and is recorded as metadata only; ``volatile`` holds
+``(suffix, reason)`` pairs for values that are nondeterministic by contract.
+
+Several Python threads may run compiled graphs at once: the launch number and the
+kernel call of the launch a thread is inside are kept per thread, and counters are
+taken under one lock.
 At level ``names`` every arg that exists when the launch starts is passed before it,
 and only its metadata is ever read (``AOTI_DEBUG_NAMES_ARGS``: ``aoti-debug locate``).
 """
@@ -21,6 +27,7 @@ and only its metadata is ever read (``AOTI_DEBUG_NAMES_ARGS``: ``aoti-debug loca
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any, Sequence
 
 import torch
@@ -31,7 +38,10 @@ from . import session as _session
 from .session import Job, warn_once
 from .stats import device_summary, format_checksum, summary_to_stats
 
-Site = tuple  # (subgraph, kernel, op, before_meta, after_meta[, source])
+Site = tuple  # (subgraph, kernel, op, before_meta, after_meta, source)
+
+#: Launch, kernel-call and seq counters of the session are taken under this lock.
+_counters = threading.Lock()
 
 
 def _emit(line: str) -> None:
@@ -61,13 +71,19 @@ def _capturing() -> bool:
 class GraphHandle:
     """One compiled graph's view of the session: labels and the launch/done hooks."""
 
-    def __init__(self, origin: str | None, level: str, sync: bool, wrapper: str = "python"):
+    def __init__(self, origin: str | None, level: str, sync: bool, wrapper: str = "python", info: dict | None = None):
         self.origin = origin
         self.level = level
         self.sync = sync
         self.wrapper = wrapper
-        self._labels: dict[str, str] = {}
-        self._launch = 0
+        self.info = dict(info or {})
+        """``kind`` (forward/backward/inference) and ``compile_id``, for run.json."""
+        self._tls = threading.local()
+
+    @property
+    def _launch(self) -> int:
+        """The launch this thread is inside (set by :meth:`launch`, read by :meth:`done`)."""
+        return getattr(self._tls, "launch", 0)
 
     # -- labels ------------------------------------------------------------------------
     def _label(self, sess: _session.Session, subgraph: str) -> str:
@@ -77,13 +93,14 @@ class GraphHandle:
             base = sess.graph_labels.get((id(self), ""))
             if base is None:
                 base = f"graph{sum(1 for k in sess.graph_labels if k[1] == '')}"
-                sess.register_graph((id(self), ""), base, {"wrapper": self.wrapper, "file": self.origin})
+                sess.register_graph((id(self), ""), base, {"wrapper": self.wrapper, "file": self.origin, **self.info})
                 if self.level == "names":
                     # Where this graph's code is: `aoti-debug locate` shows the faulting line.
                     _emit(graph_line(base, self.wrapper, self.origin))
             label = base if not subgraph else f"{base}/{subgraph}"
             if subgraph:
-                sess.register_graph(key, label, {"wrapper": self.wrapper, "file": self.origin, "subgraph": subgraph})
+                sess.register_graph(key, label, {"wrapper": self.wrapper, "file": self.origin, "subgraph": subgraph,
+                                                 **self.info})
         return label
 
     # -- hooks -------------------------------------------------------------------------
@@ -93,17 +110,19 @@ class GraphHandle:
             sess = _session.current()
             if self.level != "names":
                 sess.writer(self.level, _device_label())
-            sess.launch += 1
-            self._launch = sess.launch
             subgraph, kernel = site[0], site[1]
-            label = self._label(sess, subgraph)
-            sess.kernel_calls[(label, kernel)] += 1
+            with _counters:
+                label = self._label(sess, subgraph)
+                sess.launch += 1
+                sess.kernel_calls[(label, kernel)] += 1
+                tls = self._tls
+                tls.launch, tls.call, tls.label = sess.launch, sess.kernel_calls[(label, kernel)] - 1, label
             if self.level == "names":
-                _emit(names_line("before", self._launch, label, kernel, sess.kernel_calls[(label, kernel)] - 1))
+                _emit(names_line("before", tls.launch, label, kernel, tls.call))
                 if sess.settings.names_args:
                     self._describe(site, values, sys._getframe(1).f_lineno)
                 return
-            self._record(sess, site, site[3], values, "before", label)
+            self._record(sess, site, site[3], values, "before")
         except Exception as e:
             warn_once(f"hook-{type(e).__name__}", f"instrumentation of {site[1]} failed: {e}")
 
@@ -113,12 +132,11 @@ class GraphHandle:
             self._synchronize(site)
         try:
             sess = _session.current()
-            subgraph, kernel = site[0], site[1]
-            label = self._label(sess, subgraph)
             if self.level == "names":
-                _emit(names_line("after", self._launch, label, kernel, sess.kernel_calls[(label, kernel)] - 1))
+                tls = self._tls
+                _emit(names_line("after", tls.launch, tls.label, site[1], tls.call))
                 return
-            self._record(sess, site, site[4], values, "after", label)
+            self._record(sess, site, site[4], values, "after")
         except Exception as e:
             warn_once(f"hook-{type(e).__name__}", f"instrumentation of {site[1]} failed: {e}")
 
@@ -138,35 +156,45 @@ class GraphHandle:
 
         Reads metadata only (no values, no sync): still safe after a device fault.
         """
-        _emit(site_line(self._launch, line, site[5] if len(site) > 5 else None))
-        for (arg, role, kind_hint, _expr), value in zip(site[3], values):
+        _emit(site_line(self._launch, line, site[5]))
+        for (arg, role, kind_hint, *_rest), value in zip(site[3], values):
             for name, v in _flatten(arg, value):
                 _emit(arg_line(self._launch, {"name": name, "role": role, **_metadata(v, kind_hint)}))
 
     # -- records -----------------------------------------------------------------------
-    def _record(self, sess, site: Site, meta: Sequence, values: Sequence[Any], phase: str, label: str) -> None:
+    def _record(self, sess, site: Site, meta: Sequence, values: Sequence[Any], phase: str) -> None:
         if _capturing():
             warn_once("cuda-graph", "a CUDA graph is being captured: instrumented launches are not recorded inside it")
             return
         kernel, op = site[1], site[2]
-        call = sess.kernel_calls[(label, kernel)] - 1
+        tls = self._tls
         base_index = 0 if phase == "before" else len(site[3])
         tensors: list[tuple[dict, torch.Tensor]] = []
-        for i, (m, value) in enumerate(zip(meta, values)):
-            arg, role, kind_hint, expr = m
-            for name, v in _flatten(arg, value):
-                sess.seq += 1
-                rec = {
-                    "seq": sess.seq, "launch": self._launch, "graph": label, "wrapper": self.wrapper,
-                    "kernel": kernel, "op": op, "kernel_call": call, "phase": phase, "arg": name,
-                    "role": role, "index": base_index + i,
-                }
-                if expr and expr != arg:
-                    rec["expr"] = expr
-                if isinstance(v, torch.Tensor):
-                    tensors.append((rec, v))
+        flat = [(i, m, name, v) for i, (m, value) in enumerate(zip(meta, values)) for name, v in _flatten(m[0], value)]
+        with _counters:
+            first_seq = sess.seq + 1
+            sess.seq += len(flat)
+        for seq, (i, m, name, v) in enumerate(flat, first_seq):
+            arg, role, kind_hint, expr, uninitialised, volatile = m
+            rec = {
+                "seq": seq, "launch": tls.launch, "graph": tls.label, "wrapper": self.wrapper,
+                "kernel": kernel, "op": op, "kernel_call": tls.call, "phase": phase, "arg": name,
+                "role": role, "index": base_index + i,
+            }
+            if expr and expr != arg:
+                rec["expr"] = expr
+            reason = _volatile_reason(volatile, name[len(arg):])
+            if reason is not None:
+                rec["volatile"] = reason
+            if isinstance(v, torch.Tensor):
+                if uninitialised:
+                    # Memory no launch had written yet: what it holds is not data.
+                    rec.update(_tensor_meta(v), uninitialised=True)
+                    sess.submit(Job(rec))
                 else:
-                    self._scalar(sess, rec, v, kind_hint)
+                    tensors.append((rec, v))
+            else:
+                self._scalar(sess, rec, v, kind_hint)
         if tensors:
             self._tensors(sess, tensors)
 
@@ -194,10 +222,7 @@ class GraphHandle:
             except Exception as e:
                 warn_once("fused-stats", f"batched stats failed, using torch ops: {e}")
         for rec, t in items:
-            rec.update(
-                kind="tensor", dtype=str(t.dtype).replace("torch.", ""), shape=list(t.shape),
-                stride=list(t.stride()), device=str(t.device), numel=t.numel(),
-            )
+            rec.update(_tensor_meta(t))
             if packed is not None:
                 continue
             try:
@@ -273,6 +298,18 @@ class GraphHandle:
             return None
         filename = tensor_filename(rec["seq"], rec["phase"], rec["kernel"], rec["arg"])
         return host, filename
+
+
+def _volatile_reason(volatile: Sequence, suffix: str) -> str | None:
+    for part, reason in volatile:
+        if part == "" or part == suffix:
+            return reason
+    return None
+
+
+def _tensor_meta(t: torch.Tensor) -> dict:
+    return {"kind": "tensor", "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
+            "stride": list(t.stride()), "device": str(t.device), "numel": t.numel()}
 
 
 def _metadata(v: Any, kind_hint: str) -> dict:
@@ -365,6 +402,8 @@ def _print_line(rec: dict) -> str:
     )
 
 
-def graph(origin: str | None, level: str, sync: bool, wrapper: str = "python") -> GraphHandle:
-    """The handle for one generated module (called once, at module import)."""
-    return GraphHandle(origin, level, sync, wrapper)
+def graph(origin: str | None, level: str, sync: bool, wrapper: str = "python", info: tuple = ()) -> GraphHandle:
+    """The handle for one generated module (called once, at module import).
+
+    ``info``: ``(key, value)`` pairs describing the graph (``kind``, ``compile_id``)."""
+    return GraphHandle(origin, level, sync, wrapper, dict(info))
