@@ -270,13 +270,12 @@ def test_python_wrapper_and_aoti_dumps_of_one_model_align(dumps, tmp_path, monke
             runner(dumps.x)
         aoti_debug.flush()
     manifests = [os.path.join(d, "manifest.jsonl") for d, _, files in os.walk(out) if "manifest.jsonl" in files]
-    if not manifests or all(os.path.getsize(m) == 0 for m in manifests):
-        pytest.skip("the C++/AOTInductor path wrote no records yet (codegen/cpp_emitter.py)")
+    assert manifests and any(os.path.getsize(m) for m in manifests), "the C++/AOTInductor path wrote no records"
     result = C.compare(dumps.save_a, out)
     # AOTInductor may fold constants into extra kernel outputs (only in one run): allowed.
     assert result.counts.get("fail", 0) == 0 and result.first_divergence is None, result.failures()[:5]
     assert result.info_b.writer == "cpp" or any(rc.b.wrapper == "cpp" for rc in result.records if rc.b)
-    aligned = sum(result.counts.get(s, 0) for s in ("pass", "overwritten"))
+    aligned = sum(result.counts.get(s, 0) for s in ("pass", "uninitialised"))
     assert aligned >= 10
 
 

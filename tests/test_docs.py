@@ -61,13 +61,13 @@ def test_python_emitter_golden():
     before = python_emitter.emit(m, root, launch, "before")
     after = python_emitter.emit(m, root, launch, "after")
     site = ("('', 'triton_poi_fused_add_0', 'triton_poi_fused_add_0', "
-            "(('arg0_1', 'input', 'tensor', 'arg0_1'), ('xnumel', 'input', 'scalar', '16')), "
-            "(('buf0', 'output', 'tensor', 'buf0'),), None)")
+            "(('arg0_1', 'input', 'tensor', 'arg0_1', False, ()), ('xnumel', 'input', 'scalar', '16', False, ())), "
+            "(('buf0', 'output', 'tensor', 'buf0', False, ()),), None)")
     assert before == [f"_aoti_debug.launch({site}, (arg0_1, 16))"]
     assert after == [f"_aoti_debug.done({site}, (buf0,))"]
     assert Root.imports.lines == [
         "from aoti_debug.runtime.hooks import graph as _aoti_debug_graph",
-        "_aoti_debug = _aoti_debug_graph(globals().get('__file__'), 'save', False)",
+        "_aoti_debug = _aoti_debug_graph(globals().get('__file__'), 'save', False, info=())",
     ]
     odd = Launch(kernel="k'\"\\n", op="k", kind="cpp", args=[])
     line = python_emitter.emit(m, root, odd, "before")[0]

@@ -30,8 +30,8 @@ def fresh_session(tmp_path, monkeypatch):
 
 
 def _site(kernel, names_in, names_out=()):
-    meta = lambda names, role: tuple((n, role, "unknown", n) for n in names)  # noqa: E731
-    return ("", kernel, kernel, meta(names_in, "input"), meta(names_out, "output"))
+    meta = lambda names, role: tuple((n, role, "unknown", n, False, ()) for n in names)  # noqa: E731
+    return ("", kernel, kernel, meta(names_in, "input"), meta(names_out, "output"), None)
 
 
 ODD = {
@@ -78,8 +78,8 @@ def test_odd_tensors_are_saved_exactly(fresh_session):
 
 def test_scalars_are_recorded_as_scalars(fresh_session):
     g = hooks.graph(None, "stats", False)
-    site = ("", "k", "k", (("s0", "input", "symint", "s0"), ("alpha", "input", "scalar", "1.5"),
-                           ("flag", "input", "scalar", "True")), ())
+    site = ("", "k", "k", (("s0", "input", "symint", "s0", False, ()), ("alpha", "input", "scalar", "1.5", False, ()),
+                           ("flag", "input", "scalar", "True", False, ())), (), None)
     g.launch(site, (7, 1.5, True))
     aoti_debug.flush()
     recs = records(only_run(str(fresh_session)))
@@ -158,7 +158,7 @@ def test_killed_run_leaves_a_valid_manifest(tmp_path):
         from aoti_debug.runtime import hooks
         g = hooks.graph(None, "save", False)
         for i in range(50):
-            g.launch(("", "k", "k", (("x", "input", "tensor", "x"),), ()), (torch.randn(1000),))
+            g.launch(("", "k", "k", (("x", "input", "tensor", "x", False, ()),), (), None), (torch.randn(1000),))
         aoti_debug.flush()
         os.kill(os.getpid(), signal.SIGKILL)
         """

@@ -129,6 +129,17 @@ def test_dropout_seeds_are_volatile_and_listed_apart(tmp_path):
     assert first is not None and "randint" not in first.op, str(result)
     assert "native_dropout" in first.kernel
 
+    from click.testing import CliRunner
+
+    from aoti_debug.cli import main
+
+    out = CliRunner().invoke(main, ["diff", a, b])
+    assert out.exit_code == 1 and "not compared: 1 volatile" in out.output, out.output
+    # What a user knows to be noise: the dropout kernel's mask differs with the seed.
+    out = CliRunner().invoke(main, ["diff", a, b, "--ignore", "*native_dropout*", "--all"])
+    assert out.exit_code == 0, out.output
+    assert "ignored" in out.output and "volatile" in out.output
+
 
 def test_volatile_outputs_from_op_schemas():
     from aoti_debug.codegen.inductor import _volatile_returns

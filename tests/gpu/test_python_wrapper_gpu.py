@@ -126,7 +126,7 @@ def test_odd_device_tensors(tmp_path, monkeypatch):
     }
     g = hooks.graph(None, "save", False)
     names = list(odd)
-    g.launch(("", "k", "k", tuple((n, "input", "tensor", n) for n in names), ()), [odd[n] for n in names])
+    g.launch(("", "k", "k", tuple((n, "input", "tensor", n, False, ()) for n in names), (), None), [odd[n] for n in names])
     aoti_debug.flush()
     run_dir = only_run(str(tmp_path))
     recs = {r["arg"]: r for r in records(run_dir)}
