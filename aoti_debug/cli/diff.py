@@ -38,20 +38,26 @@ class _Progress:
 @click.option("--atol", type=float, default=None, help="Absolute tolerance (default: per dtype, as torch.testing.assert_close).")
 @click.option("--rtol", type=float, default=None, help="Relative tolerance, relative to B (default: per dtype).")
 @click.option("--kernels", "-k", default=None, help="Comma-separated globs on kernel or op names; !pat excludes.")
-@click.option("--all", "show_all", is_flag=True, help="List passing records too.")
+@click.option("--ignore", "ignore", multiple=True, metavar="PATTERN",
+              help="Glob on kernel, op or arg names of values known to be noise: listed as ignored, "
+                   "not compared. Repeatable.")
+@click.option("--all", "show_all", is_flag=True, help="List passing and not-compared records too.")
 @click.option("--limit", type=click.IntRange(min=1), default=10000, show_default=True,
               help="List at most this many records (all are compared and counted).")
 @click.option("--full", is_flag=True, help="Read tensor files even where equal checksums prove bitwise equality.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a terminal).")
 @output_options
-def diff(dump_a, dump_b, atol, rtol, kernels, show_all, limit, full, progress, fmt, output):
+def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, full, progress, fmt, output):
     """Compare DUMP_A against DUMP_B (the reference) and name the first divergence.
 
     Each DUMP is a run directory or a dump root holding exactly one run. Records are
     aligned by (graph, kernel, call, arg, phase), extern kernels by their op name, so
     Python-wrapper and AOTInductor dumps of one model line up. The first divergence
     is the earliest launch of A whose outputs differ while its inputs match (or whose
-    differing input no earlier launch wrote: a weight or graph input).
+    differing input no earlier launch wrote: a weight or graph input). Values that are
+    nondeterministic by contract (RNG seeds and offsets: "volatile"), memory read before
+    anything wrote it ("uninitialised") and --ignore matches are listed apart, never
+    compared, never named as the divergence.
 
     \b
     Exit status: 0 equal within tolerance, 1 different, 2 bad input or records that
@@ -65,7 +71,8 @@ def diff(dump_a, dump_b, atol, rtol, kernels, show_all, limit, full, progress, f
 
     bar = _Progress(progress)
     try:
-        result = compare(dump_a, dump_b, atol=atol, rtol=rtol, kernels=kernels, keep_passing=show_all,
+        result = compare(dump_a, dump_b, atol=atol, rtol=rtol, kernels=kernels, ignore=list(ignore),
+                         keep_passing=show_all,
                          max_records=limit, use_checksums=not full, progress=bar)
     except AotiDebugError as e:
         raise BadInput(str(e)) from None
