@@ -51,13 +51,15 @@ def test_show_a_run(dumps):
     assert r.exit_code == 0, r.output
     launches = len({x["launch"] for x in recs})
     kernels = {x["kernel"] for x in recs}
-    assert f"1 graph(s) (graph0), {len(kernels)} kernel(s), {launches} launch(es), {len(recs)} record(s)" in r.output
-    assert "first NaN/Inf: none" in r.output
+    # Graphs are named for what they are (run.json's kind and compile id).
+    title = "graph0 (inference 0/0)"
+    assert f"1 graph(s) ({title}), {len(kernels)} kernel(s), {launches} launch(es), {len(recs)} record(s)" in r.output
+    assert "first NaN/Inf: none" in r.output and "born in" not in r.output
     table = r.output.split("\n\n")[-1]
     for k in kernels:
         assert k in table
-    addmm = next(l for l in table.splitlines() if l.startswith("graph0 extern_kernels.addmm"))
-    assert addmm.split()[2:5] == ["aten.addmm", "2", "8"]  # op, calls, records
+    addmm = next(l for l in table.splitlines() if l.startswith(f"{title} extern_kernels.addmm"))
+    assert addmm[len(title):].split()[1:4] == ["aten.addmm", "2", "8"]  # op, calls, records
 
 
 def test_value_ranges_are_those_the_kernel_wrote(dumps):
@@ -73,9 +75,13 @@ def test_value_ranges_are_those_the_kernel_wrote(dumps):
 def test_first_nan_from_a_graph_input(dumps):
     reader = first_reader_of(dumps.save_a, dumps.x)
     r = show(dumps.save_nan)
-    line = next(l for l in r.output.splitlines() if l.startswith("first NaN/Inf: "))
-    assert f"launch {reader.launch} graph0 {reader.kernel} call 0 before {reader.arg} (nan=1 inf=0)" in line
+    line = next(l for l in r.output.splitlines() if l.startswith("first NaN: "))
+    assert (f"launch {reader.launch} graph0 (inference 0/0) {reader.kernel} call 0 before {reader.arg} (nan=1 inf=0)"
+            in line)
     assert "a graph input (no instrumented kernel wrote it)" in line
+    assert "first Inf: none" in r.output
+    # The NaN came in from outside: no launch gave birth to it.
+    assert "born in" not in r.output and "no launch made NaN/Inf from inputs without it" in r.output
     assert r.exit_code == 0
 
 
@@ -86,7 +92,8 @@ def test_first_nan_produced_by_a_kernel(nan_made_by_a_kernel):
     assert nf["kernel"].startswith("cpp_fused_") and "log" in nf["kernel"]
     assert "from finite inputs" in nf["summary"]
     text = show(nan_made_by_a_kernel).output
-    assert f"first NaN/Inf: seq {nf['seq']} " in text and f"produced by {nf['kernel']}" in text
+    assert f"first NaN: seq {nf['seq']} " in text and f"produced by {nf['kernel']}" in text
+    assert f"NaN born in launch {nf['launch']} graph0 (inference 0/0) {nf['kernel']} call 0: " in text
 
 
 def test_stats_level_run(dumps):

@@ -281,3 +281,34 @@ def test_four_threads_records_belong_to_their_launch(wrapper, tmp_path):
         or per_kernel.get("extern_kernels.mm") is None and set(per_kernel.values()) <= {20, 40}, per_kernel
     result = compare(run, run)
     assert result.exit_code == 0, str(result)
+
+
+# --------------------------------------------------------------------------- births in a diff
+def _log_model(x):
+    return torch.log(x - 0.5) * 2
+
+
+def test_diff_lists_births_one_run_has(tmp_path):
+    from click.testing import CliRunner
+
+    from aoti_debug.cli import main
+
+    torch._dynamo.reset()
+    with aoti_debug.enabled(level="stats", dump_dir=str(tmp_path / "c")):
+        fn = torch.compile(_log_model)
+        fn(torch.ones(8))
+    _, clean = _run(fn, (torch.ones(8),), "python", "stats", str(tmp_path / "clean"))
+    x = torch.ones(8)
+    x[2] = 0.25  # log of a negative: a NaN is born in the compiled kernel
+    _, bad = _run(fn, (x,), "python", "stats", str(tmp_path / "bad"))
+    result = compare(bad, clean)
+    assert result.births_a is not None and result.births_a.first_nan is not None
+    assert result.births_b is not None and result.births_b.first_nan is None
+    assert len(result.birth_differences) == 1 and result.birth_differences[0].startswith("only in run A: NaN born")
+    out = CliRunner().invoke(main, ["diff", bad, clean])
+    assert out.exit_code == 1 and "NaN/Inf births that differ:" in out.output, out.output
+    out = CliRunner().invoke(main, ["diff", bad, clean, "--format", "json"])
+    import json
+
+    data = json.loads(out.output)
+    assert data["births_a"]["nan"] and data["birth_differences"]

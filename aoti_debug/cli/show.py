@@ -14,11 +14,17 @@ from ._common import BadInput, emit, output_options
 @click.argument("dump")
 @output_options
 def show(dump, fmt, output):
-    """Summarise DUMP: runs, graphs, kernels, launches, bytes, value ranges, first NaN/Inf.
+    """Summarise DUMP: runs, graphs, kernels, launches, bytes, value ranges, where NaN/Inf were born.
 
     DUMP is a run directory or a dump root (every run under it is shown). Per kernel:
-    its calls, records, bytes, and the range of the values it wrote; then the first
-    record holding NaN or Inf and the kernel that produced it. Reads the manifest only.
+    its calls, records, bytes, and the range of the values it wrote. Then where NaN and
+    Inf were born: the launches whose outputs hold NaN (or Inf) that none of their
+    inputs held, the first NaN birth named before the first Inf birth (a causal mask
+    built from -inf is an Inf birth and never hides a later NaN); and the first record
+    holding NaN, apart from the first holding Inf, with the kernel that produced it.
+    Memory read before anything wrote it ("uninitialised") never counts. A run that
+    recorded only inputs or only outputs says what cannot be concluded. Reads the
+    manifest only.
 
     \b
     Exit status: 0, or 2 for a missing path, not a dump, or a damaged manifest.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import types
 
+from .births import Birth, Births, find_births
 from .diff import compare
 from .divergence import DivergenceFinder
 from .dump import Dump, load_dump
@@ -24,7 +25,7 @@ from .show import KernelSummary, NonFinite, RunSummary, ShowResult, summarize
 __all__ = [
     "compare", "load_dump", "summarize", "Dump", "DiffResult", "RecordComparison", "FirstDivergence",
     "Metrics", "TensorComparator", "default_tolerance", "ShowResult", "RunSummary", "KernelSummary",
-    "NonFinite", "DivergenceFinder",
+    "NonFinite", "DivergenceFinder", "Birth", "Births", "find_births",
 ]
 
 

@@ -19,6 +19,7 @@ from ..errors import RecordError
 from ..format.reader import RunReader
 from ..format.schema import Record
 from .align import Aligner, Launch, Pair
+from .births import Births, find_births
 from .divergence import DivergenceFinder
 from .metrics import TensorComparator, compare_checksums, compare_scalars, compare_stats, tolerance
 from .prefetch import Prefetcher
@@ -286,6 +287,7 @@ def compare(
     finally:
         ra.close()
         rb.close()
+    births_a, births_b = (find_births(_records(r, kfilter), r.info.phases) for r in (ra, rb))
     notes = [f"run A: {n}" for n in ra.notes] + [f"run B: {n}" for n in rb.notes]
     problems = [f"run A: {p}" for p in ra.problems] + [f"run B: {p}" for p in rb.problems]
     notes.extend(_level_notes(ra, rb, runner.basis))
@@ -295,7 +297,24 @@ def compare(
         basis=dict(runner.basis), first_divergence=finder.first, problems=problems, notes=notes,
         atol=atol, rtol=rtol, kernels=str(kfilter), launches=launches, bytes_read=runner.bytes_read,
         seconds=time.perf_counter() - started, kept_passing=keep_passing, dropped=kept.dropped,
+        births_a=births_a, births_b=births_b, birth_differences=birth_differences(births_a, births_b),
     )
+
+
+def _records(reader: RunReader, kfilter: KernelFilter):
+    return (r for r in reader.records() if kfilter.matches(r.kernel, r.op))
+
+
+def birth_differences(a: Births, b: Births) -> list[str]:
+    """One line per NaN/Inf birth that the two runs do not share, paired by
+    (graph, op, call, value): where one run makes non-finite values and the other not."""
+    lines = []
+    for side, mine, other in (("A", a, b), ("B", b, a)):
+        theirs = {x.key for x in other.nan + other.inf}
+        for birth in sorted(mine.nan + mine.inf, key=lambda x: (x.launch, x.value)):
+            if birth.key not in theirs:
+                lines.append(f"only in run {side}: {birth}")
+    return lines
 
 
 def _level_notes(ra: RunReader, rb: RunReader, basis: collections.Counter) -> list[str]:

@@ -8,7 +8,8 @@ import math
 from typing import Any
 
 from .result import DiffResult
-from .show import RunSummary, ShowResult, format_bytes
+from .births import Birth
+from .show import RunSummary, ShowResult, format_bytes, graph_title
 from .metrics import default_tolerance
 
 FORMATS = ("table", "csv", "json", "markdown", "html")
@@ -21,6 +22,11 @@ _DIFF_COLUMNS = (
     ("inf", "inf a/b"), ("basis", "basis"), ("note", "note"),
 )
 _SHOW_COLUMNS = ("graph", "kernel", "op", "calls", "records", "bytes", "min", "max", "absmax", "nan", "inf")
+_BIRTH_COLUMNS = (("born", "born"), ("launch", "launch"), ("graph", "graph"), ("kernel", "kernel"), ("op", "op"),
+                  ("call", "call"), ("nan", "nan"), ("inf", "inf"), ("outputs", "outputs"),
+                  ("inputs", "inputs held"), ("source", "source"))
+#: Births per kind in a table (``--format json`` has them all).
+_BIRTH_ROWS = 20
 
 
 def _num(v: Any) -> str:
@@ -98,9 +104,16 @@ def _diff_header(result: DiffResult) -> list[str]:
     lines.append(f"{result.basis_line()}; {_tolerance_line(result)}; B is the reference"
                  + (f"; kernels {result.kernels}" if result.kernels else ""))
     if result.first_divergence is not None:
-        lines.append(f"FIRST DIVERGENCE: {result.first_divergence}")
+        first = result.first_divergence
+        title = graph_title(first.graph, result.info_a.graphs.get(first.graph))
+        lines.append(f"FIRST DIVERGENCE: {first}".replace(f" {first.graph} ", f" {title} ", 1))
     elif result.counts.get("fail"):
         lines.append("FIRST DIVERGENCE: none found among the aligned launches")
+    if result.birth_differences:
+        lines.append("NaN/Inf births that differ:")
+        lines.extend(f"  {line}" for line in result.birth_differences[:MAX_RECORD_MESSAGES])
+        if len(result.birth_differences) > MAX_RECORD_MESSAGES:
+            lines.append(f"  ... and {len(result.birth_differences) - MAX_RECORD_MESSAGES} more (--format json lists all)")
     return lines
 
 
@@ -213,10 +226,38 @@ def render_diff(result: DiffResult, fmt: str = "table", show_all: bool = False) 
 def _show_rows(run: RunSummary) -> list[dict]:
     rows = []
     for k in run.kernels:
-        rows.append({"graph": k.graph, "kernel": k.kernel, "op": k.op if k.op != k.kernel else "", "calls": k.calls,
-                     "records": k.records, "bytes": format_bytes(k.bytes), "min": _num(k.min), "max": _num(k.max),
-                     "absmax": _num(k.absmax), "nan": k.nan, "inf": k.inf})
+        rows.append({"graph": run.graph_title(k.graph), "kernel": k.kernel, "op": k.op if k.op != k.kernel else "",
+                     "calls": k.calls, "records": k.records, "bytes": format_bytes(k.bytes), "min": _num(k.min),
+                     "max": _num(k.max), "absmax": _num(k.absmax), "nan": k.nan, "inf": k.inf})
     return rows
+
+
+def _birth_rows(run: RunSummary, limit: int | None = _BIRTH_ROWS) -> list[dict]:
+    rows = []
+    for births in (run.births.nan, run.births.inf):
+        for b in births[:limit]:
+            name = "NaN" if b.value == "nan" else "Inf"
+            rows.append({"born": f"{name}?" if b.candidate else name, "launch": b.launch,
+                         "graph": run.graph_title(b.graph), "kernel": b.kernel, "op": b.op if b.op != b.kernel else "",
+                         "call": b.kernel_call, "nan": b.nan, "inf": b.inf, "outputs": ", ".join(b.outputs),
+                         "inputs": b.inputs_held, "source": ", ".join(b.source)})
+    return rows
+
+
+def _births_title(run: RunSummary) -> str:
+    b = run.births
+    more = [f"{len(x) - _BIRTH_ROWS} more {name}" for name, x in (("NaN", b.nan), ("Inf", b.inf))
+            if len(x) > _BIRTH_ROWS]
+    kind = "NaN/Inf births" if b.complete else "NaN/Inf birth candidates (\"?\": inputs not recorded)"
+    return (f"{kind}: {len(b.nan)} NaN, {len(b.inf)} Inf (NaN births listed first, each kind in launch order)"
+            + (f" ({', '.join(more)}: --format json lists all)" if more else ""))
+
+
+def _headline(run: RunSummary, b: Birth | None, name: str, others: int) -> str | None:
+    if b is None:
+        return None
+    more = f" (+{others} more {name} birth(s))" if others else ""
+    return b.describe(run.graph_title(b.graph)) + more
 
 
 def _run_lines(run: RunSummary) -> list[str]:
@@ -225,11 +266,23 @@ def _run_lines(run: RunSummary) -> list[str]:
         f"run {info.run_id or '?'}: {run.path}",
         f"level {info.level or '?'}, {info.writer} writer, device {info.device or '?'}, torch {info.torch_version or '?'}"
         + (f", rank {info.rank}/{info.world_size}" if info.world_size > 1 else ""),
-        f"{len(run.graphs)} graph(s) ({', '.join(run.graphs) or '-'}), {len(run.kernels)} kernel(s), "
-        f"{run.launches} launch(es), {run.records} record(s), {run.tensors} tensor(s), "
+        f"{len(run.graphs)} graph(s) ({', '.join(map(run.graph_title, run.graphs)) or '-'}), "
+        f"{len(run.kernels)} kernel(s), {run.launches} launch(es), {run.records} record(s), {run.tensors} tensor(s), "
         f"{format_bytes(run.bytes)} in {run.files} file(s)",
-        f"first NaN/Inf: {run.first_nonfinite if run.first_nonfinite else 'none'}",
     ]
+    # Where NaN was born first, then Inf: a mask kernel making -inf never hides a NaN birth.
+    births = run.births
+    lines += [h for h in (_headline(run, births.first_nan, "NaN", len(births.nan) - 1),
+                          _headline(run, births.first_inf, "Inf", len(births.inf) - 1)) if h]
+    if run.first_nan is None and run.first_inf is None:
+        lines.append("first NaN/Inf: none")
+    else:
+        if births.complete and not births.nan and not births.inf:
+            lines.append("no launch made NaN/Inf from inputs without it: they came in from outside the "
+                         "instrumented launches")
+        lines.append(f"first NaN: {run.first_nan or 'none'}")
+        lines.append(f"first Inf: {run.first_inf or 'none'}")
+    lines += [f"note: {n}" for n in births.notes]
     lines += [f"note: {n}" for n in run.notes]
     lines += [f"problem: {p}" for p in run.problems]
     return lines
@@ -246,6 +299,9 @@ def render_show(result: ShowResult, fmt: str = "table") -> str:
         paras, tables = [], []
         for run in result.runs:
             paras.extend(_run_lines(run))
+            if _birth_rows(run):
+                tables.append(f"<h2>{html.escape(_births_title(run))}</h2>\n"
+                              + _html_table(_birth_rows(run), _BIRTH_COLUMNS))
             tables.append(_html_table(_show_rows(run), columns))
         return _html_page(f"aoti-debug show {result.path}", paras, tables)
     blocks = []
@@ -253,9 +309,12 @@ def render_show(result: ShowResult, fmt: str = "table") -> str:
         blocks.append(f"{result.path}: {len(result.runs)} runs")
     for run in result.runs:
         lines = _run_lines(run)
+        births = _birth_rows(run)
         if fmt == "markdown":
-            blocks.append(f"## {lines[0]}\n\n" + "\n".join(f"- {l}" for l in lines[1:]) + "\n\n"
+            born = f"### {_births_title(run)}\n\n{_markdown_table(births, _BIRTH_COLUMNS)}\n\n" if births else ""
+            blocks.append(f"## {lines[0]}\n\n" + "\n".join(f"- {l}" for l in lines[1:]) + "\n\n" + born
                           + _markdown_table(_show_rows(run), columns))
         else:
-            blocks.append("\n".join(lines) + "\n\n" + _text_table(_show_rows(run), columns))
+            born = f"{_births_title(run)}\n{_text_table(births, _BIRTH_COLUMNS)}\n\n" if births else ""
+            blocks.append("\n".join(lines) + "\n\n" + born + _text_table(_show_rows(run), columns))
     return "\n\n".join(blocks) + "\n"

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from ..format.schema import Record, RunInfo
+from .births import Births
 from .metrics import Metrics
 
 #: Statuses of a record pair, in the order the tables sort them.
@@ -216,6 +217,11 @@ class DiffResult:
     kept_passing: bool = True
     dropped: int = 0
     """Pairs counted but not kept in ``records`` (``max_records``)."""
+    births_a: Births | None = None
+    """Where run A made NaN/Inf from inputs that held none (compare/births.py)."""
+    births_b: Births | None = None
+    birth_differences: list[str] = dataclasses.field(default_factory=list)
+    """NaN/Inf births one run has and the other has not, one line each."""
 
     @property
     def exit_code(self) -> int:
@@ -309,5 +315,8 @@ class DiffResult:
             "bytes_read": self.bytes_read,
             "seconds": self.seconds,
             "dropped": self.dropped,
+            "births_a": self.births_a.to_dict() if self.births_a is not None else None,
+            "births_b": self.births_b.to_dict() if self.births_b is not None else None,
+            "birth_differences": list(self.birth_differences),
             "records": [{k: _json_float(v) for k, v in rc.to_row().items()} for rc in self.ordered()],
         }

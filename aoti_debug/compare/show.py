@@ -1,4 +1,5 @@
-"""What a dump holds: runs, graphs, kernels, launches, bytes, value ranges, first NaN/Inf.
+"""What a dump holds: runs, graphs, kernels, launches, bytes, value ranges, the first
+NaN and the first Inf, and where NaN/Inf were born (see :mod:`.births`).
 
 Built from the manifest alone (one streaming pass per run): no tensor file is read.
 """
@@ -12,6 +13,7 @@ import os
 from ..errors import DumpError
 from ..format.reader import RunReader, find_runs, resolve_run
 from ..format.schema import Record, RunInfo
+from .births import BirthFinder, Births
 
 _ITEMSIZE = {
     "bool": 1, "uint8": 1, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1,
@@ -21,8 +23,25 @@ _ITEMSIZE = {
 }
 
 
-def _nonfinite(r: Record) -> bool:
-    return r.stats is not None and (r.stats.nan > 0 or r.stats.inf > 0)
+def _uninitialised(r: Record) -> bool:
+    # getattr: the flag is new in the schema; records from older readers lack it.
+    return bool(getattr(r, "uninitialised", None))
+
+
+def graph_title(label: str, info: dict | None) -> str:
+    """A graph named for what it is: ``graph3 (backward of 0/0)``, ``graph0 (forward 0/0)``.
+
+    Args:
+        label: the graph's label in the records (``graph0``).
+        info: its entry in run.json ``graphs`` (``kind``, ``compile_id``), if any.
+    """
+    kind = (info or {}).get("kind")
+    if not kind:
+        return label
+    cid = (info or {}).get("compile_id")
+    if not cid:
+        return f"{label} ({kind})"
+    return f"{label} ({kind} of {cid})" if kind == "backward" else f"{label} ({kind} {cid})"
 
 
 @dataclasses.dataclass
@@ -43,6 +62,10 @@ class KernelSummary:
     nan: int = 0
     inf: int = 0
     first_launch: int = 0
+    nan_births: int = 0
+    """Launches of this kernel that made NaN from inputs without NaN."""
+    inf_births: int = 0
+    """Launches of this kernel that made Inf from inputs without Inf."""
 
     def add(self, r: Record) -> None:
         self.records += 1
@@ -52,7 +75,7 @@ class KernelSummary:
             self.bytes += (r.numel or 0) * _ITEMSIZE.get(r.dtype or "", 0)
             self.files += bool(r.file) and not r.shared
         s = r.stats
-        if s is None or r.phase != "after":
+        if s is None or r.phase != "after" or _uninitialised(r):
             return
         self.nan += s.nan
         self.inf += s.inf
@@ -66,17 +89,20 @@ class KernelSummary:
 
 @dataclasses.dataclass
 class NonFinite:
-    """The first record holding NaN or Inf, and which kernel put it there."""
+    """The first record holding NaN (or Inf), and which kernel put it there."""
 
     record: Record
     producer: str | None
     """The kernel that wrote the value, or None for a graph input / unknown writer."""
     producer_launch: int | None
     explanation: str
+    graph_title: str | None = None
+    """The graph as :func:`graph_title` names it."""
 
     def __str__(self) -> str:
         r, s = self.record, self.record.stats
-        return (f"seq {r.seq} launch {r.launch} {r.graph} {r.kernel} call {r.kernel_call} {r.phase} {r.arg} "
+        return (f"seq {r.seq} launch {r.launch} {self.graph_title or r.graph} {r.kernel} call {r.kernel_call} "
+                f"{r.phase} {r.arg} "
                 f"(nan={s.nan if s else '?'} inf={s.inf if s else '?'}): {self.explanation}")
 
     def to_dict(self) -> dict:
@@ -100,18 +126,32 @@ class RunSummary:
     files: int = 0
     graphs: list[str] = dataclasses.field(default_factory=list)
     kernels: list[KernelSummary] = dataclasses.field(default_factory=list)
-    first_nonfinite: NonFinite | None = None
+    first_nan: NonFinite | None = None
+    first_inf: NonFinite | None = None
+    births: Births = dataclasses.field(default_factory=Births)
     notes: list[str] = dataclasses.field(default_factory=list)
     problems: list[str] = dataclasses.field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return self.first_nonfinite is None and not self.problems
+        return self.first_nan is None and self.first_inf is None and not self.problems
+
+    @property
+    def first_nonfinite(self) -> NonFinite | None:
+        """The earlier of :attr:`first_nan` and :attr:`first_inf`."""
+        found = [nf for nf in (self.first_nan, self.first_inf) if nf is not None]
+        return min(found, key=lambda nf: nf.record.seq) if found else None
+
+    def graph_title(self, label: str) -> str:
+        """``label`` named for what the graph is (see :func:`graph_title`)."""
+        return graph_title(label, (self.info.graphs or {}).get(label))
 
     def __str__(self) -> str:
         text = (f"{self.info.run_id or os.path.basename(self.path)}: level {self.info.level or '?'}, "
                 f"{len(self.graphs)} graph(s), {len(self.kernels)} kernel(s), {self.launches} launch(es), "
                 f"{self.records} record(s), {format_bytes(self.bytes)} in {self.files} file(s)")
-        if self.first_nonfinite is not None:
+        if self.births.nan or self.births.inf:
+            text += f"; {self.births}"
+        elif self.first_nonfinite is not None:
             text += f"; first NaN/Inf in {self.first_nonfinite.record.kernel}"
         return text
 
@@ -129,8 +169,12 @@ class RunSummary:
             "device": self.info.device, "torch_version": self.info.torch_version, "rank": self.info.rank,
             "world_size": self.info.world_size, "records": self.records, "launches": self.launches,
             "tensors": self.tensors, "bytes": self.bytes, "files": self.files, "graphs": self.graphs,
+            "graph_titles": {g: self.graph_title(g) for g in self.graphs},
             "kernels": [{k: _json(v) for k, v in dataclasses.asdict(k).items()} for k in self.kernels],
             "first_nonfinite": self.first_nonfinite.to_dict() if self.first_nonfinite else None,
+            "first_nan": self.first_nan.to_dict() if self.first_nan else None,
+            "first_inf": self.first_inf.to_dict() if self.first_inf else None,
+            "births": self.births.to_dict(),
             "notes": self.notes, "problems": self.problems, "summary": str(self),
         }
 
@@ -191,6 +235,8 @@ def summarize_run(reader: RunReader) -> RunSummary:
     graphs: dict[str, None] = {}
     launches: set[int] = set()
     last_writer: dict[tuple, tuple[str, int]] = {}
+    births = BirthFinder(reader.info.phases)
+    first: dict[str, tuple[Record, tuple[str, int] | None] | None] = {"nan": None, "inf": None}
     for r in reader.records():
         out.records += 1
         launches.add(r.launch)
@@ -204,33 +250,58 @@ def summarize_run(reader: RunReader) -> RunSummary:
             out.bytes += (r.numel or 0) * _ITEMSIZE.get(r.dtype or "", 0)
             # A record with ``shared`` points at an earlier record's file (equal values).
             out.files += bool(r.file) and not r.shared
-        # An in/out buffer's value before a launch may be uninitialised memory that the
-        # kernel overwrites (Inductor passes fresh buffers as in_out_ptr): judge it by
-        # its value after the launch instead.
-        if out.first_nonfinite is None and _nonfinite(r) and not (r.phase == "before" and r.role == "inout"):
-            out.first_nonfinite = _explain(r, last_writer.get((r.graph, r.arg)), "after" in (reader.info.phases or ()))
+        births.add(r)
+        # Memory no launch had written is flagged by the runtimes (metadata only): never NaN/Inf.
+        s = r.stats
+        if s is not None and not _uninitialised(r):
+            if first["nan"] is None and s.nan > 0:
+                first["nan"] = (r, last_writer.get((r.graph, r.arg)))
+            if first["inf"] is None and s.inf > 0:
+                first["inf"] = (r, last_writer.get((r.graph, r.arg)))
         if r.phase == "after":
             last_writer[(r.graph, r.arg)] = (r.kernel, r.launch)
     out.launches = len(launches)
     out.graphs = list(graphs)
+    out.births = births.result()
+    phases = reader.info.phases or ()
+    if first["nan"] is not None:
+        out.first_nan = _explain(*first["nan"], "nan", phases, out.births, out.graph_title(first["nan"][0].graph))
+    if first["inf"] is not None:
+        out.first_inf = _explain(*first["inf"], "inf", phases, out.births, out.graph_title(first["inf"][0].graph))
+    for b in out.births.nan + out.births.inf:
+        k = kernels.get((b.graph, b.kernel))
+        if k is not None:
+            k.nan_births += b.value == "nan"
+            k.inf_births += b.value == "inf"
     out.kernels = sorted(kernels.values(), key=lambda k: k.first_launch)
     out.notes = list(reader.notes)
     out.problems = list(reader.problems)
     return out
 
 
-def _explain(r: Record, writer: tuple[str, int] | None, outputs_recorded: bool) -> NonFinite:
+def _explain(r: Record, writer: tuple[str, int] | None, value: str, phases, births: Births,
+             title: str | None) -> NonFinite:
     if r.phase == "after":
-        return NonFinite(r, r.kernel, r.launch, f"produced by {r.kernel} (launch {r.launch}) from finite inputs")
-    if not outputs_recorded:
+        if "before" not in phases:
+            return NonFinite(r, r.kernel, r.launch, f"first seen in output {r.arg} of {r.kernel} (launch {r.launch}); "
+                                                    f"the run recorded no inputs (phases=after), so whether it was "
+                                                    f"born there is unknown", title)
+        born = next((b for b in (births.nan if value == "nan" else births.inf)
+                     if (b.graph, b.launch) == (r.graph, r.launch)), None)
+        held = born.inputs_held if born is not None else "finite"
+        inputs = {"finite": "from finite inputs", "none": "with no inputs recorded"}.get(
+            held, f"from inputs holding {held}")
+        return NonFinite(r, r.kernel, r.launch, f"produced by {r.kernel} (launch {r.launch}) {inputs}", title)
+    if "after" not in phases:
         return NonFinite(r, None, None, f"already in input {r.arg} of {r.kernel}; the run recorded no outputs "
-                                        f"(phases=before), so its writer is unknown")
+                                        f"(phases=before), so its writer is unknown", title)
     if writer is None:
         return NonFinite(r, None, None, f"already in input {r.arg} of {r.kernel}: a graph input "
-                                        f"(no instrumented kernel wrote it)")
+                                        f"(no instrumented kernel wrote it)", title)
     kernel, launch = writer
     return NonFinite(r, None, None, f"already in input {r.arg} of {r.kernel}; {kernel} (launch {launch}) last wrote "
-                                    f"it without NaN/Inf, so an uninstrumented kernel or the caller changed it")
+                                    f"it without NaN/Inf, so an uninstrumented kernel or the caller changed it",
+                     title)
 
 
 def summarize(path: str) -> ShowResult:
