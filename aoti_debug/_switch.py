@@ -96,11 +96,18 @@ def enabled(level: str | int = "save", kernels: str | None = None, sync: bool = 
 
 
 def enable_from_env() -> None:
-    """Install according to AOTI_DEBUG_* (bad values: one warning, nothing installed)."""
+    """Install according to AOTI_DEBUG_* (bad values: one warning, nothing installed).
+
+    A bad value of any compile-time variable (an unknown level, an unclosed ``[`` in
+    ``AOTI_DEBUG_KERNELS``) turns instrumentation off rather than guessing: a filter
+    that cannot be read could otherwise instrument every launch of a large model.
+    """
     try:
         settings = config.compile_settings_from_env()
     except Exception as e:
-        sys.stderr.write(f"[aoti_debug] warning: {e}; instrumentation stays off\n")
+        from .runtime.session import warn_once  # into FAILURES too
+
+        warn_once("env-compile", f"{e}; instrumentation stays off, nothing is recorded")
         return
     if settings.active:
         from .codegen import inductor

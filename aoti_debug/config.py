@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
-from typing import Literal, Mapping
+import re
+from typing import Callable, Literal, Mapping
 
 from .errors import ConfigError
 
@@ -83,6 +84,30 @@ def parse_bool(name: str, value: str | None) -> bool:
     raise ConfigError(f"{name}={value!r} is not a boolean: use 1 or 0")
 
 
+def unclosed_bracket(pattern: str) -> bool:
+    """True when a ``[`` of a glob has no closing ``]``.
+
+    ``fnmatch`` silently matches such a ``[`` literally, so ``AOTI_DEBUG_KERNELS='['``
+    used to select nothing without a word. The scan follows ``fnmatch.translate``: a
+    ``]`` right after ``[`` or ``[!`` belongs to the set (``[]]`` is a valid set).
+    """
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        i += 1
+        if c == "[":
+            j = i
+            if j < n and pattern[j] == "!":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            j = pattern.find("]", j)
+            if j < 0:
+                return True
+            i = j + 1
+    return False
+
+
 @dataclasses.dataclass(frozen=True)
 class KernelFilter:
     """Case-insensitive glob patterns on kernel names; ``!pat`` excludes.
@@ -94,13 +119,21 @@ class KernelFilter:
     patterns: tuple[str, ...] = ()
 
     @classmethod
-    def parse(cls, text: str | None) -> "KernelFilter":
+    def parse(cls, text: str | None, name: str | None = None) -> "KernelFilter":
+        """Parse ``a*,!b*``; ``name`` (an environment variable) is named in errors.
+
+        Raises:
+            ConfigError: an empty exclude (``!``) or a pattern with an unclosed ``[``.
+        """
         if not text:
             return cls(())
+        where = f"{name}={text!r}" if name else f"kernel filter {text!r}"
         pats = tuple(p.strip().lower() for p in text.split(",") if p.strip())
         for p in pats:
             if p in ("!",):
-                raise ConfigError(f"empty exclude pattern in kernel filter {text!r}")
+                raise ConfigError(f"{where}: empty exclude pattern '!'")
+            if unclosed_bracket(p):
+                raise ConfigError(f"{where}: pattern {p!r} has an unclosed '[' (write [[] to match a literal '[')")
         return cls(pats)
 
     @property
@@ -161,12 +194,13 @@ def compile_settings_from_env(env: Mapping[str, str] | None = None) -> CompileSe
     raw_level = env.get(ENV_LEVEL)
     if raw_level in (None, ""):
         raw_level = env.get(ENV_TORCH_LEVEL)
+    kernels_var = ENV_KERNELS
     raw_kernels = env.get(ENV_KERNELS)
     if raw_kernels in (None, ""):
-        raw_kernels = env.get(ENV_TORCH_KERNELS)
+        kernels_var, raw_kernels = ENV_TORCH_KERNELS, env.get(ENV_TORCH_KERNELS)
     return CompileSettings(
         level=parse_level(raw_level),
-        kernels=KernelFilter.parse(raw_kernels),
+        kernels=KernelFilter.parse(raw_kernels, kernels_var),
         sync=parse_bool(ENV_SYNC, env.get(ENV_SYNC)),
         phases=parse_phases(env.get(ENV_PHASES)),
     )
@@ -206,7 +240,8 @@ class RunSettings:
     max_bytes: int | None = None
     """Stop writing tensor files after this many bytes (stats continue)."""
     run_id: str | None = None
-    """Fixed run id (all ranks of one job must agree); default derived per process."""
+    """Fixed run id as given (all ranks of one job must agree); default derived per process.
+    The runtime sanitises it (``format.writer.clean_run_id``): a run never leaves ``dump_dir``."""
     rank: int = 0
     world_size: int = 1
     names_args: bool = False
@@ -214,31 +249,82 @@ class RunSettings:
     (dtype, shape, stride, device: no values, no sync); ``aoti-debug locate`` sets it."""
 
 
-def run_settings_from_env(env: Mapping[str, str] | None = None) -> RunSettings:
-    env = os.environ if env is None else env
-    max_bytes = env.get(ENV_MAX_BYTES)
-    parsed_max: int | None = None
-    if max_bytes not in (None, ""):
-        try:
-            parsed_max = int(float(max_bytes))
-        except ValueError:
-            raise ConfigError(f"{ENV_MAX_BYTES}={max_bytes!r} is not a number of bytes") from None
-        if parsed_max < 0:
-            raise ConfigError(f"{ENV_MAX_BYTES} must be >= 0, got {max_bytes}")
+#: ``AOTI_DEBUG_MAX_BYTES``: a plain decimal number (``1000000``, ``1e9``, ``2.5e8``), no sign but
+#: ``+``, no ``inf``/``nan``, no ``_``. The C++ runtime (``parse_max_bytes``) accepts exactly this.
+_BYTES_RE = re.compile(r"\+?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+#: ``RANK``/``WORLD_SIZE``: up to 9 digits (``+`` allowed); the C++ runtime's ``env_int`` accepts exactly this.
+_COUNT_RE = re.compile(r"\+?[0-9]{1,9}")
+#: What both runtimes strip around a number (C's isspace; str.strip() would take more).
+_SPACE = " \t\n\r\x0b\x0c"
 
-    def _int(name: str, default: int) -> int:
+_INT64_MAX = (1 << 63) - 1
+
+Warn = Callable[[str, str], None]
+"""``warn(key, message)``: how :func:`run_settings_from_env` reports a bad value it replaced."""
+
+
+def parse_max_bytes(value: str | None) -> int | None:
+    """``AOTI_DEBUG_MAX_BYTES`` as a byte count; None (no limit) when unset or empty.
+
+    Raises:
+        ConfigError: anything but a finite number >= 0 (``-5``, ``abc``, ``inf``, ``nan``).
+    """
+    text = (value or "").strip(_SPACE)
+    if text == "":
+        return None
+    if not _BYTES_RE.fullmatch(text):
+        raise ConfigError(f"{ENV_MAX_BYTES}={value!r} is not a number of bytes (a number >= 0 such as 1e9)")
+    number = int(text) if text.lstrip("+").isdigit() else float(text)
+    # Clamped to int64 as in the C++ runtime (1e400 parses as inf there and here).
+    return int(min(number, _INT64_MAX))
+
+
+def parse_count(name: str, value: str | None, default: int, minimum: int) -> int:
+    """``RANK`` / ``WORLD_SIZE``: a whole number >= ``minimum``; ``default`` when unset or empty.
+
+    Raises:
+        ConfigError: anything else (``-1``, ``two``, ``1.5``).
+    """
+    text = (value or "").strip(_SPACE)
+    if text == "":
+        return default
+    if not _COUNT_RE.fullmatch(text) or int(text) < minimum:
+        raise ConfigError(f"{name}={value!r} is not a whole number >= {minimum}")
+    return int(text)
+
+
+def run_settings_from_env(env: Mapping[str, str] | None = None, warn: Warn | None = None) -> RunSettings:
+    """Read the run-time variables.
+
+    Args:
+        warn: with it, a bad value is reported as ``warn(key, message)`` (the message
+            names the variable and what is used instead) and only that value falls
+            back to its default; without it, a bad value raises :class:`ConfigError`.
+    """
+    env = os.environ if env is None else env
+
+    def checked(name: str, parse: Callable[[], object], default: object, instead: str) -> object:
         try:
-            return int(env.get(name, default))
-        except ValueError:
+            return parse()
+        except ConfigError as e:
+            if warn is None:
+                raise
+            warn(f"env-{name}", f"{e}; {instead}")
             return default
 
+    max_bytes = checked(ENV_MAX_BYTES, lambda: parse_max_bytes(env.get(ENV_MAX_BYTES)), None, "no limit is used")
+    rank = checked("RANK", lambda: parse_count("RANK", env.get("RANK"), 0, 0), 0, "rank 0 is used")
+    world_size = checked("WORLD_SIZE", lambda: parse_count("WORLD_SIZE", env.get("WORLD_SIZE"), 1, 1), 1,
+                         "world size 1 is used")
+    names_args = checked(ENV_NAMES_ARGS, lambda: parse_bool(ENV_NAMES_ARGS, env.get(ENV_NAMES_ARGS)), False,
+                         "0 is used")
     return RunSettings(
         dump_dir=_dump_dir_override or env.get(ENV_DIR) or DEFAULT_DIR,
-        max_bytes=parsed_max,
+        max_bytes=max_bytes,  # type: ignore[arg-type]
         run_id=env.get(ENV_RUN_ID) or None,
-        rank=_int("RANK", 0),
-        world_size=_int("WORLD_SIZE", 1),
-        names_args=parse_bool(ENV_NAMES_ARGS, env.get(ENV_NAMES_ARGS)),
+        rank=rank,  # type: ignore[arg-type]
+        world_size=world_size,  # type: ignore[arg-type]
+        names_args=names_args,  # type: ignore[arg-type]
     )
 
 

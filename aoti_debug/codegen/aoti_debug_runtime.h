@@ -94,6 +94,8 @@ struct Arg {
   const char* kind;  // tensor | symint | scalar | unknown (a hint; the C++ type decides)
   const char* expr;  // the wrapper expression, for the record's "expr"
   int index;         // position among this phase's values as the Python runtime counts them
+  int uninitialised;         // before a launch: no earlier launch wrote its storage (metadata only)
+  const char* volatile_why;  // nondeterministic by contract (an RNG seed): why, or "" if not
 };
 
 struct Site {
@@ -110,6 +112,8 @@ struct Site {
   const char* file;     // __FILE__ of the wrapper source
   int line;             // __LINE__ of this call in it
   const char* source;   // what Inductor says the kernel was made from ("" if unknown)
+  const char* graph_kind;  // forward | backward | inference ("" if unknown), for run.json
+  const char* compile_id;  // Dynamo's compile id of the graph ("" under AOTInductor export)
 };
 
 // c10::ScalarType values (stable ABI: the same numbers aoti_torch_dtype_*() return).
@@ -196,7 +200,7 @@ struct Shared {
   uint64_t generation = 0;  // bumped whenever a new run directory is opened
   bool opened = false;      // a run was attempted for the current env
   bool usable = false;      // ... and its directory + manifest are writable
-  bool owns_info = false;   // run.json is ours (not the Python runtime's)
+  bool owns_info = false;   // run.json is ours to write (set once the run's directory is claimed)
   std::string env_dir, env_run_id;
   std::string path, run_id, level, device, kernels, phases, start_time;
   int sync = 0;
@@ -218,6 +222,45 @@ inline Shared& shared() {
   static Shared s;  // STB_GNU_UNIQUE with g++: one object per process
   return s;
 }
+
+// Which run directories this runtime claimed, and every warning it gave. An object of
+// its own so that Shared keeps its layout (the same rule holds: bump the namespace
+// number whenever this struct changes layout). Guarded by shared().mu.
+struct Claims {
+  long pid = 0;  // the process the claims belong to (a forked child has none)
+  std::map<std::string, std::pair<std::string, std::string>> dirs;  // requested -> (claimed dir, run id)
+  std::string failures;       // every warning, one JSON [key, message] per line (capped)
+  int64_t failure_count = 0;
+  std::vector<std::string> run_warnings;  // the current run's, one per key: run.json "warnings"
+  std::set<std::string> run_keys;
+};
+
+#if defined(__GNUC__)
+__attribute__((visibility("default")))
+#endif
+inline Claims& claims() {
+  static Claims c;  // STB_GNU_UNIQUE, as shared()
+  return c;
+}
+
+#if !defined(_WIN32) && defined(__GNUC__)
+// aoti_debug.runtime.failures() reads the C++ runtime's warnings through this (ctypes,
+// dlopen(RTLD_NOLOAD) on the loaded libraries): a first line naming the process-wide
+// state, then one JSON [key, message] line per warning. Returns the text's length and
+// copies at most `cap` bytes of it into `buf`. A C signature that stays put when the
+// namespace number changes. `used`: emitted although nothing here calls it.
+extern "C" __attribute__((visibility("default"), used)) inline size_t aoti_debug_runtime_warnings(char* buf,
+                                                                                                   size_t cap) {
+  Shared& S = shared();
+  std::lock_guard<std::mutex> guard(S.mu);
+  Claims& C = claims();
+  char head[40];
+  std::snprintf(head, sizeof(head), "%p\n", static_cast<void*>(&C));
+  std::string text = head + C.failures;
+  if (buf && cap) std::memcpy(buf, text.data(), std::min(cap, text.size()));
+  return text.size();
+}
+#endif
 
 namespace {
 #ifdef _WIN32
@@ -274,8 +317,27 @@ void emit_line(const std::string& line) {
   write_fd(2, s.data(), s.size());
 }
 
-// Caller holds S.mu.
+void json_str(std::string& out, const std::string& s);
+void write_info(Shared& S);
+
+// Warnings kept for aoti_debug.runtime.failures(); later ones are only counted.
+constexpr int64_t kMaxFailures = 10000;
+
+// Caller holds S.mu. Prints the first warning of each key; keeps every one for
+// aoti_debug.runtime.failures() and, one per key, in the current run's run.json.
 void warn_once(Shared& S, const std::string& key, const std::string& message) {
+  Claims& C = claims();
+  if (C.failure_count++ < kMaxFailures) {
+    C.failures += "[";
+    json_str(C.failures, key);
+    C.failures += ", ";
+    json_str(C.failures, message);
+    C.failures += "]\n";
+  }
+  if (C.run_keys.insert(key).second) {
+    C.run_warnings.push_back(message);
+    if (key != "run-json") write_info(S);  // no-op until the run's directory is usable
+  }
   if (!S.warned.insert(key).second) return;
   emit_line("[aoti_debug] warning: " + message +
             " (model continues; further such warnings suppressed)");
@@ -371,6 +433,47 @@ std::string sanitize(const char* name, size_t limit) {
   if (out.size() > limit) out.resize(limit);
   return out;
 }
+
+// format.writer.clean_run_id: AOTI_DEBUG_RUN_ID as one directory name, "" when nothing is
+// left. Runs of bytes other than [A-Za-z0-9_.-] -> "_", "._-" stripped at both ends, cut
+// at 100 (format.writer.RUN_ID_LIMIT): no "..", "/" or absolute path survives.
+std::string clean_run_id(const std::string& raw) {
+  std::string out;
+  bool in_bad = false;
+  for (char c : raw) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+        c == '.' || c == '-';
+    if (ok) {
+      out.push_back(c);
+      in_bad = false;
+    } else if (!in_bad) {
+      out.push_back('_');
+      in_bad = true;
+    }
+  }
+  size_t b = out.find_first_not_of("._-");
+  if (b == std::string::npos) return "";
+  size_t e = out.find_last_not_of("._-");
+  out = out.substr(b, e - b + 1);
+  if (out.size() > 100) out.resize(100);
+  return out;
+}
+
+// os.path.join for a relative `b`.
+std::string path_join(const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  return a.back() == '/' ? a + b : a + "/" + b;
+}
+
+// format.writer.run_directory
+std::string run_directory(const std::string& root, const std::string& run_id, int rank, int world_size) {
+  std::string path = path_join(root, run_id);
+  if (world_size > 1) path = path_join(path, "rank" + std::to_string(rank));
+  return path;
+}
+
+// How a value from the environment is shown in a warning (Python's repr for plain text).
+std::string env_shown(const std::string& v) { return "'" + v + "'"; }
 
 bool mkdirs(const std::string& path, std::string& err) {
   std::string cur;
@@ -573,6 +676,12 @@ std::string run_info_json(Shared& S) {
   key("start_time"); json_str(o, S.start_time); o += ",\n";
   key("sync"); o += S.sync ? "true,\n" : "false,\n";
   key("torch_version"); json_str(o, AOTI_DEBUG_TORCH_VERSION); o += ",\n";
+  key("warnings"); o += "[";  // this run's warnings, one per kind (not in the Python writer's run.json)
+  for (size_t i = 0; i < claims().run_warnings.size(); ++i) {
+    if (i) o += ", ";
+    json_str(o, claims().run_warnings[i]);
+  }
+  o += "],\n";
   key("world_size"); o += std::to_string(S.world_size) + ",\n";
   key("writer"); json_str(o, "cpp"); o += "\n}";
   return o;
@@ -596,24 +705,176 @@ const char* level_name(int level) {
   }
 }
 
+// What config.py strips around a number (C's isspace).
+std::string trim_space(const std::string& v) {
+  size_t b = v.find_first_not_of(" \t\n\r\v\f");
+  if (b == std::string::npos) return "";
+  size_t e = v.find_last_not_of(" \t\n\r\v\f");
+  return v.substr(b, e - b + 1);
+}
+
+// config._BYTES_RE: \+?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?
+bool plain_number(const std::string& t) {
+  size_t i = 0, n = t.size();
+  auto digits = [&]() {
+    size_t k = i;
+    while (i < n && t[i] >= '0' && t[i] <= '9') ++i;
+    return i - k;
+  };
+  if (i < n && t[i] == '+') ++i;
+  size_t whole = digits();
+  size_t frac = 0;
+  if (i < n && t[i] == '.') {
+    ++i;
+    frac = digits();
+  }
+  if (whole == 0 && frac == 0) return false;
+  if (i < n && (t[i] == 'e' || t[i] == 'E')) {
+    ++i;
+    if (i < n && (t[i] == '+' || t[i] == '-')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == n;
+}
+
+// config.parse_max_bytes: a plain decimal number >= 0 ("1000000", "1e9", "2.5e8"), cut
+// to whole bytes and clamped to int64; -1 (no limit) when unset. Anything else (-5, abc,
+// inf, nan, 0x10, 1_000) warns once, naming the variable, and means no limit.
 int64_t parse_max_bytes(Shared& S) {
-  std::string v = env_str("AOTI_DEBUG_MAX_BYTES");
+  std::string raw = env_str("AOTI_DEBUG_MAX_BYTES");
+  std::string v = trim_space(raw);
   if (v.empty()) return -1;
-  char* end = nullptr;
-  double d = std::strtod(v.c_str(), &end);
-  if (end == v.c_str() || d < 0) {
-    warn_once(S, "max-bytes", "AOTI_DEBUG_MAX_BYTES=" + v + " is not a number of bytes; no limit");
+  if (!plain_number(v)) {
+    warn_once(S, "env-AOTI_DEBUG_MAX_BYTES", "AOTI_DEBUG_MAX_BYTES=" + env_shown(raw) +
+              " is not a number of bytes (a number >= 0 such as 1e9); no limit is used");
     return -1;
   }
+  const int64_t kMax = INT64_MAX;
+  if (v.find_first_of(".eE") == std::string::npos) {  // digits: exact, as Python's int()
+    int64_t x = 0;
+    for (char c : v) {
+      if (c == '+') continue;
+      int d = c - '0';
+      if (x > (kMax - d) / 10) return kMax;
+      x = x * 10 + d;
+    }
+    return x;
+  }
+  const char* b = v.c_str() + (v[0] == '+' ? 1 : 0);
+  double d = 0.0;
+#if defined(__cpp_lib_to_chars) && __cpp_lib_to_chars >= 201611L
+  auto res = std::from_chars(b, v.c_str() + v.size(), d);  // never the locale's decimal comma
+  if (res.ec == std::errc::result_out_of_range) {  // 1e400 -> clamped, 1e-400 -> 0, as in Python
+    size_t e = v.find_first_of("eE");
+    return e != std::string::npos && v[e + 1] == '-' ? 0 : kMax;
+  }
+#else
+  d = std::strtod(b, nullptr);
+#endif
+  if (!(d < 9223372036854775807.0)) return kMax;
   return static_cast<int64_t>(d);
 }
 
-int env_int(const char* name, int dflt) {
-  std::string v = env_str(name);
+// config.parse_count: RANK / WORLD_SIZE, up to 9 digits ("+" allowed) and >= minimum;
+// `dflt` when unset. Anything else warns once, naming the variable, and gives `dflt`.
+int env_int(Shared& S, const char* name, int dflt, int minimum, const char* instead) {
+  std::string raw = env_str(name);
+  std::string v = trim_space(raw);
   if (v.empty()) return dflt;
+  size_t i = v[0] == '+' ? 1 : 0;
+  bool ok = v.size() > i && v.size() - i <= 9 && v.find_first_not_of("0123456789", i) == std::string::npos;
+  long x = ok ? std::strtol(v.c_str() + i, nullptr, 10) : 0;
+  if (!ok || x < minimum) {
+    warn_once(S, std::string("env-") + name, std::string(name) + "=" + env_shown(raw) +
+              " is not a whole number >= " + std::to_string(minimum) + "; " + instead + " is used");
+    return dflt;
+  }
+  return static_cast<int>(x);
+}
+
+// format.writer.owner_text
+std::string owner_text() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  std::string o = "{\"host\": ";
+  json_str(o, host);
+  o += ", \"pid\": " + std::to_string(static_cast<long>(::getpid())) + ", \"runtime\": \"cpp\"}\n";
+  return o;
+}
+
+// format.writer.describe_owner: who holds the run directory `path`, for a warning.
+std::string describe_owner(const std::string& path) {
+  std::string owner = path + "/.owner";
+  FILE* f = std::fopen(owner.c_str(), "rb");
+  if (!f) {
+    if (errno == ENOENT) return "an earlier run (no .owner file)";
+    return std::string("another runtime (its .owner file is unreadable: ") + std::strerror(errno) + ")";
+  }
+  std::string text;
+  char buf[1024];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0 && text.size() < 65536) text.append(buf, n);
+  std::fclose(f);
+  auto str_field = [&](const char* key, std::string& out) {
+    size_t k = text.find(std::string("\"") + key + "\": \"");
+    if (k == std::string::npos) return false;
+    k += std::strlen(key) + 5;
+    size_t e = text.find('"', k);
+    if (e == std::string::npos) return false;
+    out = text.substr(k, e - k);
+    return true;
+  };
+  std::string runtime, host;
+  size_t k = text.find("\"pid\": ");
   char* end = nullptr;
-  long x = std::strtol(v.c_str(), &end, 10);
-  return (end && *end == 0) ? static_cast<int>(x) : dflt;
+  long pid = k == std::string::npos ? 0 : std::strtol(text.c_str() + k + 7, &end, 10);
+  if (k == std::string::npos || end == text.c_str() + k + 7 || !str_field("runtime", runtime)) {
+    return "another runtime (its .owner file is not written yet or damaged)";
+  }
+  str_field("host", host);
+  std::string name = runtime == "python" ? "Python" : runtime == "cpp" ? "C++" : runtime;
+  char me[256] = {0};
+  ::gethostname(me, sizeof(me) - 1);
+  if (pid == static_cast<long>(::getpid()) && host == me) return "the " + name + " runtime of this process";
+  return "the " + name + " runtime of pid " + std::to_string(pid) + " on host " + (host.empty() ? "?" : host);
+}
+
+// format.writer.claim_run_directory: create <root>/<id>[/rank<N>] and claim it with an
+// O_EXCL .owner file (pid, runtime, host). When another process, or this process's
+// Python runtime, holds it, <id>-2, -3, ... are tried: two claimants never share a
+// directory. A directory with a run but no .owner (an older aoti_debug) counts as held.
+// Sets S.path and S.run_id; `holder` says who held the first one tried ("" if free).
+bool claim_run(Shared& S, const std::string& root, const std::string& id, std::string& holder,
+               std::string& err) {
+  const int kMaxClaims = 1000;  // format.writer.MAX_CLAIMS
+  for (int n = 1; n <= kMaxClaims; ++n) {
+    std::string rid = n == 1 ? id : id + "-" + std::to_string(n);
+    std::string path = run_directory(root, rid, S.rank, S.world_size);
+    if (!mkdirs(path, err)) return false;
+    std::string owner = path + "/.owner";
+    struct stat st;
+    bool legacy = ::lstat(owner.c_str(), &st) != 0 &&
+        (::stat((path + "/run.json").c_str(), &st) == 0 || ::stat((path + "/manifest.jsonl").c_str(), &st) == 0);
+    if (!legacy) {
+      int fd = ::open(owner.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        std::string text = owner_text();
+        write_fd(fd, text.data(), text.size());
+        ::close(fd);
+        S.path = path;
+        S.run_id = rid;
+        return true;
+      }
+      if (errno != EEXIST) {
+        err = "cannot create " + owner + ": " + errno_text(errno);
+        return false;
+      }
+    }
+    if (holder.empty()) holder = describe_owner(path);
+  }
+  err = run_directory(root, id, S.rank, S.world_size) + " and " + std::to_string(kMaxClaims - 1) +
+      " numbered siblings are all held by other runs";
+  return false;
 }
 
 // Caller holds S.mu. Starts a new run when this is a new process (fork) or the
@@ -624,15 +885,20 @@ void ensure_run(Shared& S, const Site& site) {
   if (dir.empty()) dir = "aoti_debug_dump";
   std::string rid = env_str("AOTI_DEBUG_RUN_ID");
   if (S.pid == pid && S.opened && dir == S.env_dir && rid == S.env_run_id) return;
+  Claims& C = claims();
   if (S.pid != pid) {  // a forked child starts its own run, like the Python session
     S.warned.clear();
     S.last_seq.clear();
     if (S.manifest_fd >= 0) ::close(S.manifest_fd);
     S.manifest_fd = -1;
   }
+  if (C.pid != pid) {  // the parent's directories are not this process's
+    C.dirs.clear();
+    C.pid = pid;
+  }
   if (S.manifest_fd >= 0) ::close(S.manifest_fd);
   S.manifest_fd = -1;
-  if (S.opened && S.pid == pid) S.last_seq[S.path] = S.seq;
+  if (S.opened && S.pid == pid && S.usable) S.last_seq[S.path] = S.seq;
   S.pid = pid;
   S.opened = true;
   S.usable = false;
@@ -643,25 +909,27 @@ void ensure_run(Shared& S, const Site& site) {
   S.bytes_written = 0;
   S.graph_info.clear();
   S.content_files.clear();
+  C.run_warnings.clear();
+  C.run_keys.clear();
   S.env_dir = dir;
   S.env_run_id = rid;
   S.level = level_name(site.level);
   S.sync = site.sync;
   S.kernels = site.kernels ? site.kernels : "";
   S.phases = site.phases ? site.phases : "before,after";
-  S.rank = env_int("RANK", 0);
-  S.world_size = env_int("WORLD_SIZE", 1);
+  S.rank = env_int(S, "RANK", 0, 0, "rank 0");
+  S.world_size = env_int(S, "WORLD_SIZE", 1, 1, "world size 1");
   S.max_bytes = parse_max_bytes(S);
   S.force_zip64 = env_str("AOTI_DEBUG_ZIP64") == "1";
-  S.run_id = rid.empty() ? default_run_id(S.world_size) : rid;
-  S.path = dir + "/" + S.run_id;
-  if (S.world_size > 1) S.path += "/rank" + std::to_string(S.rank);
-  {
-    // A new run counts from 1; a run directory this process wrote before (the
-    // environment switched back to it) continues its numbering: no file is overwritten.
-    auto it = S.last_seq.find(S.path);
-    S.seq = it == S.last_seq.end() ? 0 : it->second;
+  std::string id = clean_run_id(rid);
+  S.run_id = id.empty() ? default_run_id(S.world_size) : id;
+  if (!rid.empty() && id != rid) {
+    warn_once(S, "run-id:" + rid, "AOTI_DEBUG_RUN_ID=" + env_shown(rid) + " is not a plain name; " +
+              (id.empty() ? "the default run id " : "run id ") + env_shown(S.run_id) +
+              " is used (a run never leaves AOTI_DEBUG_DIR)");
   }
+  std::string wanted = run_directory(dir, S.run_id, S.rank, S.world_size);
+  S.path = wanted;
   S.device = device_label();
   {
     time_t now = std::time(nullptr);
@@ -670,6 +938,28 @@ void ensure_run(Shared& S, const Site& site) {
     char buf[64];
     std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S%z", &tmv);
     S.start_time = buf;
+  }
+  auto known = C.dirs.find(wanted);
+  if (known != C.dirs.end()) {
+    // A run directory this runtime claimed before (the environment switched back to
+    // it) is used again and continues its numbering: no file is overwritten.
+    S.path = known->second.first;
+    S.run_id = known->second.second;
+    auto it = S.last_seq.find(S.path);
+    S.seq = it == S.last_seq.end() ? 0 : it->second;
+  } else {
+    std::string holder, err;
+    if (!claim_run(S, dir, S.run_id, holder, err)) {
+      S.path = wanted;
+      warn_once(S, "dump-dir", "cannot create dump directory '" + wanted + "': " + err);
+      return;
+    }
+    if (!holder.empty()) {
+      warn_once(S, "claim:" + wanted, "run directory '" + wanted + "' is held by " + holder +
+                "; this C++ runtime writes to '" + S.path + "' instead");
+    }
+    C.dirs[wanted] = {S.path, S.run_id};
+    S.seq = 0;
   }
   std::string err;
   if (!mkdirs(S.path + "/tensors", err)) {
@@ -683,17 +973,13 @@ void ensure_run(Shared& S, const Site& site) {
     return;
   }
   S.usable = true;
-  // The Python runtime of this process may own run.json already (same run id): keep it.
-  std::string info = S.path + "/run.json";
-  struct stat st;
-  if (::stat(info.c_str(), &st) != 0) {
-    S.owns_info = true;
-    write_info(S);
-  }
+  S.owns_info = true;  // the directory is this runtime's alone
+  write_info(S);
 }
 
 // "graph<N>" for this .so (N in order of first use in the run), "/<subgraph>" appended.
-std::string graph_label(Shared& S, const char* subgraph, const char* source_file) {
+std::string graph_label(Shared& S, const Site& site) {
+  const char* subgraph = site.graph;
   Local& L = local();
   if (L.generation != S.generation) {
     L.generation = S.generation;
@@ -711,10 +997,18 @@ std::string graph_label(Shared& S, const char* subgraph, const char* source_file
   }
   if (S.usable && L.registered.insert(label).second) {
     std::string o = "{\"file\": ";
-    json_str(o, graph_file(source_file));
+    json_str(o, graph_file(site.file));
     if (subgraph && *subgraph) {
       o += ", \"subgraph\": ";
       json_str(o, subgraph);
+    }
+    if (site.graph_kind && *site.graph_kind) {
+      o += ", \"kind\": ";
+      json_str(o, site.graph_kind);
+    }
+    if (site.compile_id && *site.compile_id) {
+      o += ", \"compile_id\": ";
+      json_str(o, site.compile_id);
     }
     o += ", \"wrapper\": \"cpp\"}";
     S.graph_info.emplace_back(label, o);
@@ -1996,10 +2290,9 @@ void append_manifest(Shared& S, const std::string& lines) {
   }
 }
 
-void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase,
-                   AtenTensorHandle h, std::string& rec) {
-  HostTensor t;
-  std::string err = describe(h, t);
+// kind, dtype, shape, stride, device, numel: what a record says of any tensor.
+const TypeInfo* record_metadata(AtenTensorHandle h, HostTensor& t, std::string& err, std::string& rec) {
+  err = describe(h, t);
   const TypeInfo* ti = err.empty() ? type_info(t.dtype) : nullptr;
   rec += ",\"kind\":\"tensor\",\"dtype\":";
   json_str(rec, ti ? ti->name : ("dtype" + std::to_string(t.dtype)).c_str());
@@ -2010,6 +2303,19 @@ void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase,
   rec += ",\"device\":";
   json_str(rec, device_string(t.device_type, t.device_index));
   rec += ",\"numel\":" + std::to_string(t.numel);
+  return ti;
+}
+
+void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase,
+                   AtenTensorHandle h, std::string& rec) {
+  HostTensor t;
+  std::string err;
+  const TypeInfo* ti = record_metadata(h, t, err, rec);
+  if (a.uninitialised && std::strcmp(phase, "before") == 0) {
+    // Memory no launch had written yet: what it holds is not data (no stats, no file).
+    rec += ",\"uninitialised\":true";
+    return;
+  }
   if (err.empty()) err = host_values(h, t);
   Summary sm;
   bool have_stats = err.empty() && t.data && summarize(t.data, t.numel, t.dtype, sm);
@@ -2162,6 +2468,10 @@ void record_side(Shared& S, const Site& site, std::initializer_list<Value> vals,
       rec += ",\"expr\":";
       json_str(rec, a.expr);
     }
+    if (a.volatile_why && *a.volatile_why) {
+      rec += ",\"volatile\":";
+      json_str(rec, a.volatile_why);
+    }
     if (v[i].kind() == Value::kTensor) {
       record_tensor(S, site, a, phase, v[i].handle(), rec);
     } else {
@@ -2312,7 +2622,7 @@ void sync_device(const Site& site) {
     }
     S.launch += 1;
     tl_launch = S.launch;
-    std::string label = graph_label(S, site.graph, site.file);
+    std::string label = graph_label(S, site);
     Local& L = local();
     int64_t*& counter = L.site_calls[&site];
     if (!counter) counter = &L.calls[std::string(site.graph) + '\x1f' + site.kernel];
@@ -2341,7 +2651,7 @@ void sync_device(const Site& site) {
   Shared& S = shared();
   std::lock_guard<std::mutex> guard(S.mu);
   try {
-    std::string label = graph_label(S, site.graph, site.file);
+    std::string label = graph_label(S, site);
     if (site.level == 3) {
       emit_line(names_line("after", tl_launch, label, site.kernel, tl_call));
       return;

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import socket
 import sys
 import time
 
 from .schema import FORMAT_VERSION, MANIFEST_FILE, RUN_FILE, TENSOR_DIR, RunInfo
+
+#: The lock file that says which runtime of which process owns a run directory.
+OWNER_FILE = ".owner"
+#: How many ``<id>-<n>`` directories a claimant tries before it gives up.
+MAX_CLAIMS = 1000
+#: Longest run id kept (the C++ runtime's ``clean_run_id`` cuts at the same length).
+RUN_ID_LIMIT = 100
+#: As ``schema.sanitize``, with ``-`` also kept: default ids (``<start>-p<pid>``) and the
+#: ``-<n>`` suffix of a second claimant use it, and it cannot form a path.
+_RUN_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def _process_start_stamp(pid: int) -> str:
@@ -39,11 +51,89 @@ def default_run_id(world_size: int = 1) -> str:
     return f"{_process_start_stamp(pid)}-p{pid}"
 
 
+def clean_run_id(raw: str) -> str:
+    """``AOTI_DEBUG_RUN_ID`` as one directory name; ``""`` when nothing usable is left.
+
+    Runs of characters other than ``[A-Za-z0-9_.-]`` become ``_``, then ``._-`` are
+    stripped from both ends (so no ``..``, ``/`` or absolute path survives) and the
+    result is cut at :data:`RUN_ID_LIMIT`. The C++ runtime's ``clean_run_id`` gives the
+    same result for the same bytes.
+    """
+    return _RUN_ID_UNSAFE.sub("_", raw).strip("._-")[:RUN_ID_LIMIT]
+
+
 def run_directory(root: str, run_id: str, rank: int = 0, world_size: int = 1) -> str:
     path = os.path.join(root, run_id)
     if world_size > 1:
         path = os.path.join(path, f"rank{rank}")
     return path
+
+
+def owner_text(runtime: str) -> str:
+    """The content of :data:`OWNER_FILE`; the C++ runtime writes the same keys in this order."""
+    return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "runtime": runtime}, sort_keys=True) + "\n"
+
+
+def describe_owner(path: str) -> str:
+    """Who holds the run directory ``path``, for a warning (the C++ runtime words it alike)."""
+    try:
+        with open(os.path.join(path, OWNER_FILE), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return "an earlier run (no .owner file)"
+    except OSError as e:
+        return f"another runtime (its .owner file is unreadable: {e.strerror})"
+    try:
+        owner = json.loads(text)
+        pid, runtime, host = int(owner["pid"]), str(owner["runtime"]), str(owner.get("host", ""))
+    except (ValueError, KeyError, TypeError):
+        return "another runtime (its .owner file is not written yet or damaged)"
+    name = {"python": "Python", "cpp": "C++"}.get(runtime, runtime)
+    if pid == os.getpid() and host == socket.gethostname():
+        return f"the {name} runtime of this process"
+    return f"the {name} runtime of pid {pid} on host {host or '?'}"
+
+
+def claim_run_directory(root: str, run_id: str, rank: int, world_size: int,
+                        runtime: str) -> tuple[str, str, str | None]:
+    """Create and claim a run directory for one runtime of this process.
+
+    ``<root>/<run_id>[/rank<N>]`` is claimed by creating :data:`OWNER_FILE` in it with
+    ``O_EXCL`` (pid, runtime, host). When another process, or the other runtime of this
+    one, holds it, ``<run_id>-2``, ``-3``, ... are tried: two claimants never share a
+    directory. A directory that already holds a run but no owner file (written by an
+    older aoti_debug) counts as held.
+
+    Returns:
+        ``(path, run_id, holder)``: the claimed directory, its run id, and who held the
+        first one tried (None when it was free).
+
+    Raises:
+        OSError: no directory could be created or claimed.
+    """
+    holder: str | None = None
+    for n in range(1, MAX_CLAIMS + 1):
+        rid = run_id if n == 1 else f"{run_id}-{n}"
+        path = run_directory(root, rid, rank, world_size)
+        os.makedirs(path, exist_ok=True)
+        owner = os.path.join(path, OWNER_FILE)
+        legacy = not os.path.lexists(owner) and (
+            os.path.exists(os.path.join(path, RUN_FILE)) or os.path.exists(os.path.join(path, MANIFEST_FILE)))
+        if not legacy:
+            try:
+                fd = os.open(owner, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+            except FileExistsError:
+                pass
+            else:
+                try:
+                    os.write(fd, owner_text(runtime).encode())
+                finally:
+                    os.close(fd)
+                return path, rid, holder
+        if holder is None:
+            holder = describe_owner(path)
+    raise OSError(errno.EEXIST, f"{run_directory(root, run_id, rank, world_size)} and {MAX_CLAIMS - 1} "
+                  f"numbered siblings are all held by other runs")
 
 
 class RunWriter:

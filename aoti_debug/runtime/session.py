@@ -6,15 +6,22 @@ one background thread waits on that event, computes nothing on the device, write
 ``.pt`` files and manifest lines in launch order. The queue is bounded by bytes in
 flight: when it is full the model thread waits (back-pressure), it never drops data.
 
-Failures (unwritable directory, full disk, an odd tensor) warn once on stderr, are
-kept in :data:`FAILURES` and written into the record's ``error`` field where a
-manifest exists; they never propagate into the model.
+Failures (unwritable directory, full disk, an odd tensor, a bad environment value)
+warn once on stderr, are kept in :data:`FAILURES` and written into the record's
+``error`` field where a manifest exists; they never propagate into the model.
+:func:`failures` adds those of the C++ runtime (cpp_wrapper and AOTInductor models
+loaded in this process).
+
+A run directory belongs to one runtime of one process: :meth:`Session.writer` claims
+it (``format.writer.claim_run_directory``), and a run id already held by another
+process or by this process's C++ runtime gives ``<id>-2`` with one warning.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import json
 import os
 import sys
 import threading
@@ -22,7 +29,8 @@ from typing import Any, Callable
 
 from .. import config
 from ..format.schema import RunInfo
-from ..format.writer import RunWriter, default_run_id, new_run_info, run_directory
+from ..format.writer import (RunWriter, claim_run_directory, clean_run_id, default_run_id, new_run_info,
+                             run_directory)
 
 #: Host memory that may be queued for writing before the model thread waits.
 MAX_BYTES_IN_FLIGHT = 1 << 30
@@ -47,6 +55,100 @@ def warn_once(key: str, message: str) -> None:
         pass
 
 
+#: Run directories the Python runtime of this process claimed: requested -> (claimed, run id),
+#: and each claimed directory's last seq, so that a later session in the same directory
+#: (``enable(dump_dir=...)`` back to an earlier one) continues its numbering instead of
+#: claiming a new one or overwriting files. Forgotten in a forked child.
+_claims: dict[str, tuple[str, str]] = {}
+_last_seq: dict[str, int] = {}
+_claims_pid = os.getpid()
+
+
+#: Exported (extern "C", default visibility) by every instrumented C++ wrapper: see
+#: ``aoti_debug_runtime.h``. A stable C signature, independent of the runtime's namespace.
+CPP_WARNINGS_SYMBOL = "aoti_debug_runtime_warnings"
+_no_cpp_runtime: set[str] = set()  # loaded libraries known not to export it
+
+
+def failures() -> list[tuple[str, str]]:
+    """Every failure this process's aoti_debug runtimes saw, as ``(key, message)``.
+
+    :data:`FAILURES` (the Python runtime's, every occurrence) followed by the C++
+    runtime's (cpp_wrapper modules and AOTInductor models loaded in this process; keys
+    prefixed ``cpp:``): bad environment values, run directories held by another run,
+    unwritable directories, records that could not be written. The C++ runtime's are
+    also in its run's ``run.json`` (``warnings``) and on stderr.
+    """
+    with _lock:
+        out = list(FAILURES)
+    out.extend((f"cpp:{key}", message) for key, message in _cpp_failures())
+    return out
+
+
+def _cpp_failures() -> list[tuple[str, str]]:
+    """Ask every loaded instrumented C++ library (Linux: /proc/self/maps) for its warnings.
+
+    The libraries are found by looking, never loaded: ``dlopen(RTLD_NOLOAD)`` only hands
+    back one that is already in the process. Libraries of one process share one state
+    (the runtime's STB_GNU_UNIQUE object); its identity is the first line of the text.
+    """
+    import ctypes
+
+    nolo = getattr(os, "RTLD_NOLOAD", None)
+    if nolo is None:
+        return []
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            fields = [line.split(None, 5) for line in f if ".so" in line]
+    except OSError:
+        return []
+    paths = {x[5].rstrip("\n") for x in fields if len(x) == 6 and x[5].startswith("/")}
+    seen: set[str] = set()
+    out: list[tuple[str, str]] = []
+    for path in sorted(paths):
+        if path in _no_cpp_runtime or path.endswith(" (deleted)"):
+            continue
+        try:
+            lib = ctypes.CDLL(path, mode=nolo | os.RTLD_LOCAL)
+        except OSError:
+            continue
+        try:
+            fn = getattr(lib, CPP_WARNINGS_SYMBOL)
+        except AttributeError:
+            _no_cpp_runtime.add(path)
+            _dlclose(lib)
+            continue
+        try:
+            fn.restype = ctypes.c_size_t
+            fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+            need = fn(None, 0)
+            buf = ctypes.create_string_buffer(need + 4096)  # room for warnings given meanwhile
+            n = fn(buf, len(buf))
+            text = buf.raw[:min(n, len(buf))].decode("utf-8", "replace")
+        finally:
+            _dlclose(lib)
+        identity, _, body = text.partition("\n")
+        if identity in seen:
+            continue
+        seen.add(identity)
+        for line in body.splitlines():
+            try:
+                key, message = json.loads(line)
+                out.append((str(key), str(message)))
+            except (ValueError, TypeError):
+                continue
+    return out
+
+
+def _dlclose(lib: Any) -> None:
+    try:
+        import _ctypes
+
+        _ctypes.dlclose(lib._handle)
+    except Exception:
+        pass
+
+
 class Job:
     """One manifest line to write, with what must happen before it (wait, save)."""
 
@@ -67,6 +169,8 @@ class Session:
         self.pid = os.getpid()
         self.seq = 0
         self.launch = 0
+        self._count_lock = threading.Lock()
+        self._open_lock = threading.Lock()
         self.kernel_calls: collections.Counter = collections.Counter()
         self.graph_labels: dict[Any, str] = {}
         self.bytes_written = 0
@@ -79,24 +183,52 @@ class Session:
         self._in_flight = 0
         self._thread: threading.Thread | None = None
         self._closed = False
-        self.run_id = run_settings.run_id or default_run_id(run_settings.world_size)
+        raw_id = run_settings.run_id or ""
+        self.run_id = clean_run_id(raw_id) or default_run_id(run_settings.world_size)
+        #: The directory asked for; :meth:`writer` may claim ``<id>-2`` instead.
         self.path = run_directory(run_settings.dump_dir, self.run_id, run_settings.rank, run_settings.world_size)
         self.info: RunInfo | None = None
+
+    # -- counters (several Python threads may run compiled graphs at once) -----------
+    def next_seq(self) -> int:
+        """The next record's ``seq`` (1, 2, ...; unique in the run directory)."""
+        with self._count_lock:
+            self.seq += 1
+            return self.seq
+
+    def next_launch(self) -> int:
+        """The next launch's number (1, 2, ...)."""
+        with self._count_lock:
+            self.launch += 1
+            return self.launch
 
     # -- run directory ---------------------------------------------------------------
     def writer(self, level: str, device: str = "") -> RunWriter | None:
         """The run's writer, created on first use; None once creating it failed."""
         if self._writer is not None or self._writer_failed:
             return self._writer
+        with self._open_lock:
+            if self._writer is None and not self._writer_failed:
+                self._open(level, device)
+        return self._writer
+
+    def _open(self, level: str, device: str) -> None:
+        raw_id = self.settings.run_id or ""
+        if raw_id and clean_run_id(raw_id) != raw_id:
+            instead = f"run id {self.run_id!r}" if clean_run_id(raw_id) else f"the default run id {self.run_id!r}"
+            warn_once(f"run-id:{raw_id}", f"{config.ENV_RUN_ID}={raw_id!r} is not a plain name; {instead} is used "
+                      f"(a run never leaves {config.ENV_DIR})")
+        st = self.settings
         try:
-            self.info = new_run_info(
-                self.run_id, level, self.settings.rank, self.settings.world_size, device=device
-            )
+            self.path, self.run_id, resumed = _claim(st.dump_dir, self.run_id, st.rank, st.world_size)
+            if resumed:
+                with self._count_lock:
+                    self.seq = max(self.seq, _last_seq.get(self.path, 0))
+            self.info = new_run_info(self.run_id, level, st.rank, st.world_size, device=device)
             self._writer = RunWriter(self.path, self.info)
         except Exception as e:  # unwritable directory, full disk, bad path
             self._writer_failed = True
             warn_once("dump-dir", f"cannot create dump directory {self.path!r}: {e}")
-        return self._writer
 
     def register_graph(self, handle: Any, label: str, origin: dict) -> None:
         self.graph_labels[handle] = label
@@ -172,6 +304,31 @@ class Session:
             self._thread.join(timeout=60)
         if self._writer is not None:
             self._writer.close()
+            if self.pid == _claims_pid:
+                _last_seq[self.path] = max(_last_seq.get(self.path, 0), self.seq)
+
+
+def _claim(root: str, run_id: str, rank: int, world_size: int) -> tuple[str, str, bool]:
+    """The run directory for this process's Python runtime: ``(path, run id, resumed)``.
+
+    A directory it claimed before is used again (``resumed``); anything else is claimed
+    anew, with one warning when the requested one is held by someone else.
+    """
+    global _claims_pid
+    if _claims_pid != os.getpid():
+        _claims.clear()
+        _last_seq.clear()
+        _claims_pid = os.getpid()
+    wanted = run_directory(root, run_id, rank, world_size)
+    known = _claims.get(wanted)
+    if known is not None:
+        return known[0], known[1], True
+    path, rid, holder = claim_run_directory(root, run_id, rank, world_size, "python")
+    if holder is not None:
+        warn_once(f"claim:{wanted}", f"run directory {wanted!r} is held by {holder}; this Python runtime writes "
+                  f"to {path!r} instead")
+    _claims[wanted] = (path, rid)
+    return path, rid, False
 
 
 _session: Session | None = None
@@ -186,8 +343,8 @@ def current() -> Session:
         return s
     with _session_lock:
         if _session is None or _session.pid != os.getpid():
-            try:
-                settings = config.run_settings_from_env()
+            try:  # a bad value warns once and falls back alone; the others keep theirs
+                settings = config.run_settings_from_env(warn=warn_once)
             except Exception as e:
                 warn_once("run-settings", f"{e}; using defaults")
                 settings = config.RunSettings()
