@@ -21,8 +21,8 @@
 //    Bump the namespace number whenever struct Shared changes layout.
 //  * Tensor files are written by this file itself in the torch zip format
 //    (archive/data.pkl, archive/byteorder, archive/version, archive/data/0),
-//    loadable with torch.load(weights_only=True); file names start with "c" so
-//    they never collide with the Python runtime's in the same run directory.
+//    loadable with torch.load(weights_only=True); file names start with "c" (the
+//    C++ writer; a run directory is claimed by one runtime, see claim_run).
 //  * Stats and checksum follow aoti_debug/runtime/stats.py: min/max/mean/std/absmax
 //    over finite values, nan and inf counts, checksum = sum_i bits_i*(2i+1) mod 2^64.
 //    min/max/absmax/nan/inf and the checksum are exact and equal to the Python
@@ -32,6 +32,7 @@
 #define AOTI_DEBUG_RUNTIME_V1 1
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -711,6 +712,17 @@ std::string trim_space(const std::string& v) {
   if (b == std::string::npos) return "";
   size_t e = v.find_last_not_of(" \t\n\r\v\f");
   return v.substr(b, e - b + 1);
+}
+
+// config.parse_bool: 1/true/yes/on, 0/false/no/off or empty (any case, spaces trimmed);
+// anything else is one warning naming the variable, and false. Caller holds S.mu.
+int parse_bool_env(Shared& S, const char* name) {
+  std::string v = trim_space(env_str(name));
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (v.empty() || v == "0" || v == "false" || v == "no" || v == "off") return 0;
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return 1;
+  warn_once(S, std::string("env-") + name, std::string(name) + "='" + v + "' is not a boolean (use 1 or 0); 0 is used");
+  return 0;
 }
 
 // config._BYTES_RE: \+?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?
@@ -2628,11 +2640,7 @@ void sync_device(const Site& site) {
     if (!counter) counter = &L.calls[std::string(site.graph) + '\x1f' + site.kernel];
     tl_call = (*counter)++;
     if (site.level == 3) {
-      if (L.names_args < 0) {  // read at run time, as the Python runtime does
-        const char* v = std::getenv("AOTI_DEBUG_NAMES_ARGS");
-        L.names_args = v && *v && std::strcmp(v, "0") && std::strcmp(v, "false") && std::strcmp(v, "no") &&
-            std::strcmp(v, "off");
-      }
+      if (L.names_args < 0) L.names_args = parse_bool_env(S, "AOTI_DEBUG_NAMES_ARGS");  // as config.parse_bool
       announce_graph(site);
       emit_line(names_line("before", tl_launch, label, site.kernel, tl_call));
       if (L.names_args > 0) describe_args(site, vals);
