@@ -14,6 +14,7 @@ import sys
 from typing import Iterator
 
 from . import config
+from .errors import UnsupportedTorchError
 
 log = logging.getLogger("aoti_debug")
 
@@ -112,7 +113,12 @@ def enable_from_env() -> None:
     if settings.active:
         from .codegen import inductor
 
-        inductor.install(settings)
+        try:
+            inductor.install(settings)
+        except UnsupportedTorchError as e:  # the user's import must not fail: one warning
+            from .runtime.session import warn_once
+
+            warn_once("unsupported-torch", f"{e}; instrumentation stays off (aoti-debug doctor lists what is missing)")
         log.info("aoti_debug: instrumenting compiles at level %s", settings.level)
 
 

@@ -26,6 +26,7 @@ def _register() -> None:
     from .diff import diff; main.add_command(diff)  # noqa: E702
     from .show import show; main.add_command(show)  # noqa: E702
     main.add_command(locate)
+    from .doctor import doctor; main.add_command(doctor)  # noqa: E702
 
 
 _register()

@@ -1,1 +1,1 @@
-"""Compile-time side: the manager and the emitters (only codegen.inductor touches torch._inductor)."""
+"""Compile-time side: the manager, the emitters and the Inductor patch table (only this package touches torch._inductor; inductor.py is its public face)."""

@@ -120,8 +120,13 @@ def test_user_defined_triton_kernel_in_cpp_wrapper(tmp_path):
     assert recs, {r["kernel"] for r in records(run_dir)}
     before = [r for r in recs if r["phase"] == "before" and r["kind"] == "tensor"]
     after = [r for r in recs if r["phase"] == "after"]
-    assert len(before) == 2, before
-    assert len(after) == 1 and after[0]["role"] == "output"
+    # x-derived and y hold data; the empty output is never read as data. torch 2.11 has no
+    # UserDefinedTritonKernel.arg_accesses, so the output counts as in-place there and its
+    # before record is flagged uninitialised (metadata only); 2.13 knows it is write-only.
+    data = [r for r in before if not r.get("uninitialised")]
+    assert len(data) == 2, before
+    assert all("stats" not in r and "file" not in r for r in before if r.get("uninitialised"))
+    assert len(after) == 1 and after[0]["role"] in ("output", "inout")
     torch.testing.assert_close(load_record(run_dir, after[0]), (2 * torch.sin(x) + y).cpu())
     torch.testing.assert_close(out, torch.relu(2 * torch.sin(x) + y))
     assert any(r["kind"] in ("scalar", "symint") and r["value"] == 1000 for r in recs)

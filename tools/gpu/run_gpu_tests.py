@@ -11,21 +11,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)
 
-
-def links_libstdcxx_statically(cxx: str) -> bool:
-    """True when ``cxx`` has only libstdc++.a to link (-print-file-name finds no .so)."""
-    try:
-        found = subprocess.run([cxx, "-print-file-name=libstdc++.so"], capture_output=True, text=True,
-                               timeout=30).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return not os.path.isabs(found)
+from aoti_debug.codegen.toolchain import links_libstdcxx_statically, shared_libstdcxx_compiler  # noqa: E402
 
 
 def main() -> int:
@@ -40,11 +34,13 @@ def main() -> int:
     # A compiler that finds no libstdc++.so (the device machine's /opt/gcc/bin/g++, also
     # its CXX) links libstdc++.a into every AOTI .so, which then segfaults on load
     # (tools/gpu/probe_aoti_libstdcxx.py; README "AOTInductor on the GPU machine").
+    # The check and the replacement are the library's (``aoti-debug doctor`` reports the same).
     cxx = env.get("CXX") or "g++"
-    if links_libstdcxx_statically(cxx) and os.path.exists("/usr/bin/g++") \
-            and not links_libstdcxx_statically("/usr/bin/g++"):
-        print(f"CXX={cxx} finds no libstdc++.so (AOTI .so files would crash on load): using /usr/bin/g++")
-        env["CXX"] = "/usr/bin/g++"
+    if links_libstdcxx_statically(cxx):
+        fix = shared_libstdcxx_compiler(exclude=shutil.which(cxx) or cxx)
+        if fix:
+            print(f"CXX={cxx} finds no libstdc++.so (AOTI .so files would crash on load): using {fix}")
+            env["CXX"] = fix
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", f"--junitxml={xml}",
            "-o", "addopts=", "tests"]
     if args.k:
