@@ -48,7 +48,7 @@ def test_perturbed_weight_exit_1_first_divergence_on_top(dumps):
     assert r.exit_code == 1, r.output
     lines = r.output.splitlines()
     fd = next(l for l in lines if l.startswith("FIRST DIVERGENCE: "))
-    assert fd.startswith(f"FIRST DIVERGENCE: launch {reader.launch} graph0 {reader.kernel} (call 0): input ")
+    assert fd.startswith(f"FIRST DIVERGENCE: launch {reader.launch} graph0 (inference 0/0) {reader.kernel} (call 0): input ")
     assert f"input {reader.arg}" in fd
     header = next(i for i, l in enumerate(lines) if l.startswith("status "))
     first_row = lines[header + 1].split()
@@ -112,7 +112,7 @@ def test_nan_planted_in_the_input(dumps):
     r = diff(dumps.save_nan, dumps.save_a)
     assert r.exit_code == 1
     fd = next(l for l in r.output.splitlines() if l.startswith("FIRST DIVERGENCE"))
-    assert f"launch {reader.launch} graph0 {reader.kernel}" in fd and f"input {reader.arg}" in fd
+    assert f"launch {reader.launch} graph0 (inference 0/0) {reader.kernel}" in fd and f"input {reader.arg}" in fd
     row = next(l for l in r.output.splitlines() if l.startswith("fail *") and f" {reader.arg} " in l)
     assert " 1/0 " in row  # NaN count in A / B
 

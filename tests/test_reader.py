@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -144,7 +145,10 @@ def test_manifest_paths_cannot_leave_the_dump(run, file):
 
     rewrite_manifest(run, edit)
     reader = RunReader(run)
-    rec = next(reader.records())
+    assert [r.arg for r in reader.records()] == ["buf1"]  # judged when read: the record is damage
+    assert reader.problems == [f'manifest.jsonl line 1: file {json.dumps(file)} points outside the dump (skipped)']
+    # And when opened: a record made in code gets no further.
+    rec = dataclasses.replace(next(RunReader(run).records()), file=file)
     with pytest.raises(RecordError, match="points outside the dump"):
         reader.load_tensor(rec)
 

@@ -11,6 +11,7 @@ import click
 from .. import config
 from ..errors import ConfigError
 from ..config import LEVELS
+from ._common import BadInput
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -27,16 +28,22 @@ def run(level, kernels, dump_dir, sync, phases, cmd):
     \b
     Example:
       aoti-debug run --level save --dir dumps -- python train.py --steps 2
-    The exit code is CMD's.
+    The exit code is CMD's, or 2 when CMD cannot be started (not found, not executable).
     """
     try:
         env = config.child_env(os.environ, level=level, kernels=kernels, dump_dir=dump_dir, sync=sync, phases=phases)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
+    # A CMD that cannot start is bad input, worded and exiting as in `aoti-debug locate`
+    # (locate/runner.py), never confused with CMD's own exit code 1.
     try:
         proc = subprocess.run(list(cmd), env=env)
     except FileNotFoundError:
-        raise click.ClickException(f"command not found: {cmd[0]}") from None
+        raise BadInput(f"command not found: {cmd[0]}") from None
+    except PermissionError:
+        raise BadInput(f"command not executable: {cmd[0]}") from None
+    except OSError as e:
+        raise BadInput(f"cannot start {cmd[0]}: {e.strerror or e}") from None
     except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(proc.returncode)

@@ -73,25 +73,38 @@ def _read_info(path: str) -> tuple[RunInfo, list[str]]:
                        level="", pid=0, start_time="")
         return info, notes
     try:
-        with open(run_file, encoding="utf-8") as f:
-            data = json.load(f)
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        version = data.get("format_version")
-        if not isinstance(version, int):
-            raise ValueError(f"format_version is {version!r}")
-    except (OSError, ValueError) as e:
-        raise DumpError(f"{run_file}: unreadable run header ({e})") from None
-    if version > FORMAT_VERSION:
+        with open(run_file, "rb") as f:
+            data = json.loads(f.read())
+    except (OSError, ValueError, RecursionError) as e:
+        # json's own message says where in the (multi-line) file it stopped.
+        raise DumpError(f"{run_file}: unreadable run header ({_first_line(e)})") from None
+    version = data.get("format_version") if isinstance(data, dict) else None
+    if type(version) is int and version > FORMAT_VERSION:
+        # Before any other check: a newer format may have changed every other field.
         raise FormatVersionError(
             f"{path}: written by dump format version {version}; this aoti_debug reads "
             f"versions up to {FORMAT_VERSION} (upgrade aoti_debug)"
         )
     try:
         info = RunInfo.from_dict(data)
-    except TypeError as e:
-        raise DumpError(f"{run_file}: run header lacks a field ({e})") from None
+    except DumpError as e:
+        raise DumpError(f"{run_file}: damaged run header: {e}") from None
     return info, notes
+
+
+def parse_line(raw: bytes) -> Record:
+    """One manifest line as a checked record.
+
+    Raises:
+        ValueError: the line is not JSON (the mark of a truncated line when it is the last).
+        RecordError: it is JSON but not a record of this format (see :mod:`.validate`).
+    """
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        # json raises this, not a ValueError, for arrays nested thousands deep.
+        raise ValueError("nested too deeply") from None
+    return Record.from_dict(data)
 
 
 class RunReader:
@@ -144,7 +157,7 @@ class RunReader:
             return
         first_scan = not self._scanned
         self._scanned = True
-        with open(self.manifest, "rb") as f:
+        with self._open_manifest() as f:
             offset = 0
             lineno = 0
             for raw in f:
@@ -153,11 +166,13 @@ class RunReader:
                 if not raw.strip():
                     continue
                 try:
-                    data = json.loads(raw)
-                    if not isinstance(data, dict):
-                        raise ValueError("not a JSON object")
-                    record = Record.from_dict(data)
-                except (ValueError, KeyError, TypeError) as e:
+                    record = parse_line(raw)
+                except RecordError as e:
+                    # Valid JSON is never a cut-off line: damage even when it is the last.
+                    if first_scan:
+                        self.problems.append(f"{MANIFEST_FILE} line {lineno}: {e} (skipped)")
+                    continue
+                except ValueError as e:
                     if not raw.endswith(b"\n"):
                         self.truncated = True
                         if first_scan:
@@ -167,9 +182,15 @@ class RunReader:
                             )
                         return
                     if first_scan:
-                        self.problems.append(f"{MANIFEST_FILE} line {lineno}: {_line_error(e)} (skipped)")
+                        self.problems.append(f"{MANIFEST_FILE} line {lineno}: {_decode_error(e)} (skipped)")
                     continue
                 yield start, offset, record
+
+    def _open_manifest(self):
+        try:
+            return open(self.manifest, "rb")
+        except OSError as e:
+            raise DumpError(f"{self.manifest}: cannot read ({e.strerror or e})") from None
 
     def records(self) -> Iterator[Record]:
         """Every usable record, in manifest order (which is event order)."""
@@ -179,9 +200,12 @@ class RunReader:
     def record_at(self, offset: int) -> Record:
         """The record of the manifest line that starts at ``offset`` (from :meth:`entries`)."""
         if self._handle is None:
-            self._handle = open(self.manifest, "rb")
+            self._handle = self._open_manifest()
         self._handle.seek(offset)
-        return Record.from_dict(json.loads(self._handle.readline()))
+        try:
+            return parse_line(self._handle.readline())
+        except ValueError as e:  # the file changed since entries() read it
+            raise RecordError(f"{MANIFEST_FILE} at byte {offset}: {_decode_error(e)}") from None
 
     def close(self) -> None:
         """Close the manifest handle that :meth:`record_at` keeps open."""
@@ -257,11 +281,13 @@ def _first_line(e: BaseException) -> str:
     return line if len(line) <= 160 else line[:157] + "..."
 
 
-def _line_error(e: BaseException) -> str:
-    if isinstance(e, KeyError):
-        return f"record lacks {e.args[0] if e.args else 'a field'}"
+def _decode_error(e: BaseException) -> str:
     if isinstance(e, json.JSONDecodeError):
         return "not valid JSON"
+    if isinstance(e, UnicodeDecodeError):
+        return "not valid UTF-8"
+    if "integer string conversion" in str(e):  # Python's cap on digits (3.11+)
+        return "holds a number too long to read"
     return _first_line(e)
 
 

@@ -141,6 +141,11 @@ class Record:
     """Why the tensor file was not written although the level asked for it."""
     shared: bool | None = None
     """True when ``file`` was written for an earlier record with identical values."""
+    uninitialised: bool | None = None
+    """True when the storage was read before any launch (or the caller) wrote it: the
+    record holds metadata only and is never compared nor counted as NaN/Inf."""
+    volatile: str | None = None
+    """Why the value is nondeterministic by contract (an RNG seed): listed, not compared."""
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -150,12 +155,19 @@ class Record:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Record":
-        fields = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in d.items() if k in fields}
+        """The record of one manifest line, checked against the format first.
+
+        Keys this version does not know are ignored (a newer writer of version 1).
+
+        Raises:
+            RecordError: a field is missing, of the wrong type, out of range or at odds
+                with another (one line naming it; see :mod:`.validate`).
+        """
+        from .validate import check_record  # validate imports this module
+
+        check_record(d)
+        kwargs = {k: v for k, v in d.items() if k in _RECORD_FIELD_NAMES}
         kwargs["stats"] = Stats.from_dict(d.get("stats"))
-        missing = [k for k in ("seq", "launch", "graph", "kernel", "phase", "arg") if k not in d]
-        if missing:
-            raise KeyError(", ".join(missing))
         kwargs.setdefault("wrapper", "python")
         kwargs.setdefault("op", d["kernel"])
         kwargs.setdefault("kernel_call", 0)
@@ -188,15 +200,29 @@ class RunInfo:
     hostname: str = ""
     writer: str = "python"
     graphs: dict = dataclasses.field(default_factory=dict)
-    """graph label -> where its code lives (wrapper file, kind)."""
+    """graph label -> what it is: ``wrapper``, ``file``, ``subgraph``, ``kind``
+    (forward/backward/inference) and Dynamo's ``compile_id``, where known."""
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    """What went wrong while recording this run, one message per kind of problem."""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunInfo":
+        """The header of a run, checked against the format first.
+
+        Raises:
+            DumpError: a field is missing, of the wrong type or out of range.
+        """
+        from .validate import check_run_info  # validate imports this module
+
+        check_run_info(d)
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in fields})
+
+
+_RECORD_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Record))
 
 
 #: Level ``names`` lines (stderr, flushed); the C++ runtime prints the same format and

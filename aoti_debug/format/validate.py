@@ -1,0 +1,319 @@
+"""Checks a dump's JSON against format version 1 before anything else reads it.
+
+``Record.from_dict`` and ``RunInfo.from_dict`` call these checks, so every reader of a
+dump (``show``, ``diff``, the library) judges damage alike: a field of the wrong type,
+out of range, outside its enumeration, or at odds with its neighbours (``numel`` and
+``shape``) is named in one line, and never surfaces later as a Python exception in
+whatever code first touches the value.
+
+The rules accept everything the two writers write, the Python runtime
+(``runtime/hooks.py``) and the C++ runtime (``codegen/aoti_debug_runtime.h``), and
+nothing a reader would have to guess about. Keys this version does not know are
+ignored: a newer writer of format version 1 may add fields, and this reader must still
+read the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from typing import Any, Callable, get_args
+
+from ..config import LEVELS
+from ..errors import DumpError, RecordError
+from .schema import FORMAT_VERSION, STAT_KEYS, Kind, Role
+
+INT64_MAX = (1 << 63) - 1
+
+PHASES = ("before", "after")
+ROLES: tuple[str, ...] = get_args(Role)
+KINDS: tuple[str, ...] = get_args(Kind)
+WRAPPERS = ("python", "cpp")
+GRAPH_KINDS = ("forward", "backward", "inference")
+LEVEL_NAMES = tuple(LEVELS.values())
+
+#: ``str(dtype)`` without ``torch.`` for every dtype of torch 2.13 (a test compares this
+#: with the installed torch, so a new dtype is added here, not rejected as damage).
+TENSOR_DTYPES = frozenset({
+    "bfloat16", "bits16", "bits1x8", "bits2x4", "bits4x2", "bits8", "bool", "complex128", "complex32",
+    "complex64", "float16", "float32", "float4_e2m1fn_x2", "float64", "float8_e4m3fn", "float8_e4m3fnuz",
+    "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "int1", "int16", "int2", "int3", "int32", "int4",
+    "int5", "int6", "int64", "int7", "int8", "qint32", "qint8", "quint2x4", "quint4x2", "quint8", "uint1",
+    "uint16", "uint2", "uint3", "uint32", "uint4", "uint5", "uint6", "uint64", "uint7", "uint8",
+})
+#: What the runtimes write as the dtype of a scalar or symint: the Python type's name.
+SCALAR_TYPES = frozenset({"int", "float", "bool", "SymInt", "SymFloat", "SymBool"})
+#: The C++ runtime names a dtype code it has no table entry for ``dtype<code>`` (its
+#: record then says why it has no values).
+_CPP_UNKNOWN_DTYPE = re.compile(r"dtype-?[0-9]{1,10}")
+#: ``runtime.stats.format_checksum`` and the C++ ``%016llx``.
+_CHECKSUM = re.compile(r"[0-9a-f]{16}")
+#: How ``Stats.to_dict`` writes non-finite stats (the C++ runtime writes JSON
+#: ``Infinity``/``-Infinity`` and ``null`` for NaN instead; both read the same).
+_STAT_WORDS = ("nan", "inf", "-inf")
+
+_Check = Callable[[Any], bool]
+#: A field's rule: its check, and what it must be (or a function that words the problem).
+_Rule = tuple[_Check, Any]
+
+
+def show_value(value: Any) -> str:
+    """A field's value as the manifest spells it, cut short for a one-line message."""
+    if type(value) is int and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"  # its digits say less, and str() may refuse
+    try:
+        text = json.dumps(value, allow_nan=True, ensure_ascii=True)
+    except (TypeError, ValueError, RecursionError):
+        text = type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _count(v: Any) -> bool:
+    # type(), not isinstance: bool is an int subclass, and JSON true is never a count.
+    return type(v) is int and 0 <= v <= INT64_MAX
+
+
+def _positive(v: Any) -> bool:
+    return type(v) is int and 1 <= v <= INT64_MAX
+
+
+def _text(v: Any) -> bool:
+    return type(v) is str
+
+
+def _name(v: Any) -> bool:
+    return type(v) is str and v != ""
+
+
+def _flag(v: Any) -> bool:
+    return type(v) is bool
+
+
+def _any(v: Any) -> bool:
+    return True
+
+
+def _choice(options: tuple[str, ...]) -> _Check:
+    allowed = frozenset(options)
+    return lambda v: type(v) is str and v in allowed
+
+
+def _dims(v: Any) -> bool:
+    return type(v) is list and all(type(x) is int and 0 <= x <= INT64_MAX for x in v)
+
+
+def _texts(v: Any) -> bool:
+    return type(v) is list and all(type(x) is str for x in v)
+
+
+def _phase_list(v: Any) -> bool:
+    return type(v) is list and all(type(x) is str and x in PHASES for x in v)
+
+
+def _tensor_dtype(v: Any) -> bool:
+    return type(v) is str and (v in TENSOR_DTYPES or _CPP_UNKNOWN_DTYPE.fullmatch(v) is not None)
+
+
+def _value_dtype(v: Any) -> bool:
+    return type(v) is str and (v in SCALAR_TYPES or v in TENSOR_DTYPES)
+
+
+def _checksum(v: Any) -> bool:
+    return type(v) is str and _CHECKSUM.fullmatch(v) is not None
+
+
+def _relpath(v: Any) -> bool:
+    """A path relative to the run directory that stays inside it, lexically (symlinks
+    are judged when the file is opened: ``RunReader.tensor_path``)."""
+    if type(v) is not str or not v or "\x00" in v or v.startswith(("/", "\\")):
+        return False
+    norm = posixpath.normpath(v)
+    return norm not in (".", "..") and not norm.startswith("../")
+
+
+def _stat(v: Any) -> bool:
+    if v is None:
+        return True
+    if type(v) is float:
+        return v == v  # +-inf: the C++ runtime's Infinity; NaN is written as null or "nan"
+    if type(v) is int:
+        return abs(v) <= 1.7976931348623157e308  # float() of it must not overflow
+    return type(v) is str and v in _STAT_WORDS
+
+
+def _opt(check: _Check) -> _Check:
+    return lambda v: v is None or check(v)
+
+
+def _file_problem(v: Any) -> str:
+    if type(v) is str and v:
+        # The wording RunReader.tensor_path uses for a path that resolves outside.
+        return f"file {show_value(v)} points outside the dump"
+    return f"file is {show_value(v)}, not a relative path inside the run directory"
+
+
+_COUNT = "a non-negative 64-bit integer"
+_TEXT = "a string"
+
+
+def _one_of(options) -> str:
+    return "one of " + ", ".join(options)
+
+
+#: Record field -> (check, what it must be). ``None`` is allowed where the schema's
+#: field is optional; the writers leave such keys out or write ``null``.
+RECORD_FIELDS: dict[str, _Rule] = {
+    "seq": (_count, _COUNT),
+    "launch": (_count, _COUNT),
+    "graph": (_name, "a non-empty string"),
+    "wrapper": (_choice(WRAPPERS), _one_of(WRAPPERS)),
+    "kernel": (_name, "a non-empty string"),
+    "op": (_text, _TEXT),
+    "kernel_call": (_count, _COUNT),
+    "phase": (_choice(PHASES), _one_of(PHASES)),
+    "arg": (_name, "a non-empty string"),
+    "role": (_choice(ROLES), _one_of(ROLES)),
+    "kind": (_choice(KINDS), _one_of(KINDS)),
+    "index": (_count, _COUNT),
+    "expr": (_opt(_text), _TEXT),
+    "dtype": (_opt(_text), _TEXT),  # which names are known depends on kind: _check_kind
+    "shape": (_opt(_dims), "a list of non-negative 64-bit integers"),
+    "stride": (_opt(_dims), "a list of non-negative 64-bit integers"),
+    "device": (_opt(_text), _TEXT),
+    "numel": (_opt(_count), _COUNT),
+    "stats": (_opt(lambda v: type(v) is dict), "an object (" + ", ".join(STAT_KEYS) + ") or null"),
+    "checksum": (_opt(_checksum), "16 lower-case hex digits"),
+    "file": (_opt(_relpath), _file_problem),
+    "value": (_any, "anything"),
+    "error": (_opt(_text), _TEXT),
+    "skipped": (_opt(_text), _TEXT),
+    "shared": (_opt(_flag), "true or false"),
+    "uninitialised": (_opt(_flag), "true or false"),
+    "volatile": (_opt(_text), "a string (the reason)"),
+}
+RECORD_REQUIRED = ("seq", "launch", "graph", "kernel", "phase", "arg")
+#: What every writer writes for a tensor, even one it could not read (then with ``error``).
+TENSOR_REQUIRED = ("dtype", "shape", "stride", "device", "numel")
+
+INFO_FIELDS: dict[str, _Rule] = {
+    "format_version": (lambda v: type(v) is int and 1 <= v <= FORMAT_VERSION,
+                       f"an integer from 1 to {FORMAT_VERSION}"),
+    "run_id": (_text, _TEXT),
+    "level": (_choice(LEVEL_NAMES), _one_of(LEVEL_NAMES)),
+    "pid": (_count, _COUNT),
+    "start_time": (_text, _TEXT),
+    "aoti_debug_version": (_text, _TEXT),
+    "torch_version": (_text, _TEXT),
+    "device": (_text, _TEXT),
+    "kernels": (_text, _TEXT),
+    "phases": (_phase_list, "a list of before/after"),
+    "sync": (_flag, "true or false"),
+    "argv": (_texts, "a list of strings"),
+    "rank": (_count, _COUNT),
+    "world_size": (_positive, "a positive 64-bit integer"),
+    "hostname": (_text, _TEXT),
+    "writer": (_choice(WRAPPERS), _one_of(WRAPPERS)),
+    "graphs": (lambda v: type(v) is dict, "an object (graph label -> graph)"),
+    "warnings": (_texts, "a list of strings"),
+}
+INFO_REQUIRED = ("format_version", "run_id", "level", "pid", "start_time")
+
+#: Keys of one entry of run.json ``graphs``; the runtimes may add more (provenance).
+GRAPH_FIELDS: dict[str, _Rule] = {
+    "wrapper": (_choice(WRAPPERS), _one_of(WRAPPERS)),
+    "file": (_opt(_text), "a string or null"),
+    "subgraph": (_text, _TEXT),
+    "kind": (_choice(GRAPH_KINDS), _one_of(GRAPH_KINDS)),
+    "compile_id": (_text, "a string (a Dynamo compile id such as 0/0)"),
+}
+
+
+def _fields(d: dict, spec: dict[str, _Rule], where: str, error: type[Exception]) -> None:
+    for key, value in d.items():
+        rule = spec.get(key)
+        if rule is not None and not rule[0](value):
+            expected = rule[1]
+            raise error(where + (expected(value) if callable(expected) else
+                                 f"{key} is {show_value(value)}, not {expected}"))
+
+
+def check_record(d: Any) -> None:
+    """Raise :class:`RecordError` naming the first thing wrong with manifest record ``d``."""
+    if type(d) is not dict:
+        raise RecordError("not a JSON object")
+    missing = [k for k in RECORD_REQUIRED if k not in d]
+    if missing:
+        raise RecordError("record lacks " + ", ".join(missing))
+    _fields(d, RECORD_FIELDS, "", RecordError)
+    stats = d.get("stats")
+    if stats is not None:
+        _check_stats(stats)
+    _check_kind(d)
+
+
+def _check_stats(stats: dict) -> None:
+    missing = [k for k in STAT_KEYS if k not in stats]
+    if missing:
+        # An absent count would read as "no NaN": never guess it.
+        raise RecordError("stats lacks " + ", ".join(missing))
+    for key in STAT_KEYS[:5]:
+        if not _stat(stats[key]):
+            raise RecordError(f"stats.{key} is {show_value(stats[key])}, not a number, null, "
+                              f"\"nan\", \"inf\" or \"-inf\"")
+    for key in STAT_KEYS[5:]:
+        if not _count(stats[key]):
+            raise RecordError(f"stats.{key} is {show_value(stats[key])}, not {_COUNT}")
+
+
+def _check_kind(d: dict) -> None:
+    dtype = d.get("dtype")
+    if d.get("kind", "tensor") != "tensor":
+        if dtype is not None and not _value_dtype(dtype):
+            raise RecordError(f"dtype is {show_value(dtype)}, not a known scalar type or dtype name")
+        return
+    missing = [k for k in TENSOR_REQUIRED if d.get(k) is None]
+    if missing:
+        raise RecordError("tensor record lacks " + ", ".join(missing))
+    if not _tensor_dtype(dtype):
+        raise RecordError(f"dtype is {show_value(dtype)}, not a known dtype name")
+    shape, stride, numel = d["shape"], d["stride"], d["numel"]
+    if len(stride) != len(shape):
+        raise RecordError(f"stride {show_value(stride)} has {len(stride)} entries but shape "
+                          f"{show_value(shape)} has {len(shape)}")
+    # A tensor the C++ runtime could not describe has shape [] and numel 0, with an error.
+    if d.get("error") is None and numel != _numel(shape):
+        raise RecordError(f"numel is {numel} but shape {show_value(shape)} holds {_numel_text(shape)} elements")
+
+
+def _numel(shape: list[int]) -> int:
+    """prod(shape), or -1 once it exceeds int64 (then no numel can match)."""
+    if 0 in shape:
+        return 0
+    n = 1
+    for x in shape:
+        n *= x
+        if n > INT64_MAX:
+            return -1
+    return n
+
+
+def _numel_text(shape: list[int]) -> str:
+    n = _numel(shape)
+    return "more than 2**63-1" if n < 0 else str(n)
+
+
+def check_run_info(d: Any) -> None:
+    """Raise :class:`DumpError` naming the first thing wrong with run header ``d``."""
+    if type(d) is not dict:
+        raise DumpError("not a JSON object")
+    missing = [k for k in INFO_REQUIRED if k not in d]
+    if missing:
+        raise DumpError("run header lacks " + ", ".join(missing))
+    _fields(d, INFO_FIELDS, "", DumpError)
+    for label, graph in (d.get("graphs") or {}).items():
+        where = f"graphs[{show_value(label)}]"
+        if type(graph) is not dict:
+            raise DumpError(f"{where} is {show_value(graph)}, not an object")
+        _fields(graph, GRAPH_FIELDS, where + ".", DumpError)
+
