@@ -13,6 +13,7 @@ from aoti_debug.cli import main
 from aoti_debug.codegen import python_emitter
 from aoti_debug.codegen.launch import Launch, LaunchArg
 from aoti_debug.codegen.manager import Manager
+from aoti_debug.format.protocol import Site, SiteArg
 from tests.conftest import REPO
 
 README = open(os.path.join(REPO, "README.md")).read()
@@ -63,12 +64,22 @@ def test_python_emitter_golden():
     site = ("('', 'triton_poi_fused_add_0', 'triton_poi_fused_add_0', "
             "(('arg0_1', 'input', 'tensor', 'arg0_1', False, ()), ('xnumel', 'input', 'scalar', '16', False, ())), "
             "(('buf0', 'output', 'tensor', 'buf0', False, ()),), None)")
-    assert before == [f"_aoti_debug.launch({site}, (arg0_1, 16))"]
-    assert after == [f"_aoti_debug.done({site}, (buf0,))"]
+    # The site is a module constant, built once at import; the hook lines name the kernel.
+    assert before == ["_aoti_debug.launch(_AD_SITE_0, (arg0_1, 16))  # 'triton_poi_fused_add_0'"]
+    assert after == ["_aoti_debug.done(_AD_SITE_0, (buf0,))  # 'triton_poi_fused_add_0'"]
     assert Root.imports.lines == [
         "from aoti_debug.runtime.hooks import graph as _aoti_debug_graph",
-        "_aoti_debug = _aoti_debug_graph(globals().get('__file__'), 'save', False, info=())",
+        "_aoti_debug = _aoti_debug_graph(globals().get('__file__'), 'save', False, info=(), protocol=2)",
+        f"_AD_SITE_0 = _aoti_debug.site({site})",
     ]
-    odd = Launch(kernel="k'\"\\n", op="k", kind="cpp", args=[])
+    odd = Launch(kernel="k'\"\\n\n", op="k", kind="cpp", args=[])
     line = python_emitter.emit(m, root, odd, "before")[0]
-    assert eval(line.split("(", 1)[1].rsplit(", ()", 1)[0])[1] == "k'\"\\n"
+    assert line == "_aoti_debug.launch(_AD_SITE_1, ())  # 'k\\'\"\\\\n\\n'"
+    compile("\n".join([*Root.imports.lines, line]), "<wrapper>", "exec")  # the comment ends the line
+    module: dict = {}
+    exec("\n".join(Root.imports.lines), module)  # the header builds typed sites at import
+    assert module["_AD_SITE_0"] == Site("", "triton_poi_fused_add_0", "triton_poi_fused_add_0",
+                                        (SiteArg("arg0_1", "input", "tensor", "arg0_1"),
+                                         SiteArg("xnumel", "input", "scalar", "16")),
+                                        (SiteArg("buf0", "output", "tensor", "buf0"),))
+    assert module["_AD_SITE_1"].kernel == "k'\"\\n\n"

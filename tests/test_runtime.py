@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import aoti_debug
+from aoti_debug.format.protocol import PROTOCOL_VERSION, Site, SiteArg
 from aoti_debug.runtime import hooks, session
 from aoti_debug.runtime.stats import tensor_stats
 from examples.models import MLP
@@ -30,8 +31,8 @@ def fresh_session(tmp_path, monkeypatch):
 
 
 def _site(kernel, names_in, names_out=()):
-    meta = lambda names, role: tuple((n, role, "unknown", n, False, ()) for n in names)  # noqa: E731
-    return ("", kernel, kernel, meta(names_in, "input"), meta(names_out, "output"), None)
+    meta = lambda names, role: tuple(SiteArg(n, role, "unknown", n) for n in names)  # noqa: E731
+    return Site("", kernel, kernel, meta(names_in, "input"), meta(names_out, "output"))
 
 
 ODD = {
@@ -51,7 +52,7 @@ ODD = {
 
 
 def test_odd_tensors_are_saved_exactly(fresh_session):
-    g = hooks.graph(None, "save", False)
+    g = hooks.graph(None, "save", False, protocol=PROTOCOL_VERSION)
     names = list(ODD)
     g.launch(_site("k", names), [ODD[n] for n in names])
     g.done(_site("k", names), [])
@@ -77,9 +78,9 @@ def test_odd_tensors_are_saved_exactly(fresh_session):
 
 
 def test_scalars_are_recorded_as_scalars(fresh_session):
-    g = hooks.graph(None, "stats", False)
-    site = ("", "k", "k", (("s0", "input", "symint", "s0", False, ()), ("alpha", "input", "scalar", "1.5", False, ()),
-                           ("flag", "input", "scalar", "True", False, ())), (), None)
+    g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION)
+    site = Site("", "k", "k", (SiteArg("s0", "input", "symint", "s0"), SiteArg("alpha", "input", "scalar", "1.5"),
+                               SiteArg("flag", "input", "scalar", "True")))
     g.launch(site, (7, 1.5, True))
     aoti_debug.flush()
     recs = records(only_run(str(fresh_session)))
@@ -116,7 +117,7 @@ def test_full_disk_is_recorded_per_record(fresh_session, monkeypatch, capfd):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(hooks.torch, "save", no_space)
-    g = hooks.graph(None, "save", False)
+    g = hooks.graph(None, "save", False, protocol=PROTOCOL_VERSION)
     x = torch.randn(4)
     g.launch(_site("k", ["a", "b"]), [x, x + 1])
     aoti_debug.flush()
@@ -130,7 +131,7 @@ def test_full_disk_is_recorded_per_record(fresh_session, monkeypatch, capfd):
 def test_max_bytes_stops_files_but_not_stats(fresh_session, monkeypatch):
     monkeypatch.setenv("AOTI_DEBUG_MAX_BYTES", "100")
     session.reset()
-    g = hooks.graph(None, "save", False)
+    g = hooks.graph(None, "save", False, protocol=PROTOCOL_VERSION)
     ts = [torch.randn(10) for _ in range(4)]  # 40 bytes each
     g.launch(_site("k", ["a", "b", "c", "d"]), ts)
     aoti_debug.flush()
@@ -141,7 +142,7 @@ def test_max_bytes_stops_files_but_not_stats(fresh_session, monkeypatch):
 
 def test_values_are_captured_at_launch_time(fresh_session):
     """Later in-place writes (buffer reuse) must not change what was recorded."""
-    g = hooks.graph(None, "save", False)
+    g = hooks.graph(None, "save", False, protocol=PROTOCOL_VERSION)
     x = torch.ones(1000)
     g.launch(_site("k", ["x"]), [x])
     x.mul_(5)
@@ -155,10 +156,12 @@ def test_killed_run_leaves_a_valid_manifest(tmp_path):
     code = textwrap.dedent(
         """
         import os, signal, torch, aoti_debug
+        from aoti_debug.format.protocol import PROTOCOL_VERSION, Site, SiteArg
         from aoti_debug.runtime import hooks
-        g = hooks.graph(None, "save", False)
+        g = hooks.graph(None, "save", False, protocol=PROTOCOL_VERSION)
+        site = Site("", "k", "k", (SiteArg("x", "input", "tensor", "x"),))
         for i in range(50):
-            g.launch(("", "k", "k", (("x", "input", "tensor", "x", False, ()),), (), None), (torch.randn(1000),))
+            g.launch(site, (torch.randn(1000),))
         aoti_debug.flush()
         os.kill(os.getpid(), signal.SIGKILL)
         """
@@ -171,7 +174,7 @@ def test_killed_run_leaves_a_valid_manifest(tmp_path):
 
 
 def test_run_json(fresh_session):
-    g = hooks.graph("/some/wrapper.py", "stats", False)
+    g = hooks.graph("/some/wrapper.py", "stats", False, protocol=PROTOCOL_VERSION)
     g.launch(_site("k", ["a"]), [torch.ones(2)])
     aoti_debug.flush()
     with open(os.path.join(only_run(str(fresh_session)), "run.json")) as f:

@@ -1,12 +1,25 @@
-"""Python-wrapper code for one launch. All values pass through ``emit.py_literal``."""
+"""Python-wrapper code for one launch. All values pass through ``emit.py_literal``.
+
+Each launch's :class:`~aoti_debug.format.protocol.Site` is written once into the
+wrapper's header (``_AD_SITE_<n> = _aoti_debug.site(...)``, built at module import);
+the lines around the launch pass that constant and the values::
+
+    _aoti_debug.launch(_AD_SITE_0, (arg0_1, 16))  # 'triton_poi_fused_add_0'
+
+The trailing comment names the kernel (``repr``) so that a reader of the wrapper, and
+``aoti-debug locate``, can tell which launch a hook belongs to.
+"""
 
 from __future__ import annotations
 
+from ..format.protocol import PROTOCOL_VERSION, Site, SiteArg
 from .emit import py_literal, py_tuple
-from .launch import Launch
+from .launch import Launch, LaunchArg
 
 RUNTIME_MODULE = "aoti_debug.runtime.hooks"
 HANDLE = "_aoti_debug"
+#: Module-level name of the n-th site constant of a wrapper.
+SITE_PREFIX = "_AD_SITE_"
 
 
 def header_lines(level: str, sync: bool, graph_info: dict | None = None) -> list[str]:
@@ -14,7 +27,7 @@ def header_lines(level: str, sync: bool, graph_info: dict | None = None) -> list
     return [
         f"from {RUNTIME_MODULE} import graph as _aoti_debug_graph",
         f"{HANDLE} = _aoti_debug_graph(globals().get('__file__'), {py_literal(level)}, {py_literal(sync)}, "
-        f"info={py_literal(info)})",
+        f"info={py_literal(info)}, protocol={py_literal(PROTOCOL_VERSION)})",
     ]
 
 
@@ -45,12 +58,13 @@ def graph_info() -> dict:
     return current_graph_info()
 
 
-def site(launch: Launch, phases: tuple[str, ...], level: str) -> tuple:
-    """``(subgraph, kernel, op, before_meta, after_meta, source)``; each meta entry is
-    ``(arg, role, kind, expr, uninitialised, volatile)`` (runtime/hooks.py reads it)."""
+def site(launch: Launch, phases: tuple[str, ...], level: str) -> tuple[Site, list[LaunchArg], list[LaunchArg]]:
+    """The launch's :class:`Site` (what runtime/hooks.py reads), and the args passed
+    before and after it, in the site's order."""
 
     def meta(selected):
-        return tuple((a.name, a.role, a.kind, a.expr, a.uninitialised, a.volatile) for a in selected)
+        return tuple(SiteArg(a.name, a.role, a.kind, a.expr, bool(a.uninitialised),
+                             tuple((str(part), str(reason)) for part, reason in a.volatile)) for a in selected)
 
     if level == "names":
         # Metadata only (read when AOTI_DEBUG_NAMES_ARGS is set): the faulting launch
@@ -61,14 +75,28 @@ def site(launch: Launch, phases: tuple[str, ...], level: str) -> tuple:
     else:
         before = [a for a in launch.args if a.before] if "before" in phases else []
         after = [a for a in launch.args if a.after] if "after" in phases else []
-    return (launch.graph, launch.kernel, launch.op, meta(before), meta(after), launch.source), before, after
+    return Site(launch.graph, launch.kernel, launch.op, meta(before), meta(after), launch.source), before, after
+
+
+def site_constant(wrapper, launch_site: Site) -> str:
+    """The name of the module constant holding ``launch_site``, defined in the header the
+    first time (one per distinct site: both phases of a launch share it)."""
+    root = _root(wrapper)
+    names = getattr(root, "_aoti_debug_sites", None)
+    if names is None:
+        names = root._aoti_debug_sites = {}
+    name = names.get(launch_site)
+    if name is None:
+        name = names[launch_site] = f"{SITE_PREFIX}{len(names)}"
+        # A NamedTuple is written as the plain tuple literal of its fields.
+        root.imports.writeline(f"{name} = {HANDLE}.site({py_literal(launch_site)})")
+    return name
 
 
 def emit(manager, wrapper, launch: Launch, phase: str) -> list[str]:
     ensure_header(manager, wrapper)
     settings = manager.settings
-    site_tuple, before, after = site(launch, settings.phases, settings.level)
-    literal = py_literal(site_tuple)
-    if phase == "before":
-        return [f"{HANDLE}.launch({literal}, {py_tuple([a.expr for a in before])})"]
-    return [f"{HANDLE}.done({literal}, {py_tuple([a.expr for a in after])})"]
+    launch_site, before, after = site(launch, settings.phases, settings.level)
+    name = site_constant(wrapper, launch_site)
+    call, args = ("launch", before) if phase == "before" else ("done", after)
+    return [f"{HANDLE}.{call}({name}, {py_tuple([a.expr for a in args])})  # {py_literal(launch.kernel)}"]

@@ -2,20 +2,21 @@
 
 Emitted code (see ``aoti_debug.codegen.python_emitter``) looks like::
 
-    from aoti_debug.runtime import hooks as _aoti_debug_rt
-    _aoti_debug = _aoti_debug_rt.graph(__file__, 'save', False)
+    from aoti_debug.runtime.hooks import graph as _aoti_debug_graph
+    _aoti_debug = _aoti_debug_graph(globals().get('__file__'), 'save', False, info=(), protocol=2)
+    _AD_SITE_3 = _aoti_debug.site(('', 'triton_poi_fused_add_0', ...))
     ...
-    _aoti_debug.launch(_AD_SITE_3, (arg0_1, buf2))
+    _aoti_debug.launch(_AD_SITE_3, (arg0_1, buf2))  # 'triton_poi_fused_add_0'
     triton_poi_fused_add_0.run(arg0_1, buf2, buf3, 16, stream=stream0)
-    _aoti_debug.done(_AD_SITE_3, (buf3,))
+    _aoti_debug.done(_AD_SITE_3, (buf3,))  # 'triton_poi_fused_add_0'
 
-A site is a constant tuple ``(subgraph, kernel, op, before_meta, after_meta, source)``,
-each meta a tuple of ``(arg, role, kind_hint, expr, uninitialised, volatile)`` in the
-order of the values passed, ``source`` what the kernel was made from (or None).
-Only inputs (and in-place args) are passed before a launch and only outputs (and
-in-place args) after it. An input whose storage nothing had written yet comes with
-``uninitialised`` set and is recorded as metadata only; ``volatile`` holds
-``(suffix, reason)`` pairs for values that are nondeterministic by contract.
+A site is a :class:`~aoti_debug.format.protocol.Site` built once, at module import;
+its ``before``/``after`` args (:class:`~aoti_debug.format.protocol.SiteArg`) come in
+the order of the values passed. Only inputs (and in-place args) are passed before a
+launch and only outputs (and in-place args) after it. An input whose storage nothing
+had written yet comes with ``uninitialised`` set and is recorded as metadata only;
+``volatile`` holds ``(suffix, reason)`` pairs for values that are nondeterministic by
+contract. A wrapper that speaks another protocol version is not recorded (one warning).
 
 Several Python threads may run compiled graphs at once: the launch number and the
 kernel call of the launch a thread is inside are kept per thread, and counters are
@@ -32,13 +33,12 @@ from typing import Any, Sequence
 
 import torch
 
+from ..format.protocol import PROTOCOL_VERSION, Site, SiteArg, jsonable, make_site, record
 from ..format.schema import arg_line, graph_line, names_line, site_line, tensor_filename
 from . import fused_stats
 from . import session as _session
 from .session import Job, warn_once
 from .stats import device_summary, format_checksum, summary_to_stats
-
-Site = tuple  # (subgraph, kernel, op, before_meta, after_meta, source)
 
 #: Launch, kernel-call and seq counters of the session are taken under this lock.
 _counters = threading.Lock()
@@ -49,8 +49,20 @@ def _emit(line: str) -> None:
     sys.stderr.flush()
 
 
+_cuda: bool | None = None
+
+
+def _has_cuda() -> bool:
+    """``torch.cuda.is_available()``, asked once per process: it costs about 1 us a call
+    and every launch asked it three times."""
+    global _cuda
+    if _cuda is None:
+        _cuda = torch.cuda.is_available()
+    return _cuda
+
+
 def _device_label() -> str:
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if _has_cuda() and torch.cuda.is_initialized():
         return torch.cuda.get_device_name()
     return "cpu"
 
@@ -65,7 +77,7 @@ def _flatten(arg: str, value: Any) -> list[tuple[str, Any]]:
 
 
 def _capturing() -> bool:
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    return _has_cuda() and torch.cuda.is_current_stream_capturing()
 
 
 class GraphHandle:
@@ -104,13 +116,22 @@ class GraphHandle:
         return label
 
     # -- hooks -------------------------------------------------------------------------
+    def site(self, raw: tuple) -> Site | None:
+        """The emitted site literal as a :class:`Site` (once per site, at module import)."""
+        try:
+            return make_site(raw)
+        except Exception as e:
+            # Never fails the import of the wrapper: its launches warn and run unrecorded.
+            warn_once(f"site-{type(e).__name__}", f"a launch site of {self.origin} is malformed: {e}")
+            return None
+
     def launch(self, site: Site, values: Sequence[Any]) -> None:
         """Before a kernel launch: count it, name it, record its inputs."""
         try:
+            subgraph, kernel = site.subgraph, site.kernel
             sess = _session.current()
             if self.level != "names":
                 sess.writer(self.level, _device_label())
-            subgraph, kernel = site[0], site[1]
             with _counters:
                 label = self._label(sess, subgraph)
                 sess.launch += 1
@@ -122,9 +143,9 @@ class GraphHandle:
                 if sess.settings.names_args:
                     self._describe(site, values, sys._getframe(1).f_lineno)
                 return
-            self._record(sess, site, site[3], values, "before")
+            self._record(sess, site, site.before, values, "before")
         except Exception as e:
-            warn_once(f"hook-{type(e).__name__}", f"instrumentation of {site[1]} failed: {e}")
+            warn_once(f"hook-{type(e).__name__}", f"instrumentation of {_kernel(site)} failed: {e}")
 
     def done(self, site: Site, values: Sequence[Any]) -> None:
         """After a kernel launch: optional device sync, name it, record its outputs."""
@@ -134,21 +155,21 @@ class GraphHandle:
             sess = _session.current()
             if self.level == "names":
                 tls = self._tls
-                _emit(names_line("after", tls.launch, tls.label, site[1], tls.call))
+                _emit(names_line("after", tls.launch, tls.label, site.kernel, tls.call))
                 return
-            self._record(sess, site, site[4], values, "after")
+            self._record(sess, site, site.after, values, "after")
         except Exception as e:
-            warn_once(f"hook-{type(e).__name__}", f"instrumentation of {site[1]} failed: {e}")
+            warn_once(f"hook-{type(e).__name__}", f"instrumentation of {_kernel(site)} failed: {e}")
 
     def _synchronize(self, site: Site) -> None:
-        if not (torch.cuda.is_available() and torch.cuda.is_initialized()) or _capturing():
+        if not (_has_cuda() and torch.cuda.is_initialized()) or _capturing():
             return
         try:
             torch.cuda.synchronize()
         except Exception as e:
             # The model's own device fault: name the kernel that just ran, then let
             # the error propagate as it would have without us.
-            _emit(f"[aoti_debug] error after launch={self._launch} kernel={site[1]}: {str(e).splitlines()[0]}")
+            _emit(f"[aoti_debug] error after launch={self._launch} kernel={_kernel(site)}: {str(e).splitlines()[0]}")
             raise
 
     def _describe(self, site: Site, values: Sequence[Any], line: int) -> None:
@@ -156,45 +177,38 @@ class GraphHandle:
 
         Reads metadata only (no values, no sync): still safe after a device fault.
         """
-        _emit(site_line(self._launch, line, site[5]))
-        for (arg, role, kind_hint, *_rest), value in zip(site[3], values):
-            for name, v in _flatten(arg, value):
-                _emit(arg_line(self._launch, {"name": name, "role": role, **_metadata(v, kind_hint)}))
+        _emit(site_line(self._launch, line, site.source))
+        for a, value in zip(site.before, values):
+            for name, v in _flatten(a.arg, value):
+                _emit(arg_line(self._launch, {"name": name, "role": a.role, **_metadata(v, a.kind_hint)}))
 
     # -- records -----------------------------------------------------------------------
-    def _record(self, sess, site: Site, meta: Sequence, values: Sequence[Any], phase: str) -> None:
+    def _record(self, sess, site: Site, args: Sequence[SiteArg], values: Sequence[Any], phase: str) -> None:
         if _capturing():
             warn_once("cuda-graph", "a CUDA graph is being captured: instrumented launches are not recorded inside it")
             return
-        kernel, op = site[1], site[2]
         tls = self._tls
-        base_index = 0 if phase == "before" else len(site[3])
+        base_index = 0 if phase == "before" else len(site.before)
         tensors: list[tuple[dict, torch.Tensor]] = []
-        flat = [(i, m, name, v) for i, (m, value) in enumerate(zip(meta, values)) for name, v in _flatten(m[0], value)]
+        flat = [(i, a, name, v) for i, (a, value) in enumerate(zip(args, values))
+                for name, v in _flatten(a.arg, value)]
         with _counters:
             first_seq = sess.seq + 1
             sess.seq += len(flat)
-        for seq, (i, m, name, v) in enumerate(flat, first_seq):
-            arg, role, kind_hint, expr, uninitialised, volatile = m
-            rec = {
-                "seq": seq, "launch": tls.launch, "graph": tls.label, "wrapper": self.wrapper,
-                "kernel": kernel, "op": op, "kernel_call": tls.call, "phase": phase, "arg": name,
-                "role": role, "index": base_index + i,
-            }
-            if expr and expr != arg:
-                rec["expr"] = expr
-            reason = _volatile_reason(volatile, name[len(arg):])
-            if reason is not None:
-                rec["volatile"] = reason
+        for seq, (i, a, name, v) in enumerate(flat, first_seq):
+            rec = record(seq=seq, launch=tls.launch, graph=tls.label, wrapper=self.wrapper, kernel=site.kernel,
+                         op=site.op, kernel_call=tls.call, phase=phase, arg=name, role=a.role, index=base_index + i,
+                         expr=a.expr if a.expr and a.expr != a.arg else None, volatile=a.volatile_reason(name))
             if isinstance(v, torch.Tensor):
-                if uninitialised:
-                    # Memory no launch had written yet: what it holds is not data.
+                if a.uninitialised and phase == "before":
+                    # Memory no launch had written yet: what it holds is not data. (After
+                    # the launch an in-place arg holds what it wrote, as in the C++ runtime.)
                     rec.update(_tensor_meta(v), uninitialised=True)
                     sess.submit(Job(rec))
                 else:
                     tensors.append((rec, v))
             else:
-                self._scalar(sess, rec, v, kind_hint)
+                self._scalar(sess, rec, v, a.kind_hint)
         if tensors:
             self._tensors(sess, tensors)
 
@@ -203,7 +217,8 @@ class GraphHandle:
             rec["kind"] = "none"
         elif isinstance(v, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)):
             rec["kind"] = "symint" if kind_hint == "symint" else "scalar"
-            rec["value"] = v if isinstance(v, (bool, int, float)) else str(v)
+            # One policy for non-finite floats in records (the schema's, as in stats).
+            rec["value"] = jsonable(v) if isinstance(v, (bool, int, float)) else str(v)
             rec["dtype"] = type(v).__name__
         else:
             rec["kind"] = "other"
@@ -261,7 +276,7 @@ class GraphHandle:
         for i, (rec, t) in enumerate(items):
             payloads.append(self._host_copy(sess, rec, t) if saving else None)
         if any(t.device.type != "cpu" for _, t in items):
-            event = torch.cuda.Event() if torch.cuda.is_available() else None
+            event = torch.cuda.Event() if _has_cuda() else None
             if event is not None:
                 event.record()
         if self.level == "print":
@@ -300,11 +315,9 @@ class GraphHandle:
         return host, filename
 
 
-def _volatile_reason(volatile: Sequence, suffix: str) -> str | None:
-    for part, reason in volatile:
-        if part == "" or part == suffix:
-            return reason
-    return None
+def _kernel(site: Any) -> str:
+    """The kernel of a site for a warning, whatever the site turned out to be."""
+    return getattr(site, "kernel", None) or "a kernel"
 
 
 def _tensor_meta(t: torch.Tensor) -> dict:
@@ -333,7 +346,7 @@ def _metadata(v: Any, kind_hint: str) -> dict:
 
 
 def _fill_stats(rec: dict, hs_hc) -> None:
-    if "stats" in rec:
+    if "stats" in rec:  # level print filled them before the record was queued
         return
     hs, hc = hs_hc
     rec["stats"] = summary_to_stats(hs.tolist()).to_dict()
@@ -402,8 +415,34 @@ def _print_line(rec: dict) -> str:
     )
 
 
-def graph(origin: str | None, level: str, sync: bool, wrapper: str = "python", info: tuple = ()) -> GraphHandle:
+class _Unrecorded(GraphHandle):
+    """The handle of a wrapper that speaks another protocol version: its sites are not
+    read (their fields may mean something else), its launches run unrecorded."""
+
+    def site(self, raw: tuple) -> tuple:
+        return raw
+
+    def launch(self, site: Any, values: Sequence[Any]) -> None:
+        pass
+
+    def done(self, site: Any, values: Sequence[Any]) -> None:
+        pass
+
+
+def graph(origin: str | None, level: str, sync: bool, wrapper: str = "python", info: tuple = (),
+          protocol: int | None = None, **newer: Any) -> GraphHandle:
     """The handle for one generated module (called once, at module import).
 
-    ``info``: ``(key, value)`` pairs describing the graph (``kind``, ``compile_id``)."""
+    Args:
+        info: ``(key, value)`` pairs describing the graph (``kind``, ``compile_id``).
+        protocol: the :data:`~aoti_debug.format.protocol.PROTOCOL_VERSION` the emitter
+            spoke; None from wrappers of protocol 1, which did not pass it.
+        newer: arguments a later protocol may pass; such a wrapper is not recorded.
+    """
+    if protocol != PROTOCOL_VERSION:
+        warn_once(f"protocol-{protocol}",
+                  f"{origin or 'a compiled graph'} was generated by another aoti_debug version (site protocol "
+                  f"{protocol or 1}, this runtime reads {PROTOCOL_VERSION}): its launches are not recorded; "
+                  f"recompile it (e.g. clear the Inductor cache) to record them")
+        return _Unrecorded(origin, level, sync, wrapper)
     return GraphHandle(origin, level, sync, wrapper, dict(info))
