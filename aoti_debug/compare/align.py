@@ -1,11 +1,11 @@
 """Pairing the records of two runs, launch by launch, without loading either manifest.
 
-A launch is known in both runs by ``(graph, op, kernel_call)``: ``op`` is the
-canonical op name, so ``extern_kernels.addmm`` (Python wrapper) and
-``aoti_torch_cpu_addmm_out`` (C++ wrapper) meet. Both runs are indexed once (byte
-offsets of their manifest lines per launch counter, so that launches of concurrent
-threads may interleave); A's launches are taken in order of first appearance and
-each is paired with the next unused launch of B with that key.
+A launch is known in both runs by ``(graph, kernel stem, occurrence)``: the stem is
+the canonical op name, so ``extern_kernels.addmm`` (Python wrapper) and
+``aoti_torch_cpu_addmm_out`` (C++ wrapper) meet, and a generated kernel's name without
+the position number a compile gave it (:func:`kernel_stem`). Both runs are indexed
+once (byte offsets of their manifest lines per launch counter, so that launches of
+concurrent threads may interleave) and their launches taken in launch order.
 
 Inside a launch, records pair by position: the n-th value of a given phase and role
 in A with the n-th in B, when both runs recorded as many such values; what is left
@@ -17,6 +17,7 @@ numbered differently).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import defaultdict
 from typing import Iterator
 
@@ -50,84 +51,103 @@ class Launch:
     """Byte offset in A's manifest after this launch (for progress)."""
 
 
-def launch_key(r: Record) -> tuple:
-    return (r.graph, r.op, r.kernel_call)
+_NUMBERED = re.compile(r"_\d+$")
+
+
+def kernel_stem(op: str) -> str:
+    """A generated kernel's name without Inductor's position number:
+    ``cpp_fused_add_native_layer_norm_3`` -> ``cpp_fused_add_native_layer_norm``.
+
+    The number is the kernel's place in one compile's definition order, which differs
+    between compiles of one graph (``torch.compile`` vs ``torch.export`` + AOTInductor
+    number the same fused kernels ``_0``/``_1`` the other way round). Op names of extern
+    kernels and custom ops (``aten.mm``, ``mylib.op``) carry a namespace and are kept.
+    """
+    return op if "." in op else _NUMBERED.sub("", op)
+
+
+@dataclasses.dataclass
+class _Group:
+    """One launch of a run: where its manifest lines are."""
+
+    launch: int
+    graph: str
+    op: str
+    offsets: list[int]
+    end: int
+
+
+def _index(reader: RunReader, wanted) -> list[_Group]:
+    """A run's launches in launch order, each with the byte offsets of its lines.
+
+    Launches that ran concurrently (a compiled model called from several threads)
+    interleave their lines in the manifest: a launch is every line carrying its
+    counter, wherever it stands.
+    """
+    groups: dict[tuple, _Group] = {}
+    for start, stop, r in reader.entries():
+        if not wanted(r):
+            continue
+        g = groups.get((r.launch, r.graph, r.op))
+        if g is None:  # two kernels under one counter is damage: both stay visible
+            g = groups[(r.launch, r.graph, r.op)] = _Group(r.launch, r.graph, r.op, [], stop)
+        g.offsets.append(start)
+        g.end = stop
+    return sorted(groups.values(), key=lambda g: g.launch)
+
+
+def _keyed(groups: list[_Group]) -> Iterator[tuple[tuple, _Group]]:
+    """``(graph, kernel stem, n-th launch of that stem in the graph)`` for each launch:
+    what pairs a launch across runs, whatever number each compile gave the kernel."""
+    seen: dict[tuple, int] = defaultdict(int)
+    for g in groups:
+        stem = (g.graph, kernel_stem(g.op))
+        yield (*stem, seen[stem]), g
+        seen[stem] += 1
 
 
 class Aligner:
-    """Streams :class:`Launch` es of A paired with B; then :meth:`only_in_b` lists the rest."""
+    """Streams :class:`Launch` es of A paired with B; then :meth:`only_in_b` lists the rest.
+
+    Launches pair by ``(graph, kernel stem, occurrence)`` (:func:`kernel_stem`): the
+    n-th launch of a kernel in a graph of A with the n-th of that kernel in B.
+    """
 
     def __init__(self, a: RunReader, b: RunReader, kernels: KernelFilter | None = None):
         self.a = a
         self.b = b
         self.kernels = kernels or KernelFilter()
-        # (graph, op, kernel_call) -> [(B launch counter, [line offsets])] in B's order.
-        self._b_index: dict[tuple, list[tuple[int, list[int]]]] = defaultdict(list)
-        self._b_used: set[tuple[tuple, int]] = set()
-        self._index_b()
+        self._b_index: dict[tuple, _Group] = dict(_keyed(_index(b, self._wanted)))
+        self._b_used: set[tuple] = set()
 
     def _wanted(self, r: Record) -> bool:
         return self.kernels.matches(r.kernel, r.op)
 
-    def _index_b(self) -> None:
-        where: dict[tuple[tuple, int], list[int]] = {}
-        for start, _end, r in self.b.entries():
-            if not self._wanted(r):
-                continue
-            key = launch_key(r)
-            slot = where.get((key, r.launch))
-            if slot is None:
-                slot = where[(key, r.launch)] = []
-                self._b_index[key].append((r.launch, slot))
-            slot.append(start)
-
     def _take_b(self, key: tuple) -> tuple[int | None, list[Record]]:
-        for launch, offsets in self._b_index.get(key, ()):
-            if (key, launch) not in self._b_used:
-                self._b_used.add((key, launch))
-                return launch, [self.b.record_at(o) for o in offsets]
-        return None, []
-
-    def _a_launches(self) -> Iterator[tuple[list[Record], int]]:
-        """A's records grouped by launch counter, launches in order of first appearance.
-
-        Launches that ran concurrently (a compiled model called from several threads)
-        interleave their lines in the manifest: a launch is every line carrying its
-        counter, wherever it stands. A is indexed by byte offsets first, as B is.
-        """
-        groups: dict[int, list[int]] = {}
-        ends: dict[int, int] = {}
-        for start, stop, r in self.a.entries():
-            if not self._wanted(r):
-                continue
-            groups.setdefault(r.launch, []).append(start)
-            ends[r.launch] = stop
-        for launch, offsets in groups.items():
-            recs = [self.a.record_at(o) for o in offsets]
-            first = launch_key(recs[0])
-            same = [r for r in recs if launch_key(r) == first]
-            yield same, ends[launch]
-            if len(same) < len(recs):  # damaged: one counter on two kernels; keep both visible
-                yield [r for r in recs if launch_key(r) != first], ends[launch]
+        g = self._b_index.get(key)
+        if g is None or key in self._b_used:
+            return None, []
+        self._b_used.add(key)
+        return g.launch, [self.b.record_at(o) for o in g.offsets]
 
     def launches(self) -> Iterator[Launch]:
-        """A's launches in manifest (= launch) order, each with its B counterpart."""
-        for recs_a, end in self._a_launches():
+        """A's launches in launch order, each with its B counterpart."""
+        for key, g in _keyed(_index(self.a, self._wanted)):
+            recs_a = [self.a.record_at(o) for o in g.offsets]
             first = recs_a[0]
-            launch_b, recs_b = self._take_b(launch_key(first))
+            launch_b, recs_b = self._take_b(key)
             yield Launch(first.graph, first.kernel, first.op, first.kernel_call, first.launch, launch_b,
-                         pair_records(recs_a, recs_b), end)
+                         pair_records(recs_a, recs_b), g.end)
 
     def only_in_b(self) -> Iterator[Launch]:
         """B's launches that no launch of A took (call after :meth:`launches` is done)."""
-        for key, slots in self._b_index.items():
-            for launch, offsets in slots:
-                if (key, launch) in self._b_used:
-                    continue
-                recs = [self.b.record_at(o) for o in offsets]
-                first = recs[0]
-                yield Launch(first.graph, first.kernel, first.op, first.kernel_call, None, launch,
-                             [Pair(None, r, "-") for r in recs])
+        for key, g in self._b_index.items():
+            if key in self._b_used:
+                continue
+            recs = [self.b.record_at(o) for o in g.offsets]
+            first = recs[0]
+            yield Launch(first.graph, first.kernel, first.op, first.kernel_call, None, g.launch,
+                         [Pair(None, r, "-") for r in recs])
 
 
 def _slot(r: Record) -> tuple:

@@ -23,7 +23,7 @@ from .births import Births, find_births
 from .divergence import DivergenceFinder
 from .metrics import TensorComparator, compare_checksums, compare_scalars, compare_stats, tolerance
 from .prefetch import Prefetcher
-from .result import DiffResult, RecordComparison
+from .result import NOT_COMPARED, DiffResult, RecordComparison
 
 #: How far ahead of the comparison the prefetch thread may read.
 READ_AHEAD_BYTES = 512 << 20
@@ -65,10 +65,6 @@ def _as_reader(dump) -> RunReader:
 
 def _shape(r: Record) -> str:
     return "x".join(map(str, r.shape)) if r.shape else "scalar"
-
-
-#: Plans whose pair is listed apart and never compared.
-NOT_COMPARED = ("ignored", "volatile", "uninitialised")
 
 
 def _plan(pair: Pair, ra: RunReader, rb: RunReader, use_checksums: bool, ignore: KernelFilter | None = None) -> _Plan:

@@ -7,7 +7,7 @@ import json
 import math
 from typing import Any
 
-from .result import DiffResult
+from .result import NOT_COMPARED, DiffResult
 from .births import Birth
 from .show import RunSummary, ShowResult, format_bytes, graph_title
 from .metrics import default_tolerance
@@ -60,14 +60,10 @@ def _pair(a: Any, b: Any) -> str:
     return f"{_num(a)}/{_num(b)}"
 
 
-#: Statuses of pairs that were not compared: one summary line, rows only with --all.
-_APART = ("volatile", "uninitialised", "ignored")
-
-
 def _diff_rows(result: DiffResult, clip: bool, show_all: bool = True) -> list[dict]:
     rows = []
     for rc in result.ordered():
-        if rc.status in _APART and not show_all:
+        if rc.status in NOT_COMPARED and not show_all:
             continue
         r = rc.to_row()
         status = r["status"] + (" *" if r["first"] else "")
@@ -144,7 +140,7 @@ def _diff_footer(result: DiffResult, show_all: bool) -> list[str]:
         lines.append(f"({passing - shown} passing record(s) not listed; --all lists them)")
     if result.dropped:
         lines.append(f"({result.dropped} more record(s) compared but not listed; --limit raises the cap)")
-    apart = [f"{result.counts[s]} {s}" for s in _APART if result.counts.get(s)]
+    apart = [f"{result.counts[s]} {s}" for s in NOT_COMPARED if result.counts.get(s)]
     if apart:
         reasons = sorted({rc.note for rc in result.records if rc.status == "volatile"})
         lines.append(f"not compared: {', '.join(apart)}" + (f" ({'; '.join(reasons[:3])})" if reasons else "")

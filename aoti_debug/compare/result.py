@@ -15,6 +15,8 @@ from .metrics import Metrics
 
 #: Statuses of a record pair, in the order the tables sort them.
 STATUSES = ("fail", "mismatch", "error", "only_a", "only_b", "volatile", "uninitialised", "ignored", "pass")
+#: Statuses of pairs listed apart and never compared.
+NOT_COMPARED = ("volatile", "uninitialised", "ignored")
 #: Statuses that make a diff "incomplete" (exit 2): the runs could not be compared there.
 INCOMPLETE = ("mismatch", "error", "only_a", "only_b")
 
@@ -275,7 +277,9 @@ class DiffResult:
         return [r for r in self.records if r.status == "only_b"]
 
     def failures(self) -> list[RecordComparison]:
-        return [r for r in self.records if r.status != "pass"]
+        """Pairs that differ or could not be compared (not those listed apart as
+        volatile, uninitialised or ignored)."""
+        return [r for r in self.records if r.status not in ("pass", *NOT_COMPARED)]
 
     def ordered(self) -> list[RecordComparison]:
         """The first divergence's records on top, then the rest in A's order, then B-only."""

@@ -40,8 +40,8 @@ from . import session as _session
 from .session import Job, warn_once
 from .stats import device_summary, format_checksum, summary_to_stats
 
-#: Launch, kernel-call and seq counters of the session are taken under this lock.
-_counters = threading.Lock()
+#: Graph labels are handed out under this lock (the counters under the session's own).
+_labels = threading.Lock()
 
 
 def _emit(line: str) -> None:
@@ -132,12 +132,11 @@ class GraphHandle:
             sess = _session.current()
             if self.level != "names":
                 sess.writer(self.level, _device_label())
-            with _counters:
+            with _labels:
                 label = self._label(sess, subgraph)
-                sess.launch += 1
-                sess.kernel_calls[(label, kernel)] += 1
-                tls = self._tls
-                tls.launch, tls.call, tls.label = sess.launch, sess.kernel_calls[(label, kernel)] - 1, label
+            tls = self._tls
+            tls.launch, tls.call = sess.next_launch(label, kernel)
+            tls.label = label
             if self.level == "names":
                 _emit(names_line("before", tls.launch, label, kernel, tls.call))
                 if sess.settings.names_args:
@@ -192,9 +191,7 @@ class GraphHandle:
         tensors: list[tuple[dict, torch.Tensor]] = []
         flat = [(i, a, name, v) for i, (a, value) in enumerate(zip(args, values))
                 for name, v in _flatten(a.arg, value)]
-        with _counters:
-            first_seq = sess.seq + 1
-            sess.seq += len(flat)
+        first_seq = sess.next_seq(len(flat))
         for seq, (i, a, name, v) in enumerate(flat, first_seq):
             rec = record(seq=seq, launch=tls.launch, graph=tls.label, wrapper=self.wrapper, kernel=site.kernel,
                          op=site.op, kernel_call=tls.call, phase=phase, arg=name, role=a.role, index=base_index + i,

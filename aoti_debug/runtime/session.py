@@ -190,17 +190,22 @@ class Session:
         self.info: RunInfo | None = None
 
     # -- counters (several Python threads may run compiled graphs at once) -----------
-    def next_seq(self) -> int:
-        """The next record's ``seq`` (1, 2, ...; unique in the run directory)."""
+    def next_seq(self, n: int = 1) -> int:
+        """The first of ``n`` consecutive record numbers (1, 2, ...; unique in the run
+        directory): one launch side takes its records' numbers in one step."""
         with self._count_lock:
-            self.seq += 1
-            return self.seq
+            first = self.seq + 1
+            self.seq += n
+            return first
 
-    def next_launch(self) -> int:
-        """The next launch's number (1, 2, ...)."""
+    def next_launch(self, graph: str = "", kernel: str = "") -> tuple[int, int]:
+        """The next launch's number (1, 2, ...) and the call number of ``kernel`` in
+        ``graph`` (0, 1, ...), taken together so concurrent threads never share either."""
         with self._count_lock:
             self.launch += 1
-            return self.launch
+            call = self.kernel_calls[(graph, kernel)]
+            self.kernel_calls[(graph, kernel)] = call + 1
+            return self.launch, call
 
     # -- run directory ---------------------------------------------------------------
     def writer(self, level: str, device: str = "") -> RunWriter | None:
