@@ -33,7 +33,8 @@ class Pair:
     a: Record | None
     b: Record | None
     how: str = "key"
-    """``key`` (same arg and phase), ``position`` (same place in the launch), or ``-``."""
+    """``key`` (same arg and phase), ``position`` (same place in the launch),
+    ``unpaired`` (an input of a launch both runs made that only one passed), or ``-``."""
 
 
 @dataclasses.dataclass
@@ -162,40 +163,57 @@ def _slots(recs: list[Record]) -> dict[tuple, list[int]]:
     return slots
 
 
-def pair_records(recs_a: list[Record], recs_b: list[Record]) -> list[Pair]:
-    """Pair one launch's records: by position where both runs recorded as many values of
-    a phase and role, else by (arg, phase).
+def _same_kind(a: Record, b: Record) -> bool:
+    return a.kind == b.kind and a.dtype == b.dtype and a.shape == b.shape
 
-    Position comes first because buffer names are local to one generated wrapper: the
-    Python and the C++ wrapper (or two compiles with different settings) number their
-    buffers differently, so ``buf7`` in one may be another tensor than ``buf7`` in the
-    other, while one kernel's arguments always come in its signature's order.
+
+def _same_value(a: Record, b: Record) -> bool:
+    return _same_kind(a, b) and a.checksum is not None and a.checksum == b.checksum
+
+
+def pair_records(recs_a: list[Record], recs_b: list[Record]) -> list[Pair]:
+    """Pair one launch's records.
+
+    Per phase and role: by position where both runs recorded as many values, because
+    buffer names are local to one generated wrapper (the Python and the C++ wrapper, or
+    two compiles with other settings, number their buffers differently) while one
+    kernel's arguments come in its signature's order. Where the counts differ (two
+    compiles gave the kernel different arguments: an input passed in one, computed or
+    folded in the other), values pair by identical content, then by name, then in order
+    — only values of the same kind, dtype and shape, so values of different meaning are
+    never paired. An input left over in a launch that both runs made is ``unpaired``:
+    the other compile did not pass it.
     """
     match_a: list[int | None] = [None] * len(recs_a)
     used_b = [False] * len(recs_b)
     slots_b = _slots(recs_b)
+
+    def take(i: int, j: int) -> None:
+        match_a[i] = j
+        used_b[j] = True
+
     for slot, idx_a in _slots(recs_a).items():
         idx_b = slots_b.get(slot, [])
         if len(idx_a) == len(idx_b):
             for i, j in zip(idx_a, idx_b):
-                match_a[i] = j
-                used_b[j] = True
-    if not all(used_b) or any(j is None for j in match_a):
-        by_name: dict[tuple, list[int]] = defaultdict(list)
-        for j, r in enumerate(recs_b):
-            if not used_b[j]:
-                by_name[(r.arg, r.phase)].append(j)
-        for i, r in enumerate(recs_a):
-            js = by_name.get((r.arg, r.phase)) if match_a[i] is None else None
-            if js:
-                j = js.pop(0)
-                match_a[i] = j
-                used_b[j] = True
+                take(i, j)
+            continue
+        for rule in (_same_value, lambda a, b: a.arg == b.arg and _same_kind(a, b), _same_kind):
+            for i in idx_a:
+                if match_a[i] is None:
+                    j = next((j for j in idx_b if not used_b[j] and rule(recs_a[i], recs_b[j])), None)
+                    if j is not None:
+                        take(i, j)
+    both = bool(recs_a) and bool(recs_b)
+
+    def alone(r: Record) -> str:
+        return "unpaired" if both and r.phase == "before" else "-"
+
     pairs = []
     for r, j in zip(recs_a, match_a):
         if j is None:
-            pairs.append(Pair(r, None, "-"))
+            pairs.append(Pair(r, None, alone(r)))
         else:
             pairs.append(Pair(r, recs_b[j], "key" if recs_b[j].arg == r.arg else "position"))
-    pairs.extend(Pair(None, r, "-") for j, r in enumerate(recs_b) if not used_b[j])
+    pairs.extend(Pair(None, r, alone(r)) for j, r in enumerate(recs_b) if not used_b[j])
     return pairs

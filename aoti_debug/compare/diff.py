@@ -72,6 +72,10 @@ def _plan(pair: Pair, ra: RunReader, rb: RunReader, use_checksums: bool, ignore:
     rec = a if a is not None else b
     if ignore is not None and rec is not None and ignore.matches(rec.kernel, rec.op, rec.arg):
         return _Plan(pair, "ignored", f"matches --ignore {ignore}")
+    if pair.how == "unpaired":
+        side = "A" if a is not None else "B"
+        return _Plan(pair, "unpaired", f"input only in run {side}: the two compiles pass this kernel "
+                                       f"different arguments (one computes or folds it)")
     if a is None:
         return _Plan(pair, "only_b", "only in run B")
     if b is None:

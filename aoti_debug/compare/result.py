@@ -14,9 +14,10 @@ from .births import Births
 from .metrics import Metrics
 
 #: Statuses of a record pair, in the order the tables sort them.
-STATUSES = ("fail", "mismatch", "error", "only_a", "only_b", "volatile", "uninitialised", "ignored", "pass")
+STATUSES = ("fail", "mismatch", "error", "only_a", "only_b", "volatile", "uninitialised", "ignored", "unpaired",
+            "pass")
 #: Statuses of pairs listed apart and never compared.
-NOT_COMPARED = ("volatile", "uninitialised", "ignored")
+NOT_COMPARED = ("volatile", "uninitialised", "ignored", "unpaired")
 #: Statuses that make a diff "incomplete" (exit 2): the runs could not be compared there.
 INCOMPLETE = ("mismatch", "error", "only_a", "only_b")
 
@@ -52,8 +53,9 @@ class RecordComparison:
     """``pass``, ``fail`` (values differ), ``mismatch`` (shape/dtype/kind differ),
     ``error`` (a side cannot be read), ``only_a`` or ``only_b`` (no counterpart), or
     not compared: ``volatile`` (nondeterministic by contract: an RNG seed or offset),
-    ``uninitialised`` (read before any launch wrote its storage: not data) or
-    ``ignored`` (matched ``diff --ignore``)."""
+    ``uninitialised`` (read before any launch wrote its storage: not data),
+    ``ignored`` (matched ``diff --ignore``) or ``unpaired`` (an input of a launch both
+    runs made that only one run passed: the compiles gave the kernel other arguments)."""
     a: Record | None
     b: Record | None
     metrics: Metrics | None = None
