@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -57,3 +58,29 @@ def _no_leftover_instrumentation():
 
     yield
     aoti_debug.disable()
+
+
+@contextlib.contextmanager
+def dump_dir_restored():
+    """AOTI_DEBUG_DIR as it was afterwards: the C++ runtimes of this process follow it."""
+    saved = os.environ.get("AOTI_DEBUG_DIR")
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("AOTI_DEBUG_DIR", None)
+        else:
+            os.environ["AOTI_DEBUG_DIR"] = saved
+
+
+@pytest.fixture
+def fresh_session(tmp_path, monkeypatch):
+    """A new Python-runtime session dumping under ``tmp_path/dump``, failures cleared."""
+    from aoti_debug.runtime import session
+
+    monkeypatch.setenv("AOTI_DEBUG_DIR", str(tmp_path / "dump"))
+    session.reset()
+    session.FAILURES.clear()
+    session._warned.clear()
+    yield tmp_path / "dump"
+    session.reset()

@@ -8,7 +8,6 @@ its own directory.
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import json
 import os
@@ -24,7 +23,7 @@ from aoti_debug.format.schema import GRAPH_RE, NAMES_RE
 from aoti_debug.format.writer import default_run_id
 from aoti_debug.runtime.stats import tensor_stats
 from examples.models import MLP
-from tests.conftest import load_record, only_run, records
+from tests.conftest import dump_dir_restored, load_record, only_run, records
 from tests.kinds import kinds_args, kinds_fn
 
 def compile_cpp(fn, *args, level="save", root=None, dynamic=None, kernels=None, phases=None):
@@ -49,21 +48,9 @@ def run_in(root: str, fn, *args, level="save"):
 
 
 
-@contextlib.contextmanager
-def _env_restored():
-    saved = os.environ.get("AOTI_DEBUG_DIR")
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("AOTI_DEBUG_DIR", None)
-        else:
-            os.environ["AOTI_DEBUG_DIR"] = saved
-
-
 @pytest.fixture(autouse=True)
 def _restore_dump_dir():
-    with _env_restored():
+    with dump_dir_restored():
         yield
 
 
@@ -74,7 +61,7 @@ def mlp(tmp_path_factory):
     model = MLP(16, 32, 8).eval()
     x = torch.randn(4, 16)
     root = str(tmp_path_factory.mktemp("cpp_mlp"))
-    with _env_restored():
+    with dump_dir_restored():
         with torch.no_grad():
             fn, out, code = compile_cpp(model, x, root=root)
     return model, x, fn, out, code, only_run(root)
@@ -225,7 +212,7 @@ def test_zip64_files_load(mlp, tmp_path, monkeypatch):
 def kinds(tmp_path_factory):
     args = kinds_args()
     root = str(tmp_path_factory.mktemp("cpp_kinds"))
-    with _env_restored():
+    with dump_dir_restored():
         _fn, out, code = compile_cpp(kinds_fn, *args, root=root)
     return args, out, code, only_run(root)
 

@@ -18,16 +18,6 @@ from aoti_debug.runtime import hooks, session
 from tests.conftest import only_run, records, run_dirs
 
 
-@pytest.fixture
-def fresh_session(tmp_path, monkeypatch):
-    monkeypatch.setenv("AOTI_DEBUG_DIR", str(tmp_path / "dump"))
-    session.reset()
-    session.FAILURES.clear()
-    session._warned.clear()
-    yield tmp_path / "dump"
-    session.reset()
-
-
 def _arg(name, role="input", kind="unknown", expr=None, uninitialised=False, volatile=()):
     return SiteArg(name, role, kind, expr or name, uninitialised, volatile)
 

@@ -48,7 +48,7 @@ from click.testing import CliRunner  # noqa: E402
 import aoti_debug  # noqa: E402
 from aoti_debug.cli import main as cli_main  # noqa: E402
 from aoti_debug.runtime.stats import tensor_stats  # noqa: E402
-from tests.conftest import load_record, only_run, records  # noqa: E402
+from tests.conftest import dump_dir_restored, load_record, only_run, records  # noqa: E402
 from tests.real_models import BUILDERS, RealModel  # noqa: E402
 
 PERTURB = 1.01
@@ -128,19 +128,6 @@ def perturbed(model: RealModel):
     finally:
         with torch.no_grad():
             model.norm_weight.copy_(saved)
-
-
-@contextlib.contextmanager
-def dump_dir_restored():
-    """AOTI_DEBUG_DIR as it was: the C++ runtimes of this process follow it."""
-    saved = os.environ.get("AOTI_DEBUG_DIR")
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("AOTI_DEBUG_DIR", None)
-        else:
-            os.environ["AOTI_DEBUG_DIR"] = saved
 
 
 class Builder:

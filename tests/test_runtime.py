@@ -20,16 +20,6 @@ from examples.models import MLP
 from tests.conftest import REPO, load_record, only_run, records, run_dirs
 
 
-@pytest.fixture
-def fresh_session(tmp_path, monkeypatch):
-    monkeypatch.setenv("AOTI_DEBUG_DIR", str(tmp_path / "dump"))
-    session.reset()
-    session.FAILURES.clear()
-    session._warned.clear()
-    yield tmp_path / "dump"
-    session.reset()
-
-
 def _site(kernel, names_in, names_out=()):
     meta = lambda names, role: tuple(SiteArg(n, role, "unknown", n) for n in names)  # noqa: E731
     return Site("", kernel, kernel, meta(names_in, "input"), meta(names_out, "output"))

@@ -16,7 +16,7 @@ import torch
 
 import aoti_debug
 from aoti_debug.compare import compare
-from tests.conftest import only_run, records
+from tests.conftest import dump_dir_restored, only_run, records
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -30,16 +30,9 @@ def _config(wrapper: str):
 def _run(fn, args, wrapper: str, level: str, root: str):
     """Call a compiled ``fn`` once with its records going to ``root``; its run directory."""
     os.makedirs(root, exist_ok=True)
-    saved = os.environ.get("AOTI_DEBUG_DIR")
-    try:
-        with aoti_debug.enabled(level=level, dump_dir=root), _config(wrapper):
-            out = fn(*args)
+    with dump_dir_restored(), aoti_debug.enabled(level=level, dump_dir=root), _config(wrapper):
+        out = fn(*args)
         aoti_debug.flush()
-    finally:
-        if saved is None:
-            os.environ.pop("AOTI_DEBUG_DIR", None)
-        else:
-            os.environ["AOTI_DEBUG_DIR"] = saved
     return out, only_run(root)
 
 
@@ -236,29 +229,22 @@ def test_four_threads_records_belong_to_their_launch(wrapper, tmp_path):
         fn = torch.compile(_mlp)
         fn(inputs[0], w1, w2)
 
-    saved = os.environ.get("AOTI_DEBUG_DIR")
-    try:
-        with aoti_debug.enabled(level="stats", dump_dir=str(tmp_path / "run")), _config(wrapper):
-            errors: list[BaseException] = []
+    errors: list[BaseException] = []
 
-            def work(x):
-                try:
-                    for _ in range(5):
-                        fn(x, w1, w2)
-                except BaseException as e:  # pragma: no cover - reported below
-                    errors.append(e)
+    def work(x):
+        try:
+            for _ in range(5):
+                fn(x, w1, w2)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
 
-            threads = [threading.Thread(target=work, args=(x,)) for x in inputs]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            aoti_debug.flush()
-    finally:
-        if saved is None:
-            os.environ.pop("AOTI_DEBUG_DIR", None)
-        else:
-            os.environ["AOTI_DEBUG_DIR"] = saved
+    with dump_dir_restored(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path / "run")), _config(wrapper):
+        threads = [threading.Thread(target=work, args=(x,)) for x in inputs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        aoti_debug.flush()
     assert not errors
     run = only_run(str(tmp_path / "run"))
     recs = records(run)

@@ -18,7 +18,7 @@ import aoti_debug
 from aoti_debug.format.schema import ERROR_RE, NAMES_RE
 from aoti_debug.runtime.stats import tensor_stats
 from examples.models import MLP
-from tests.conftest import REPO, load_record, only_run, records
+from tests.conftest import dump_dir_restored, REPO, load_record, only_run, records
 from tests.user_kernels import HAVE_TRITON, user_fn
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -36,12 +36,8 @@ def compile_cpp(fn, *args, level="save", root=None, sync=False):
 
 @pytest.fixture(autouse=True)
 def _restore_dump_dir():
-    saved = os.environ.get("AOTI_DEBUG_DIR")
-    yield
-    if saved is None:
-        os.environ.pop("AOTI_DEBUG_DIR", None)
-    else:
-        os.environ["AOTI_DEBUG_DIR"] = saved
+    with dump_dir_restored():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +46,8 @@ def mlp_cuda(tmp_path_factory):
     model = MLP(64, 128, 32).cuda().eval()
     x = torch.randn(16, 64, device="cuda")
     root = str(tmp_path_factory.mktemp("cpp_mlp_cuda"))
-    saved = os.environ.get("AOTI_DEBUG_DIR")
-    try:
-        with torch.no_grad():
-            out, code = compile_cpp(model, x, root=root)
-    finally:
-        if saved is None:
-            os.environ.pop("AOTI_DEBUG_DIR", None)
-        else:
-            os.environ["AOTI_DEBUG_DIR"] = saved
+    with dump_dir_restored(), torch.no_grad():
+        out, code = compile_cpp(model, x, root=root)
     return model, x, out, code, only_run(root)
 
 

@@ -15,7 +15,7 @@ import torch
 
 import aoti_debug
 from aoti_debug.compare import compare
-from tests.conftest import only_run, records
+from tests.conftest import dump_dir_restored, only_run, records
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -68,8 +68,7 @@ def gpt2_runs(request, tmp_path_factory):
         torch.cuda.synchronize()
         return out, only_run(path)
 
-    saved = os.environ.get("AOTI_DEBUG_DIR")
-    try:
+    with dump_dir_restored():
         compiled = torch.compile(model)
         out, a = run("a")
         _, b = run("b")
@@ -79,11 +78,6 @@ def gpt2_runs(request, tmp_path_factory):
         _, p = run("perturbed")
         with torch.no_grad():
             norm.div_(1.01)
-    finally:
-        if saved is None:
-            os.environ.pop("AOTI_DEBUG_DIR", None)
-        else:
-            os.environ["AOTI_DEBUG_DIR"] = saved
     with torch.no_grad(), _backend(backend):
         expected = model(ids)
     return request.param, out, expected, a, b, p, norm
