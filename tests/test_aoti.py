@@ -298,7 +298,7 @@ def test_shim_only_build(shim_package, workdir):
     """aot_inductor.link_libtorch=False: the .so needs nothing but the C shim (the host
     provides it: here libtorch_cpu loaded globally, as ExecuTorch provides its own)."""
     if shutil.which("nm") is None:
-        pytest.skip("nm not available")
+        pytest.skip("no C++ toolchain: nm is not on the PATH")
     pkg = shim_package
     extract = workdir / "shim"
     with zipfile.ZipFile(pkg) as z:
@@ -346,7 +346,7 @@ def test_raw_so_from_cpp(shim_package, workdir):
     """A C++ program (no Python) loads the package and runs it; the .so dumps on its own."""
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
-        pytest.skip("no C++ compiler")
+        pytest.skip("no C++ compiler: g++ or c++ is not on the PATH")
     torch_dir = os.path.dirname(torch.__file__)
     src = workdir / "runner.cpp"
     src.write_text(RUNNER)
