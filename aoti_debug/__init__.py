@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 from ._switch import disable, enable, enabled  # noqa: E402  (light: no torch import)
 
-__all__ = ["__version__", "enable", "disable", "enabled", "load_dump", "compare", "flush"]
+__all__ = ["__version__", "enable", "disable", "enabled", "diff", "show", "load_dump", "flush"]
 
 
 def flush() -> None:
@@ -25,14 +25,16 @@ def flush() -> None:
     session.flush()
 
 
+#: The library behind ``aoti-debug diff`` / ``show``: top-level name -> its name in ``compare``.
+_LAZY = {"diff": "diff", "show": "summarize", "load_dump": "load_dump"}
+
+
 def __getattr__(name: str):
     # The comparison library pulls in pandas: import it only when asked for.
-    if name in ("load_dump", "compare"):
+    if name in _LAZY:
         import importlib
 
-        # import_module, not `from . import compare`: that would re-enter this hook.
-        module = importlib.import_module(__name__ + ".compare")
-        return module if name == "compare" else getattr(module, name)
+        return getattr(importlib.import_module(__name__ + ".compare"), _LAZY[name])
     raise AttributeError(f"module 'aoti_debug' has no attribute {name!r}")
 
 

@@ -7,7 +7,7 @@ dumps evicted from the page cache first:
 
 * disk:   read every tensor file of both dumps with large sequential reads;
 * plain:  ``torch.load`` both files of each pair, then ``torch.allclose``;
-* diff:   ``aoti_debug.compare(A, B, use_checksums=False)`` (what ``diff --full`` runs);
+* diff:   ``aoti_debug.diff(A, B, use_checksums=False)`` (what ``diff --full`` runs);
 * diff (equal runs): A against an identical copy, default settings (checksums).
 
 Prints GB/s (bytes of both dumps' tensor files / wall time) and each process's peak
@@ -123,7 +123,7 @@ def _child(mode: str, a: str, b: str) -> dict:
             nbytes += os.path.getsize(fa) + os.path.getsize(fb)
             del ta, tb
     else:
-        result = C.compare(a, b, use_checksums=(mode == "diff-checksums"), keep_passing=False)
+        result = C.diff(a, b, use_checksums=(mode == "diff-checksums"), keep_passing=False)
         nbytes = sum(os.path.getsize(p) for p in _tensor_files(a) + _tensor_files(b))
         assert result.exit_code == (1 if b.endswith("b") else 0), str(result)
     seconds = time.perf_counter() - t0

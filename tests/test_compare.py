@@ -19,7 +19,7 @@ from torch import nn
 
 import aoti_debug
 import aoti_debug.compare as C
-from aoti_debug.compare.align import Launch, pair_records
+from aoti_debug.compare.align import PairedLaunch, pair_records
 from aoti_debug.compare.divergence import DivergenceFinder
 from aoti_debug.compare.metrics import TensorComparator, compare_scalars, compare_stats, default_tolerance
 from aoti_debug.compare.result import RecordComparison
@@ -124,7 +124,7 @@ def copy_run(src: str, dst) -> str:
 
 # -- whole comparisons on real dumps -----------------------------------------------------------
 def test_equal_runs_are_equal(dumps):
-    result = C.compare(dumps.save_a, dumps.save_b)
+    result = C.diff(dumps.save_a, dumps.save_b)
     assert result and result.exit_code == 0
     assert result.first_divergence is None
     assert result.counts.get("fail", 0) == 0 and result.counts["pass"] >= 15
@@ -133,7 +133,7 @@ def test_equal_runs_are_equal(dumps):
 
 
 def test_equal_runs_compared_element_by_element(dumps):
-    result = C.compare(dumps.save_a, dumps.save_b, use_checksums=False)
+    result = C.diff(dumps.save_a, dumps.save_b, use_checksums=False)
     assert result, result.failures()
     assert result.basis.get("values", 0) >= 15 and not result.basis.get("checksum")
     # (An in/out buffer's value before its launch is uninitialised memory: it may differ.)
@@ -143,7 +143,7 @@ def test_equal_runs_compared_element_by_element(dumps):
 
 def test_perturbed_weight_names_the_kernel_that_first_reads_it(dumps):
     reader = first_reader_of(dumps.save_a, dumps.ln_weight)
-    result = C.compare(dumps.save_a, dumps.save_p)
+    result = C.diff(dumps.save_a, dumps.save_p)
     assert not result and result.exit_code == 1
     fd = result.first_divergence
     assert (fd.launch, fd.kernel, fd.graph) == (reader.launch, reader.kernel, reader.graph)
@@ -158,7 +158,7 @@ def test_perturbed_weight_names_the_kernel_that_first_reads_it(dumps):
 
 def test_nan_in_the_input_is_found_where_it_enters(dumps):
     reader = first_reader_of(dumps.save_a, dumps.x)
-    result = C.compare(dumps.save_nan, dumps.save_a)
+    result = C.diff(dumps.save_nan, dumps.save_a)
     fd = result.first_divergence
     assert (fd.launch, fd.kernel) == (reader.launch, reader.kernel)
     assert fd.inputs == [reader.arg]
@@ -168,25 +168,25 @@ def test_nan_in_the_input_is_found_where_it_enters(dumps):
 
 
 def test_stats_level_dumps_compare_stats_and_say_so(dumps):
-    equal = C.compare(dumps.stats_a, dumps.stats_b)
+    equal = C.diff(dumps.stats_a, dumps.stats_b)
     assert equal and equal.stats_only
     assert any("stats-level dump" in n for n in equal.notes)
     assert not equal.basis.get("values")
-    diff = C.compare(dumps.stats_a, dumps.stats_p)
-    expected = C.compare(dumps.save_a, dumps.save_p).first_divergence
+    diff = C.diff(dumps.stats_a, dumps.stats_p)
+    expected = C.diff(dumps.save_a, dumps.save_p).first_divergence
     assert diff.exit_code == 1
     assert (diff.first_divergence.launch, diff.first_divergence.kernel) == (expected.launch, expected.kernel)
     assert any(rc.metrics.basis == "stats" and rc.note.startswith("stats differ") for rc in diff.failures())
 
 
 def test_save_against_stats_dump_falls_back_to_stats(dumps):
-    result = C.compare(dumps.save_a, dumps.stats_p)
+    result = C.diff(dumps.save_a, dumps.stats_p)
     assert result.exit_code == 1
     assert result.basis.get("stats") and not result.basis.get("values")
 
 
 def test_different_batch_size_is_a_shape_mismatch_per_record(dumps):
-    result = C.compare(dumps.save_a, dumps.save_shape)
+    result = C.diff(dumps.save_a, dumps.save_shape)
     assert result.exit_code == 2
     mism = [rc for rc in result.records if rc.status == "mismatch"]
     assert mism and all(rc.note.startswith("shape differs: ") for rc in mism)
@@ -194,26 +194,26 @@ def test_different_batch_size_is_a_shape_mismatch_per_record(dumps):
 
 
 def test_different_kernel_sets_list_records_in_one_run_only(dumps):
-    result = C.compare(dumps.save_a, dumps.save_filtered)
+    result = C.diff(dumps.save_a, dumps.save_filtered)
     assert result.exit_code == 2
     only = result.only_a
     assert only and {rc.record.kernel for rc in only} == {"extern_kernels.addmm"}
     assert not result.only_b and result.counts.get("fail", 0) == 0
     assert any("no counterpart in run B (kernels: extern_kernels.addmm)" in n for n in result.notes)
-    swapped = C.compare(dumps.save_filtered, dumps.save_a)
+    swapped = C.diff(dumps.save_filtered, dumps.save_a)
     assert len(swapped.only_b) == len(only)
 
 
 def test_kernel_pattern_narrows_the_comparison(dumps):
-    result = C.compare(dumps.save_a, dumps.save_p, kernels="extern_*")
+    result = C.diff(dumps.save_a, dumps.save_p, kernels="extern_*")
     assert {rc.record.kernel for rc in result.records} <= {"extern_kernels.addmm"}
     assert result.first_divergence.kernel == "extern_kernels.addmm"
-    none = C.compare(dumps.save_a, dumps.save_p, kernels="!*layer_norm*,!extern_*,!*softmax*")
+    none = C.diff(dumps.save_a, dumps.save_p, kernels="!*layer_norm*,!extern_*,!*softmax*")
     assert none.total == 0 and none
 
 
 def test_keep_passing_false_keeps_failures_only(dumps):
-    result = C.compare(dumps.save_a, dumps.save_p, keep_passing=False)
+    result = C.diff(dumps.save_a, dumps.save_p, keep_passing=False)
     assert result.records and all(rc.status != "pass" for rc in result.records)
     assert result.counts["pass"] > 0
     json.dumps(result.to_dict(), allow_nan=False)
@@ -221,11 +221,11 @@ def test_keep_passing_false_keeps_failures_only(dumps):
 
 def test_corrupt_and_missing_tensor_files_are_per_record_errors(dumps, tmp_path):
     run = copy_run(dumps.save_p, tmp_path)
-    result = C.compare(dumps.save_a, run, use_checksums=False)
+    result = C.diff(dumps.save_a, run, use_checksums=False)
     victims = [rc.b for rc in result.records if rc.status == "fail"][:2]
     open(os.path.join(run, victims[0].file), "wb").write(b"not a zip file")
     os.unlink(os.path.join(run, victims[1].file))
-    result = C.compare(dumps.save_a, run, use_checksums=False)
+    result = C.diff(dumps.save_a, run, use_checksums=False)
     errors = {rc.b.seq: rc.note for rc in result.records if rc.status == "error"}
     assert result.exit_code == 2
     assert "is corrupt" in errors[victims[0].seq] and errors[victims[0].seq].startswith("run B: seq ")
@@ -242,16 +242,20 @@ def test_load_dump_streams_records_and_tabulates(dumps):
         assert d.summary().records == len(frame)
 
 
-def test_package_is_callable_as_aoti_debug_compare(dumps):
-    result = aoti_debug.compare(dumps.save_a, dumps.save_b)
+def test_top_level_diff_and_show(dumps):
+    """``aoti_debug.diff`` / ``aoti_debug.show`` are the library behind the CLI commands."""
+    result = aoti_debug.diff(dumps.save_a, dumps.save_b)
     assert isinstance(result, C.DiffResult) and result
+    shown = aoti_debug.show(dumps.save_a)
+    assert isinstance(shown, C.ShowResult) and shown.runs
+    assert not callable(aoti_debug.compare)  # one name, one thing: the package
 
 
 def test_lazy_attribute_before_any_import():
     from tests.conftest import run_python
 
-    out = run_python("import aoti_debug; print(aoti_debug.load_dump.__name__)")
-    assert out.returncode == 0 and "load_dump" in out.stdout, out.stderr[-300:]
+    out = run_python("import aoti_debug; print(aoti_debug.load_dump.__name__, aoti_debug.diff.__name__)")
+    assert out.returncode == 0 and "load_dump diff" in out.stdout, out.stderr[-300:]
 
 
 @pytest.mark.slow
@@ -271,7 +275,7 @@ def test_python_wrapper_and_aoti_dumps_of_one_model_align(dumps, tmp_path, monke
         aoti_debug.flush()
     manifests = [os.path.join(d, "manifest.jsonl") for d, _, files in os.walk(out) if "manifest.jsonl" in files]
     assert manifests and any(os.path.getsize(m) for m in manifests), "the C++/AOTInductor path wrote no records"
-    result = C.compare(dumps.save_a, out)
+    result = C.diff(dumps.save_a, out)
     # AOTInductor may fold constants into extra kernel outputs (only in one run): allowed.
     assert result.counts.get("fail", 0) == 0 and result.first_divergence is None, result.failures()[:5]
     assert result.info_b.writer == "cpp" or any(rc.b.wrapper == "cpp" for rc in result.records if rc.b)
@@ -377,7 +381,7 @@ def _row(status, phase, arg, role, launch=1):
 
 
 def _launch(n):
-    return Launch("graph0", f"k{n}", f"k{n}", 0, n, n, [])
+    return PairedLaunch("graph0", f"k{n}", f"k{n}", 0, n, n, [])
 
 
 def test_first_divergence_is_where_outputs_fail_while_inputs_match():
@@ -408,6 +412,6 @@ def test_born_divergence_on_writer_made_dumps(tmp_path):
 
     for run in (a, b):
         as_launch(run, {"x": ("before", "input"), "y": ("after", "output")})
-    result = C.compare(a, b)
+    result = C.diff(a, b)
     assert result.first_divergence.kind == "born" and result.first_divergence.outputs == ["y"]
     assert result.exit_code == 1

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from aoti_debug.cli import main
 from aoti_debug.cli._common import INTERNAL_ERROR
-from aoti_debug.compare import compare, summarize
+from aoti_debug.compare import diff as compare, summarize
 from aoti_debug.errors import DumpError, RecordError
 from aoti_debug.format.reader import RunReader
 from aoti_debug.format.schema import Record, RunInfo

@@ -361,7 +361,7 @@ def test_an_unexpected_exception_is_one_line_naming_where_it_was_raised(runs, mo
         raise KeyError("boom")
 
     monkeypatch.setattr(C, "summarize", broken)
-    monkeypatch.setattr(C, "compare", broken)
+    monkeypatch.setattr(C, "diff", broken)
     for args in (["show", runs["stats"]], ["diff", "--no-progress", runs["stats"], runs["stats"]]):
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output

@@ -319,7 +319,7 @@ def test_uninitialised_flags_only_unwritten_buffers(builder, model, wrapper, lev
 @pytest.mark.parametrize("model,wrapper,level", COMBOS)
 def test_identical_runs_diff_equal(builder, model, wrapper, level):
     d = builder.get(model, wrapper, level)
-    result = aoti_debug.compare(d.a, d.b)
+    result = aoti_debug.diff(d.a, d.b)
     assert result, _explain(result)
     assert result.exit_code == 0 and result.first_divergence is None
     compared = len(_tensor_records(d.a)) - result.counts.get("uninitialised", 0)
@@ -347,7 +347,7 @@ def test_perturbed_norm_weight_is_the_first_divergence(builder, model, wrapper, 
     line = first_launch_line(d.code, first["arg"])
     assert re.search(r"(?<![\w])" + re.escape(first["kernel"].split(".")[-1]) + r"\s*\(", line), (first, line)
 
-    result = aoti_debug.compare(d.a, d.p)
+    result = aoti_debug.diff(d.a, d.p)
     assert not result and result.exit_code == 1, _explain(result)
     fd = result.first_divergence
     assert fd is not None, _explain(result)
@@ -369,7 +369,7 @@ def test_wrappers_agree(builder, model, level, other):
     py = builder.get(model, "python", level)
     d = builder.get(model, other, level)
     for a, b in ((py.a, d.a), (py.p, d.p)):
-        result = aoti_debug.compare(a, b)
+        result = aoti_debug.diff(a, b)
         assert result, _explain(result)
         assert result.counts.get("pass", 0) >= len(_tensor_records(b)) - result.counts.get("uninitialised", 0) > 0
 
@@ -390,7 +390,7 @@ def test_cli_diff_gpt2(builder, wrapper):
     assert same.output.rstrip().splitlines()[-1].startswith("EQUAL: ")
     different = _cli_diff(d.a, d.p)
     assert different.exit_code == 1, different.output
-    fd = aoti_debug.compare(d.a, d.p).first_divergence
+    fd = aoti_debug.diff(d.a, d.p).first_divergence
     line = next(x for x in different.output.splitlines() if x.startswith("FIRST DIVERGENCE: "))
     # "graph0" may be followed by the graph's kind and compile id in parentheses.
     head = re.escape(f"FIRST DIVERGENCE: launch {fd.launch} graph0") + r"( \([^)]*\))? " + \

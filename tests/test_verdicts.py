@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import aoti_debug
-from aoti_debug.compare import compare
+from aoti_debug.compare import diff as compare
 from tests.conftest import dump_dir_restored, only_run, records
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

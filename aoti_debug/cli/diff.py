@@ -66,7 +66,7 @@ def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, full, pro
     Example:
       aoti-debug diff dumps/before dumps/after --format markdown -o diff.md
     """
-    from ..compare import compare
+    from ..compare import diff as compare
     from ..compare.render import render_diff
 
     bar = _Progress(progress)

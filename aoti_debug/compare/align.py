@@ -38,7 +38,7 @@ class Pair:
 
 
 @dataclasses.dataclass
-class Launch:
+class PairedLaunch:
     """One launch of run A (or of B alone) with its paired records, in A's record order."""
 
     graph: str
@@ -108,7 +108,7 @@ def _keyed(groups: list[_Group]) -> Iterator[tuple[tuple, _Group]]:
 
 
 class Aligner:
-    """Streams :class:`Launch` es of A paired with B; then :meth:`only_in_b` lists the rest.
+    """Streams :class:`PairedLaunch` es of A paired with B; then :meth:`only_in_b` lists the rest.
 
     Launches pair by ``(graph, kernel stem, occurrence)`` (:func:`kernel_stem`): the
     n-th launch of a kernel in a graph of A with the n-th of that kernel in B.
@@ -131,23 +131,23 @@ class Aligner:
         self._b_used.add(key)
         return g.launch, [self.b.record_at(o) for o in g.offsets]
 
-    def launches(self) -> Iterator[Launch]:
+    def launches(self) -> Iterator[PairedLaunch]:
         """A's launches in launch order, each with its B counterpart."""
         for key, g in _keyed(_index(self.a, self._wanted)):
             recs_a = [self.a.record_at(o) for o in g.offsets]
             first = recs_a[0]
             launch_b, recs_b = self._take_b(key)
-            yield Launch(first.graph, first.kernel, first.op, first.kernel_call, first.launch, launch_b,
+            yield PairedLaunch(first.graph, first.kernel, first.op, first.kernel_call, first.launch, launch_b,
                          pair_records(recs_a, recs_b), g.end)
 
-    def only_in_b(self) -> Iterator[Launch]:
+    def only_in_b(self) -> Iterator[PairedLaunch]:
         """B's launches that no launch of A took (call after :meth:`launches` is done)."""
         for key, g in self._b_index.items():
             if key in self._b_used:
                 continue
             recs = [self.b.record_at(o) for o in g.offsets]
             first = recs[0]
-            yield Launch(first.graph, first.kernel, first.op, first.kernel_call, None, g.launch,
+            yield PairedLaunch(first.graph, first.kernel, first.op, first.kernel_call, None, g.launch,
                          [Pair(None, r, "-") for r in recs])
 
 

@@ -18,7 +18,7 @@ from ..config import KernelFilter
 from ..errors import RecordError
 from ..format.reader import RunReader
 from ..format.schema import Record
-from .align import Aligner, Launch, Pair
+from .align import Aligner, PairedLaunch, Pair
 from .births import Births, find_births
 from .divergence import DivergenceFinder
 from .metrics import TensorComparator, compare_checksums, compare_scalars, compare_stats, tolerance
@@ -123,7 +123,7 @@ class _Lookahead:
     launches after it, up to READ_AHEAD_BYTES, are already being read.
     """
 
-    def __init__(self, launches: Iterator[Launch], plan: Callable[[Pair], _Plan], prefetcher: Prefetcher | None):
+    def __init__(self, launches: Iterator[PairedLaunch], plan: Callable[[Pair], _Plan], prefetcher: Prefetcher | None):
         self._launches = launches
         self._plan = plan
         self._prefetcher = prefetcher
@@ -146,7 +146,7 @@ class _Lookahead:
             self._ahead += nbytes
             self._pending.append((launch, plans, self._ticket, nbytes))
 
-    def __iter__(self) -> Iterator[tuple[Launch, list[_Plan]]]:
+    def __iter__(self) -> Iterator[tuple[PairedLaunch, list[_Plan]]]:
         while True:
             self._fill()
             if not self._pending:
@@ -226,7 +226,7 @@ class _Runner:
         return rc
 
 
-def compare(
+def diff(
     a,
     b,
     *,

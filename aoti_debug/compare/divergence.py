@@ -18,7 +18,7 @@ launch with a differing input is named, as ``input``.
 
 from __future__ import annotations
 
-from .align import Launch
+from .align import PairedLaunch
 from .result import FirstDivergence, RecordComparison
 
 
@@ -38,7 +38,7 @@ class DivergenceFinder:
     def done(self) -> bool:
         return self._first is not None
 
-    def observe(self, launch: Launch, rows: list[RecordComparison]) -> bool:
+    def observe(self, launch: PairedLaunch, rows: list[RecordComparison]) -> bool:
         """Look at one launch; True when it is the first divergence (rows get marked)."""
         if self._first is not None or launch.launch_a is None:
             return False
@@ -60,7 +60,7 @@ class DivergenceFinder:
         return True
 
     @staticmethod
-    def _make(launch: Launch, kind: str, bad_out: list, bad_in: list) -> FirstDivergence:
+    def _make(launch: PairedLaunch, kind: str, bad_out: list, bad_in: list) -> FirstDivergence:
         worst = [r.metrics.max_abs for r in bad_out if r.metrics is not None and r.metrics.max_abs is not None]
         return FirstDivergence(
             launch=launch.launch_a or 0, launch_b=launch.launch_b, graph=launch.graph, kernel=launch.kernel,

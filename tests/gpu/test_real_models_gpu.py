@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import aoti_debug
-from aoti_debug.compare import compare
+from aoti_debug.compare import diff as compare
 from tests.conftest import dump_dir_restored, only_run, records
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
