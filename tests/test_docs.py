@@ -83,3 +83,31 @@ def test_python_emitter_golden():
                                          SiteArg("xnumel", "input", "scalar", "16")),
                                         (SiteArg("buf0", "output", "tensor", "buf0"),))
     assert module["_AD_SITE_1"].kernel == "k'\"\\n\n"
+
+
+def _readme_command_lines() -> list[list[str]]:
+    """Every ``aoti-debug ...`` invocation in the README's code blocks, split as a shell would."""
+    import shlex
+
+    lines = []
+    for block in re.findall(r"```(?:bash)?\n(.*?)```", README, flags=re.S):
+        for line in block.splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line.startswith("aoti-debug "):
+                lines.append(shlex.split(line)[1:])
+    return lines
+
+
+def test_every_readme_command_parses():
+    """Each command line the README shows names a real command and options it accepts
+    (parsed by click, not run: the paths in it are examples)."""
+    lines = _readme_command_lines()
+    assert {args[0] for args in lines} >= {"run", "diff", "show", "locate"}, lines
+    for args in lines:
+        cmd = main.commands.get(args[0])
+        assert cmd is not None, f"README shows an unknown command: {args}"
+        ctx = cmd.make_context(args[0], list(args[1:]), resilient_parsing=True)
+        own = args[1:args.index("--")] if "--" in args else args[1:]  # what follows -- is CMD's
+        known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+        unknown = [a for a in own if a.startswith("-") and a.split("=")[0] not in known]
+        assert not unknown and ctx is not None, (args, unknown)
