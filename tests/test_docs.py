@@ -90,7 +90,7 @@ def _readme_command_lines() -> list[list[str]]:
     import shlex
 
     lines = []
-    for block in re.findall(r"```(?:bash)?\n(.*?)```", README, flags=re.S):
+    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
         for line in block.splitlines():
             line = line.split("#", 1)[0].strip()
             if line.startswith("aoti-debug "):
