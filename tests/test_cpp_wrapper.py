@@ -151,7 +151,7 @@ def test_emitted_code_has_one_runtime_and_a_call_per_side(mlp):
     assert code.count("::aoti_debug_rt_1::launch(aoti_debug_site") == len(launches)
     assert code.count("::aoti_debug_rt_1::done(aoti_debug_site") == len(launches)
     line = next(x for x in code.splitlines() if "aoti_debug_rt_1::launch(" in x and "addmm" in x)
-    assert '"aoti_torch_cpu_addmm_out", "aten.addmm", 1, 0,' in line
+    assert '"aoti_torch_cpu_addmm_out", "aten.addmm", ::aoti_debug_rt_1::schema::kSave, 0,' in line
     assert "__FILE__, __LINE__" in line
 
 

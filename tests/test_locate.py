@@ -30,7 +30,6 @@ from .conftest import REPO
 PY = sys.executable
 EXAMPLE = os.path.join(REPO, "examples", "locate_cpu_crash.py")
 INDEXING = os.path.join(REPO, "examples", "locate_ima_indexing.py")
-#: docs/locate-runtime.patch applied: graph/site/arg lines exist.
 def _script(*lines: str, then: str = "os.abort()") -> list[str]:
     """A command that prints the given stderr lines, flushed, then does ``then``."""
     body = "".join(f"sys.stderr.write({line!r} + '\\n'); sys.stderr.flush()\n" for line in lines)

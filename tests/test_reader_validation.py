@@ -256,8 +256,8 @@ def test_every_record_of_both_real_runs_loads(runs):
         assert reader.info.graphs["graph0"]["kind"] == "inference"
 
 
-#: Lines as the C++ runtime writes them (aoti_debug_runtime.h: record_tensor, json_stat,
-#: record_scalar): JSON Infinity for infinite stats and scalars, null for NaN stats, a
+#: Lines as C++ runtimes before the one-policy change wrote them (records.h, json.h),
+#: still read: JSON Infinity for infinite stats and scalars, null for NaN stats, a
 #: dtype code it cannot name with the error that says why, ``c``-prefixed file names.
 CPP_LINES = [
     '{"seq":1,"launch":1,"graph":"graph0","wrapper":"cpp","kernel":"cpp_fused_exp_0","op":"cpp_fused_exp_0",'

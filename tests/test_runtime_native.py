@@ -1,6 +1,6 @@
-"""The C++ runtime's numeric core, built as GPU wrappers build it (no OpenMP, so large
-tensors go through its own std::threads): stats, checksum and the zip CRC of large and
-odd-sized inputs, against the Python runtime and zlib."""
+"""The C++ runtime's numeric core, its parts stats.h and crc.h built alone and without
+OpenMP (so large tensors go through their own std::threads): stats, checksum and the
+zip CRC of large and odd-sized inputs, against the Python runtime and zlib."""
 
 from __future__ import annotations
 
@@ -12,18 +12,18 @@ import zlib
 import pytest
 import torch
 
-from aoti_debug.codegen.cpp_runtime import NAMESPACE, runtime_source
+from aoti_debug.codegen import cpp_runtime
 from aoti_debug.runtime.stats import tensor_stats
 
 CXX = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="needs a C++ compiler")
 
 _HARNESS = r"""
-#include <torch/csrc/inductor/aoti_torch/c/shim.h>
-#include "runtime.h"
+#include "stats.h"
+#include "crc.h"
 #include <fstream>
 #include <iterator>
-using namespace NS;
+using namespace aoti_debug_rt_1;
 // argv: file dtype-code numel -> crc (serial), crc (parallel), checksum, stats
 int main(int argc, char** argv) {
   std::ifstream f(argv[1], std::ios::binary);
@@ -43,12 +43,12 @@ int main(int argc, char** argv) {
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
     d = tmp_path_factory.mktemp("native")
-    (d / "runtime.h").write_text(runtime_source())
-    (d / "main.cpp").write_text(_HARNESS.replace("NS", NAMESPACE))
+    cpp_runtime.write_constants(str(d))
+    (d / "main.cpp").write_text(_HARNESS)
     include = os.path.join(os.path.dirname(torch.__file__), "include")
     exe = str(d / "stats")
-    proc = subprocess.run([CXX, "-std=c++17", "-O1", "-I", include, str(d / "main.cpp"), "-o", exe],
-                          capture_output=True, text=True)
+    proc = subprocess.run([CXX, "-std=c++17", "-O1", "-I", str(d), "-I", cpp_runtime.NATIVE_DIR, "-I", include,
+                           str(d / "main.cpp"), "-o", exe], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return exe, d
 

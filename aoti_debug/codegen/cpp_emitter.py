@@ -1,15 +1,20 @@
 """C++-wrapper code for one launch (cpp_wrapper=True and AOTInductor).
 
-The runtime (``cpp_runtime.header_block``) goes once into the root wrapper's header;
-each instrumented launch then gets one line per phase, a block with a constant site
-and a call that passes the values with their C++ types::
+Once per root wrapper, its header gets the runtime's interface and glue: under
+AOTInductor the runtime itself, the parts the level needs (``cpp_runtime.inline_block``);
+a JIT cpp_wrapper module a glue that loads the runtime library built once
+(``cpp_runtime.library_block``, ``native_library``). Each instrumented launch then gets
+one line per phase, a block with a constant site and a call that passes the values
+with their C++ types::
 
     { static constexpr ::aoti_debug_rt_1::Arg aoti_debug_args[] = {{"buf0", "inout", "tensor", "buf0", 0, 0, ""}};
       static constexpr ::aoti_debug_rt_1::Site aoti_debug_site = {"", "cpp_fused_relu_0", "cpp_fused_relu_0",
-          1, 0, 1, 1, aoti_debug_args, "", "before,after", __FILE__, __LINE__, "relu", "inference", "0/0"};
+          ::aoti_debug_rt_1::schema::kStats, 0, 1, 1, aoti_debug_args, "", "before,after", __FILE__, __LINE__, "relu", "inference", "0/0"};
       ::aoti_debug_rt_1::launch(aoti_debug_site, {buf0}); }
 
 (written on one line, so ``__LINE__`` is the launch's line for ``aoti-debug locate``).
+An argument that is an expression (a reinterpreted view) is passed as a lazy value
+(:func:`value_expr`).
 
 As in the Python emitter, only inputs (and in-place args) are passed before a launch
 and only outputs (and in-place args) after it. Every name and expression that lands
@@ -18,10 +23,14 @@ in a string literal goes through ``emit.cpp_string``.
 
 from __future__ import annotations
 
-from . import python_emitter
-from .cpp_runtime import LEVEL_CODES, NAMESPACE, header_block
+import re
+
+from . import cpp_runtime, native_library, python_emitter
+from .cpp_runtime import LEVEL_CODES, NAMESPACE
 from .emit import cpp_string
 from .launch import Launch, LaunchArg
+
+NS_PREFIX = f"::{NAMESPACE}"
 
 
 def _root(wrapper):
@@ -34,15 +43,33 @@ def _root(wrapper):
         return wrapper
 
 
+def _aot_mode() -> bool:
+    """Whether the graph being generated is an AOTInductor model (GraphLowering.aot_mode,
+    torch 2.11 and 2.13) rather than a JIT cpp_wrapper module."""
+    from torch._inductor.virtualized import V
+
+    try:
+        return bool(V.graph.aot_mode)
+    except Exception:
+        return False
+
+
+def header_block(manager, device: str) -> str:
+    """The runtime block for this graph's wrapper header."""
+    if _aot_mode():
+        return cpp_runtime.inline_block(device, manager.settings.level)
+    return cpp_runtime.library_block(device, native_library.library_path() or "")
+
+
 def ensure_header(manager, wrapper) -> None:
-    """Put the runtime into the wrapper's header once (the header is spliced in after
-    the wrapper body is generated, ahead of it in the source)."""
+    """Put the runtime block into the wrapper's header once (the header is spliced in
+    after the wrapper body is generated, ahead of it in the source)."""
     root = _root(wrapper)
     if getattr(root, "_aoti_debug_cpp_header", False):
         return
     root._aoti_debug_cpp_header = True
     device = str(getattr(root, "device", "cpu") or "cpu")
-    root.header.splice(header_block(device))
+    root.header.splice(header_block(manager, device))
 
 
 def _arg_literal(a: LaunchArg, index: int) -> str:
@@ -65,6 +92,37 @@ def python_indices(args: list[LaunchArg]) -> list[int]:
     return out
 
 
+#: A view as Inductor's C++ wrapper writes it (torch 2.11 and 2.13).
+_VIEW_RE = re.compile(r"^wrap_with_raii_handle_if_needed\(reinterpret_tensor_wrapper\("
+                      r"(?P<base>[A-Za-z_]\w*), (?P<ndim>\d+), (?P<sizes>[A-Za-z_]\w*), "
+                      r"(?P<strides>[A-Za-z_]\w*), (?P<offset>[^,]+)\)\)$")
+
+
+def value_expr(expr: str, views: bool) -> str:
+    """An argument as the call site passes it: a name or a literal as it is; an expression
+    that calls something (a view: ``wrap_with_raii_handle_if_needed(reinterpret_tensor_wrapper(...))``)
+    as a lazy value the runtime evaluates when it reads it. Inline, each such expression
+    would add a shim call, an error check and a cleanup to the wrapper's (large) function
+    before and after the launch: the largest part of the C++ compile time the
+    instrumentation added (docs/benchmarks.md). ``views``: a view of a tensor handle is
+    passed as plain data (``view(...)``); not under AOTInductor, whose stack-allocated
+    tensors are no handles."""
+    if "(" not in expr:
+        return expr
+    m = _VIEW_RE.match(expr) if views else None
+    if m:
+        return f"{NS_PREFIX}::view({m['base']}, {m['ndim']}, {m['sizes']}, {m['strides']}, {m['offset']})"
+    return f"{NS_PREFIX}::lazy([&]() -> decltype(auto) {{ return {expr}; }})"
+
+
+def level_constant(level: str) -> str:
+    """The level as the generated C++ enum names it (``cpp_runtime`` makes
+    ``schema::Level`` from ``config.LEVELS``): ``::aoti_debug_rt_1::schema::kStats``."""
+    if level not in LEVEL_CODES:
+        raise ValueError(f"no C++ runtime level {level!r}: one of {sorted(LEVEL_CODES)}")
+    return f"{NS_PREFIX}::schema::{cpp_runtime.level_enum_name(level)}"
+
+
 def site_line(manager, launch: Launch, phase: str) -> str:
     settings = manager.settings
     graph_info = python_emitter.graph_info()
@@ -72,7 +130,7 @@ def site_line(manager, launch: Launch, phase: str) -> str:
     # names only metadata is read (AOTI_DEBUG_NAMES_ARGS), all of it before the launch.
     _site, before, after = python_emitter.site(launch, settings.phases, settings.level)
     args = before if phase == "before" else after
-    ns = f"::{NAMESPACE}"
+    ns = NS_PREFIX
     parts = ["{"]
     if args:
         literals = ", ".join(_arg_literal(a, i) for a, i in zip(args, python_indices(args)))
@@ -81,7 +139,7 @@ def site_line(manager, launch: Launch, phase: str) -> str:
         cpp_string(launch.graph),
         cpp_string(launch.kernel),
         cpp_string(launch.op),
-        str(LEVEL_CODES[settings.level]),
+        level_constant(settings.level),
         "1" if settings.sync else "0",
         str(len(set(python_indices(before)))),
         str(len(args)),
@@ -96,7 +154,8 @@ def site_line(manager, launch: Launch, phase: str) -> str:
     ]
     parts.append(f"static constexpr {ns}::Site aoti_debug_site = {{{', '.join(fields)}}};")
     call = "launch" if phase == "before" else "done"
-    values = ", ".join(a.expr for a in args)
+    views = not _aot_mode()
+    values = ", ".join(value_expr(a.expr, views) for a in args)
     parts.append(f"{ns}::{call}(aoti_debug_site, {{{values}}});")
     parts.append("}")
     return " ".join(parts)

@@ -49,8 +49,9 @@ SCALAR_TYPES = frozenset({"int", "float", "bool", "SymInt", "SymFloat", "SymBool
 _CPP_UNKNOWN_DTYPE = re.compile(r"dtype-?[0-9]{1,10}")
 #: ``runtime.stats.format_checksum`` and the C++ ``%016llx``.
 _CHECKSUM = re.compile(r"[0-9a-f]{16}")
-#: How ``Stats.to_dict`` writes non-finite stats (the C++ runtime writes JSON
-#: ``Infinity``/``-Infinity`` and ``null`` for NaN instead; both read the same).
+#: How both writers spell non-finite stats and scalar values (``format.schema._jsonable``;
+#: a NaN stat is ``null``). Dumps of earlier C++ runtimes hold JSON ``Infinity`` tokens,
+#: which read the same.
 _STAT_WORDS = ("nan", "inf", "-inf")
 
 _Check = Callable[[Any], bool]
@@ -136,7 +137,7 @@ def _stat(v: Any) -> bool:
     if v is None:
         return True
     if type(v) is float:
-        return v == v  # +-inf: the C++ runtime's Infinity; NaN is written as null or "nan"
+        return v == v  # +-inf: earlier C++ runtimes' Infinity; NaN is written as null or "nan"
     if type(v) is int:
         return abs(v) <= 1.7976931348623157e308  # float() of it must not overflow
     return type(v) is str and v in _STAT_WORDS

@@ -35,8 +35,7 @@ TAIL_SHOWN = 15
 
 def child_environment(base: Mapping[str, str], caching_allocator: bool = True) -> dict[str, str]:
     """The command's environment: level ``names``, a sync after each launch, every kernel."""
-    extra = {"names_args": True} if hasattr(config, "ENV_NAMES_ARGS") else {}  # docs/locate-runtime.patch
-    env = config.child_env(base, level="names", sync=True, phases="before,after", **extra)
+    env = config.child_env(base, level="names", sync=True, phases="before,after", names_args=True)
     # A kernel filter would hide the launch that faults.
     for name in (config.ENV_KERNELS, config.ENV_TORCH_KERNELS):
         env.pop(name, None)

@@ -14,15 +14,7 @@ import dataclasses
 import re
 from typing import Any
 
-from ..format.schema import ERROR_RE, NAMES_RE
-
-try:  # added to format.schema by docs/locate-runtime.patch; older runtimes never print them
-    from ..format.schema import ARG_RE, GRAPH_RE, SITE_RE, parse_fields
-except ImportError:  # pragma: no cover - depends on the runtime in this checkout
-    GRAPH_RE = SITE_RE = ARG_RE = None
-
-    def parse_fields(text: str) -> dict:
-        return dict(re.findall(r"(\w+)=(\S*)", text))
+from ..format.schema import ARG_RE, ERROR_RE, GRAPH_RE, NAMES_RE, SITE_RE, parse_fields
 
 
 #: ``File "...", line N, in f`` (tracebacks) and ``File "...", line N in f`` (faulthandler).
@@ -106,24 +98,23 @@ class Trace:
         if m:
             self._error(int(m["launch"]), m["kernel"], m["error"])
             return True
-        if GRAPH_RE is not None:
-            m = GRAPH_RE.match(line)
-            if m:
-                self.graphs.setdefault(m["graph"], []).insert(0, {"wrapper": m["wrapper"], "file": m["file"].strip()})
-                return True
-            m = SITE_RE.match(line)
-            if m:
-                state = self._described(int(m["launch"]))
-                if state is not None:
-                    state.line = int(m["line"]) or None
-                    state.source = (m["source"] or "").strip() or None
-                return True
-            m = ARG_RE.match(line)
-            if m:
-                state = self._described(int(m["launch"]))
-                if state is not None:
-                    state.args.append(_arg_fields(parse_fields(m["fields"])))
-                return True
+        m = GRAPH_RE.match(line)
+        if m:
+            self.graphs.setdefault(m["graph"], []).insert(0, {"wrapper": m["wrapper"], "file": m["file"].strip()})
+            return True
+        m = SITE_RE.match(line)
+        if m:
+            state = self._described(int(m["launch"]))
+            if state is not None:
+                state.line = int(m["line"]) or None
+                state.source = (m["source"] or "").strip() or None
+            return True
+        m = ARG_RE.match(line)
+        if m:
+            state = self._described(int(m["launch"]))
+            if state is not None:
+                state.args.append(_arg_fields(parse_fields(m["fields"])))
+            return True
         # Warnings and anything else from aoti_debug: worth keeping next to the command's output.
         self._output(line)
         return False

@@ -1,0 +1,184 @@
+// A tensor's metadata through the AOTI shim, and its values as contiguous row-major
+// host bytes: CPU tensors in place (strided ones gathered), contiguous CUDA tensors
+// with one copy into a reused pinned buffer (the wrapper's DeviceOps), anything else
+// through the shim (aoti_torch_empty_strided + aoti_torch_copy_).
+#ifndef AOTI_DEBUG_PART_HOST_TENSOR_H
+#define AOTI_DEBUG_PART_HOST_TENSOR_H
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "constants.h"
+#include "dtypes.h"
+#include "interface.h"
+
+namespace AOTI_DEBUG_NS {
+namespace {
+
+struct HostTensor {
+  int32_t dtype = -1;
+  int32_t device_type = 0;
+  int32_t device_index = 0;
+  std::vector<int64_t> shape, stride;
+  int64_t numel = 0;
+  const void* data = nullptr;  // contiguous row-major host bytes, or null
+  uint64_t nbytes = 0;
+  std::vector<unsigned char> gathered;
+  AtenTensorHandle host_copy = nullptr;
+  ~HostTensor() {
+    if (host_copy) aoti_torch_delete_tensor_object(host_copy);
+  }
+};
+
+// Metadata of `h`; "" or an error text.
+std::string describe(AtenTensorHandle h, HostTensor& t) {
+  int64_t ndim = 0;
+  int64_t* sizes = nullptr;
+  int64_t* strides = nullptr;
+  if (aoti_torch_get_dim(h, &ndim) || aoti_torch_get_sizes(h, &sizes) ||
+      aoti_torch_get_strides(h, &strides) || aoti_torch_get_dtype(h, &t.dtype) ||
+      aoti_torch_get_device_type(h, &t.device_type) ||
+      aoti_torch_get_device_index(h, &t.device_index)) {
+    return "cannot read tensor metadata through the AOTI shim";
+  }
+  t.shape.assign(sizes, sizes + ndim);
+  t.stride.assign(strides, strides + ndim);
+  t.numel = 1;
+  for (int64_t s : t.shape) t.numel *= s;
+  return "";
+}
+
+bool is_contiguous(const HostTensor& t) {
+  int64_t expected = 1;
+  for (size_t i = t.shape.size(); i-- > 0;) {
+    if (t.shape[i] != 1 && t.stride[i] != expected) return false;
+    expected *= t.shape[i];
+  }
+  return true;
+}
+
+template <class E>
+inline void gather_row(unsigned char* out, const unsigned char* src, int64_t n, int64_t stride) {
+  E* o = reinterpret_cast<E*>(out);
+  const E* s = reinterpret_cast<const E*>(src);
+  for (int64_t j = 0; j < n; ++j) o[j] = s[j * stride];
+}
+
+// One pinned host buffer per runtime (grown to the largest tensor up to 256 MiB; larger
+// ones take the shim's copy), used under shared().mu. Never freed: the CUDA runtime may
+// be torn down before this runtime's statics at exit.
+void* pinned_buffer(const DeviceOps& dev, uint64_t n) {
+  constexpr uint64_t kMax = 256ull << 20;
+  static void* buf = nullptr;
+  static uint64_t cap = 0;
+  static bool failed = false;
+  if (n > kMax || failed || !dev.alloc_host) return nullptr;
+  if (n > cap) {
+    uint64_t want = 1ull << 20;
+    while (want < n) want <<= 1;
+    void* p = nullptr;
+    if (dev.alloc_host(&p, static_cast<size_t>(want)) != 0) {
+      if (dev.clear_error) dev.clear_error();
+      failed = true;  // pinned memory refused: the shim's copy from now on
+      return nullptr;
+    }
+    if (buf && dev.free_host) dev.free_host(buf);
+    buf = p;
+    cap = want;
+  }
+  return buf;
+}
+
+// Makes t.data point at contiguous host bytes; "" or an error text. `dev`: the wrapper's
+// device functions (null in CPU wrappers).
+std::string host_values(AtenTensorHandle h, HostTensor& t, const DeviceOps* dev) {
+  const TypeInfo* ti = type_info(t.dtype);
+  if (!ti) return "unsupported dtype " + std::to_string(t.dtype);
+  size_t esize = static_cast<size_t>(ti->unit * ti->units);
+  t.nbytes = static_cast<uint64_t>(t.numel) * esize;
+  if (t.numel == 0) {
+    t.data = "";
+    return "";
+  }
+  if (t.device_type == kDeviceCpu) {
+    void* p = nullptr;
+    if (aoti_torch_get_data_ptr(h, &p) || !p) return "cannot read the tensor's data pointer";
+    if (is_contiguous(t)) {
+      t.data = p;
+      return "";
+    }
+    // Gather a strided CPU tensor in row-major order.
+    t.gathered.resize(t.nbytes);
+    size_t nd = t.shape.size();
+    std::vector<int64_t> idx(nd, 0);
+    const unsigned char* base = static_cast<const unsigned char*>(p);
+    unsigned char* out = t.gathered.data();
+    int64_t inner = nd ? t.shape[nd - 1] : 1;
+    int64_t inner_stride = nd ? t.stride[nd - 1] : 0;
+    for (int64_t done = 0; done < t.numel; done += inner) {
+      int64_t off = 0;
+      for (size_t d = 0; d + 1 < nd; ++d) off += idx[d] * t.stride[d];
+      const unsigned char* src = base + off * static_cast<int64_t>(esize);
+      if (inner_stride == 1) {
+        std::memcpy(out, src, static_cast<size_t>(inner) * esize);
+      } else {
+        switch (esize) {
+          case 1: gather_row<uint8_t>(out, src, inner, inner_stride); break;
+          case 2: gather_row<uint16_t>(out, src, inner, inner_stride); break;
+          case 4: gather_row<uint32_t>(out, src, inner, inner_stride); break;
+          case 8: gather_row<uint64_t>(out, src, inner, inner_stride); break;
+          default:
+            for (int64_t j = 0; j < inner; ++j) {
+              std::memcpy(out + j * esize, src + j * inner_stride * static_cast<int64_t>(esize), esize);
+            }
+        }
+      }
+      out += inner * esize;
+      for (size_t d = nd >= 1 ? nd - 1 : 0; d-- > 0;) {
+        if (++idx[d] < t.shape[d]) break;
+        idx[d] = 0;
+      }
+    }
+    t.data = t.gathered.data();
+    return "";
+  }
+  // A contiguous CUDA tensor: one copy into the reusable pinned buffer (several times the
+  // speed of a copy into fresh pageable memory). The device was synchronised before the
+  // side was read (record_side).
+  if (dev && dev->copy_to_host && t.device_type == kDeviceCuda && is_contiguous(t)) {
+    void* src = nullptr;
+    void* dst = pinned_buffer(*dev, t.nbytes);
+    if (dst && aoti_torch_get_data_ptr(h, &src) == 0 && src) {
+      if (dev->copy_to_host(dst, src, static_cast<size_t>(t.nbytes)) == 0) {
+        t.data = dst;
+        return "";
+      }
+      if (dev->clear_error) dev->clear_error();  // the shim's copy below reports what is wrong
+    }
+  }
+  // A device tensor: a contiguous CPU copy through the shim (synchronous copy).
+  std::vector<int64_t> cstride(t.shape.size());
+  int64_t st = 1;
+  for (size_t i = t.shape.size(); i-- > 0;) {
+    cstride[i] = st;
+    st *= std::max<int64_t>(t.shape[i], 1);
+  }
+  if (aoti_torch_empty_strided(static_cast<int64_t>(t.shape.size()), t.shape.data(), cstride.data(),
+                               t.dtype, kDeviceCpu, 0, &t.host_copy)) {
+    t.host_copy = nullptr;
+    return "copy: cannot allocate a host buffer";
+  }
+  if (aoti_torch_copy_(t.host_copy, h, 0)) return "copy: device to host copy failed";
+  void* p = nullptr;
+  if (aoti_torch_get_data_ptr(t.host_copy, &p) || !p) return "copy: no host data pointer";
+  t.data = p;
+  return "";
+}
+
+}  // namespace
+}  // namespace AOTI_DEBUG_NS
+
+#endif  // AOTI_DEBUG_PART_HOST_TENSOR_H

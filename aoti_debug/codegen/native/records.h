@@ -1,0 +1,257 @@
+// Manifest records: one JSON line per value of one side of a launch, with the keys of
+// format.schema.Record (schema::rec, generated), appended in one write per side; at
+// level print also one stats line per value on stderr. Tensor files (level save) are
+// compiled in only where AOTI_DEBUG_WITH_FILES is set.
+#ifndef AOTI_DEBUG_PART_RECORDS_H
+#define AOTI_DEBUG_PART_RECORDS_H
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include <unistd.h>
+
+#include "constants.h"
+#include "dtypes.h"
+#include "host_tensor.h"
+#include "interface.h"
+#include "json.h"
+#include "state.h"
+#include "stats.h"
+#include "text.h"
+
+#ifndef AOTI_DEBUG_WITH_FILES
+#define AOTI_DEBUG_WITH_FILES 1
+#endif
+#if AOTI_DEBUG_WITH_FILES
+#include "pt_writer.h"
+#endif
+
+namespace AOTI_DEBUG_NS {
+namespace {
+
+// One write for all lines of one launch side: each write holds whole lines only.
+void append_manifest(Shared& S, const std::string& lines) {
+  if (S.manifest_fd < 0 || lines.empty()) return;
+  const char* p = lines.data();
+  size_t n = lines.size();
+  while (n > 0) {
+    ssize_t w = ::write(S.manifest_fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      warn_once(S, "manifest", "cannot append to manifest in '" + S.path + "': " +
+                                   errno_text(w < 0 ? errno : ENOSPC));
+      return;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+// kind, dtype, shape, stride, device, numel: what a record says of any tensor.
+const TypeInfo* record_metadata(AtenTensorHandle h, HostTensor& t, std::string& err, JsonObject& rec) {
+  namespace R = schema::rec;
+  err = describe(h, t);
+  const TypeInfo* ti = err.empty() ? type_info(t.dtype) : nullptr;
+  rec.str(R::kKind, "tensor");
+  rec.str(R::kDtype, ti ? std::string(ti->name) : "dtype" + std::to_string(t.dtype));
+  std::string ints;
+  json_ints(ints, t.shape);
+  rec.raw(R::kShape, ints);
+  ints.clear();
+  json_ints(ints, t.stride);
+  rec.raw(R::kStride, ints);
+  rec.str(R::kDevice, device_string(t.device_type, t.device_index));
+  rec.num(R::kNumel, t.numel);
+  return ti;
+}
+
+// format.schema.Stats as a JSON object, keys from schema::stat.
+std::string stats_json(const Summary& sm) {
+  namespace K = schema::stat;
+  std::string o = "{";
+  auto stat = [&](const char* k, double v) {
+    if (o.size() > 1) o += ",";
+    json_str(o, k);
+    o += ":";
+    json_stat(o, v);
+  };
+  stat(K::kMin, sm.mn);
+  stat(K::kMax, sm.mx);
+  stat(K::kMean, sm.mean);
+  stat(K::kStd, sm.sd);
+  stat(K::kAbsmax, sm.absmax);
+  o += ",";
+  json_str(o, K::kNan);
+  o += ":" + std::to_string(sm.nan) + ",";
+  json_str(o, K::kInf);
+  o += ":" + std::to_string(sm.inf) + "}";
+  return o;
+}
+
+#if AOTI_DEBUG_WITH_FILES
+// Level save: the tensor file of one record, or a pointer to an identical earlier one.
+// Returns an error text ("" when fine).
+std::string save_values(Shared& S, const Site& site, const Arg& a, const char* phase, const TypeInfo& ti,
+                        const HostTensor& t, const std::string& content_key, JsonObject& rec) {
+  namespace R = schema::rec;
+  if (!content_key.empty()) {
+    auto same = S.content_files.find(content_key);
+    if (same != S.content_files.end()) {
+      // Identical values already on disk (a weight read every call, an input that is
+      // the unchanged output of an earlier launch): point at that file.
+      rec.str(R::kFile, same->second);
+      rec.boolean(R::kShared, true);
+      return "";
+    }
+  }
+  if (S.max_bytes >= 0 && S.bytes_written + static_cast<int64_t>(t.nbytes) > S.max_bytes) {
+    rec.str(R::kSkipped, "AOTI_DEBUG_MAX_BYTES reached");
+    return "";
+  }
+  S.bytes_written += static_cast<int64_t>(t.nbytes);
+  char seq[24];
+  std::snprintf(seq, sizeof(seq), "c%08lld", static_cast<long long>(S.seq));
+  std::string fname = std::string(schema::kTensorDir) + "/" + seq + "-" + phase + "-" + sanitize(site.kernel, 80) +
+      "-" + sanitize(a.name, 40) + ".pt";
+  std::string werr = write_pt(S.path + "/" + fname, ti, t.shape, t.numel, t.data, t.nbytes, S.force_zip64);
+  if (!werr.empty()) {
+    warn_once(S, "save", werr);
+    return werr;
+  }
+  rec.str(R::kFile, fname);
+  if (!content_key.empty()) S.content_files.emplace(content_key, fname);
+  return "";
+}
+#endif
+
+void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase, AtenTensorHandle h,
+                   const DeviceOps* dev, JsonObject& rec) {
+  namespace R = schema::rec;
+  HostTensor t;
+  std::string err;
+  const TypeInfo* ti = record_metadata(h, t, err, rec);
+  if (a.uninitialised && std::strcmp(phase, "before") == 0) {
+    // Memory no launch had written yet: what it holds is not data (no stats, no file).
+    rec.boolean(R::kUninitialised, true);
+    return;
+  }
+  if (err.empty()) err = host_values(h, t, dev);
+  Summary sm;
+  bool have_stats = err.empty() && t.data && summarize(t.data, t.numel, t.dtype, sm);
+  if (err.empty() && !have_stats) err = "stats: unsupported dtype";
+  std::string content_key;
+  if (have_stats) {
+    std::string st = stats_json(sm);
+    char ck[24];
+    std::snprintf(ck, sizeof(ck), "%016llx", static_cast<unsigned long long>(sm.checksum));
+    rec.raw(R::kStats, st);
+    rec.str(R::kChecksum, ck);
+    // Identity of the values (as hooks._content_key): dtype, shape, checksum, exact stats.
+    content_key = std::string(ti->name) + "|" + shape_text(t.shape) + "|" + ck + "|" + st;
+  } else {
+    rec.raw(R::kStats, "null");
+  }
+  if (site.level == schema::kSave && err.empty()) {
+#if AOTI_DEBUG_WITH_FILES
+    err = save_values(S, site, a, phase, *ti, t, content_key, rec);
+#else
+    err = "save: tensor files are not compiled into this runtime";
+    warn_once(S, "save", err);
+#endif
+  } else if (!err.empty()) {
+    warn_once(S, "tensor-" + err.substr(0, err.find(':')),
+              std::string("cannot record ") + a.name + " of " + site.kernel + ": " + err);
+  }
+  if (!err.empty()) rec.str(R::kError, err);
+  if (site.level == schema::kPrint) {
+    std::string line = "[aoti_debug] " + pad_phase(phase) + " " + site.kernel + " launch=" +
+        std::to_string(tl_launch) + " " + a.name + " (" + a.role + ") " + (ti ? ti->name : "?") + "[" +
+        shape_text(t.shape) + "] " + device_string(t.device_type, t.device_index) +
+        " min=" + (have_stats ? fmt6(sm.mn) : "-") + " max=" + (have_stats ? fmt6(sm.mx) : "-") +
+        " mean=" + (have_stats ? fmt6(sm.mean) : "-") + " std=" + (have_stats ? fmt6(sm.sd) : "-") +
+        " absmax=" + (have_stats ? fmt6(sm.absmax) : "-") + " nan=" + std::to_string(sm.nan) +
+        " inf=" + std::to_string(sm.inf);
+    emit_line(line);
+  }
+}
+
+void record_scalar(const Site& site, const Arg& a, const char* phase, const Value& v, JsonObject& rec) {
+  namespace R = schema::rec;
+  std::string value;
+  const char* dtype = nullptr;
+  const char* kind = std::strcmp(a.kind, "symint") == 0 ? "symint" : "scalar";
+  switch (v.kind()) {
+    case Value::kInt: value = std::to_string(v.as_int()); dtype = "int"; break;
+    case Value::kBool: value = v.as_int() ? "true" : "false"; dtype = "bool"; break;
+    case Value::kDouble: {
+      double d = v.as_double();
+      // format.schema's one policy for non-finite floats: the strings "nan", "inf", "-inf".
+      value = d != d ? "\"nan\"" : std::isinf(d) ? (d > 0 ? "\"inf\"" : "\"-inf\"") : fmt_double(d);
+      dtype = "float";
+      break;
+    }
+    case Value::kNone: kind = "none"; break;
+    default: kind = "other"; value = "\"unknown\""; break;
+  }
+  rec.str(R::kKind, kind);
+  if (!value.empty()) rec.raw(R::kValue, value);
+  if (dtype) rec.str(R::kDtype, dtype);
+  if (site.level == schema::kPrint) {
+    std::string shown = v.kind() == Value::kBool ? (v.as_int() ? "True" : "False")
+        : v.kind() == Value::kDouble ? (v.as_double() != v.as_double() ? "nan" : fmt_double(v.as_double()))
+        : v.kind() == Value::kNone ? "None" : value;
+    if (v.kind() == Value::kDouble && std::isinf(v.as_double())) shown = v.as_double() > 0 ? "inf" : "-inf";
+    emit_line("[aoti_debug] " + pad_phase(phase) + " " + site.kernel + " launch=" +
+              std::to_string(tl_launch) + " " + a.name + " = " + shown);
+  }
+}
+
+// Caller holds S.mu; the run is open.
+void record_side(Shared& S, const Site& site, const Value* v, size_t count, const char* phase,
+                 const std::string& label, const DeviceOps* dev) {
+  namespace R = schema::rec;
+  size_t n = std::min(static_cast<size_t>(site.n), count);
+  // The model may run on a stream of its own (AOTI's run(stream)); the shim's copy runs
+  // on the current one: wait for the device before reading any of its tensors.
+  for (size_t i = 0; dev && dev->synchronize && i < n; ++i) {
+    int32_t type = kDeviceCpu;
+    if (v[i].kind() == Value::kTensor && aoti_torch_get_device_type(v[i].handle(), &type) == 0 &&
+        type != kDeviceCpu) {
+      int e = dev->synchronize();
+      if (e != 0) {
+        warn_once(S, "device-sync", std::string("device error before reading values: ") +
+                                        (dev->error_string ? dev->error_string(e) : "error " + std::to_string(e)));
+      }
+      break;
+    }
+  }
+  std::string lines;
+  for (size_t i = 0; i < n; ++i) {
+    const Arg& a = site.args[i];
+    S.seq += 1;
+    JsonObject rec;
+    rec.num(R::kSeq, S.seq).num(R::kLaunch, tl_launch).str(R::kGraph, label).str(R::kWrapper, "cpp");
+    rec.str(R::kKernel, site.kernel).str(R::kOp, site.op).num(R::kKernelCall, tl_call);
+    rec.str(R::kPhase, phase).str(R::kArg, a.name).str(R::kRole, a.role);
+    rec.num(R::kIndex, (std::strcmp(phase, "before") == 0 ? 0 : site.index_base) + a.index);
+    if (a.expr && *a.expr && std::strcmp(a.expr, a.name) != 0) rec.str(R::kExpr, a.expr);
+    if (a.volatile_why && *a.volatile_why) rec.str(R::kVolatile, a.volatile_why);
+    if (v[i].kind() == Value::kTensor) {
+      record_tensor(S, site, a, phase, v[i].handle(), dev, rec);
+    } else {
+      record_scalar(site, a, phase, v[i], rec);
+    }
+    lines += rec.close();
+    lines += "\n";
+  }
+  append_manifest(S, lines);
+}
+
+}  // namespace
+}  // namespace AOTI_DEBUG_NS
+
+#endif  // AOTI_DEBUG_PART_RECORDS_H

@@ -1,0 +1,170 @@
+// Small text and I/O helpers: whole-line writes to stderr, errno and environment text,
+// file-name-safe names (format.schema.sanitize, format.writer.clean_run_id) and the
+// number formats of the print and names lines.
+#ifndef AOTI_DEBUG_PART_TEXT_H
+#define AOTI_DEBUG_PART_TEXT_H
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "constants.h"
+
+namespace AOTI_DEBUG_NS {
+namespace {
+
+void write_fd(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+// One write per line: a line is never interleaved and is out before the next kernel runs.
+void emit_line(const std::string& line) {
+  std::string s = line;
+  s.push_back('\n');
+  std::fflush(stderr);
+  write_fd(2, s.data(), s.size());
+}
+
+std::string errno_text(int e) {
+  char buf[256];
+  buf[0] = 0;
+#if defined(__GLIBC__) && defined(_GNU_SOURCE)
+  const char* m = strerror_r(e, buf, sizeof(buf));
+  return std::string(m ? m : "error") + " (errno " + std::to_string(e) + ")";
+#else
+  if (strerror_r(e, buf, sizeof(buf)) != 0) std::snprintf(buf, sizeof(buf), "error");
+  return std::string(buf) + " (errno " + std::to_string(e) + ")";
+#endif
+}
+
+std::string env_str(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+// How a value from the environment is shown in a warning (Python's repr for plain text).
+std::string env_shown(const std::string& v) { return "'" + v + "'"; }
+
+// What config.py strips around a number (C's isspace).
+std::string trim_space(const std::string& v) {
+  size_t b = v.find_first_not_of(" \t\n\r\v\f");
+  if (b == std::string::npos) return "";
+  size_t e = v.find_last_not_of(" \t\n\r\v\f");
+  return v.substr(b, e - b + 1);
+}
+
+// format.schema.sanitize: runs of [^A-Za-z0-9_.] -> "_", strip "._", cut.
+std::string sanitize(const char* name, size_t limit) {
+  std::string out;
+  bool in_bad = false;
+  for (const char* p = name; *p; ++p) {
+    char c = *p;
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+        c == '_' || c == '.';
+    if (ok) {
+      out.push_back(c);
+      in_bad = false;
+    } else if (!in_bad) {
+      out.push_back('_');
+      in_bad = true;
+    }
+  }
+  size_t b = out.find_first_not_of("._");
+  if (b == std::string::npos) return "x";
+  size_t e = out.find_last_not_of("._");
+  out = out.substr(b, e - b + 1);
+  if (out.size() > limit) out.resize(limit);
+  return out;
+}
+
+// format.writer.clean_run_id: AOTI_DEBUG_RUN_ID as one directory name, "" when nothing is
+// left. Runs of bytes other than [A-Za-z0-9_.-] -> "_", "._-" stripped at both ends, cut
+// at schema::kRunIdLimit: no "..", "/" or absolute path survives.
+std::string clean_run_id(const std::string& raw) {
+  std::string out;
+  bool in_bad = false;
+  for (char c : raw) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+        c == '.' || c == '-';
+    if (ok) {
+      out.push_back(c);
+      in_bad = false;
+    } else if (!in_bad) {
+      out.push_back('_');
+      in_bad = true;
+    }
+  }
+  size_t b = out.find_first_not_of("._-");
+  if (b == std::string::npos) return "";
+  size_t e = out.find_last_not_of("._-");
+  out = out.substr(b, e - b + 1);
+  if (out.size() > static_cast<size_t>(schema::kRunIdLimit)) out.resize(schema::kRunIdLimit);
+  return out;
+}
+
+// format.schema._field: no spaces in a value, "-" for an empty one.
+std::string field(const std::string& v) {
+  std::string o;
+  bool space = false;
+  for (char c : v) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      space = !o.empty();
+      continue;
+    }
+    if (space) o.push_back('_');
+    space = false;
+    o.push_back(c);
+  }
+  return o.empty() ? "-" : o;
+}
+
+std::string int_list(const int64_t* v, int64_t n) {
+  std::string o = "[";
+  for (int64_t i = 0; i < n; ++i) {
+    if (i) o += ",";
+    o += std::to_string(v[i]);
+  }
+  return o + "]";
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  if (shape.empty()) return "scalar";
+  std::string s;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += "x";
+    s += std::to_string(shape[i]);
+  }
+  return s;
+}
+
+std::string fmt6(double v) {
+  if (v != v) return "-";
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%.6g", v);
+  return buf;
+}
+
+std::string pad_phase(const char* phase) {
+  std::string p = phase;
+  while (p.size() < 6) p.push_back(' ');
+  return p;
+}
+
+}  // namespace
+}  // namespace AOTI_DEBUG_NS
+
+#endif  // AOTI_DEBUG_PART_TEXT_H

@@ -1,0 +1,195 @@
+"""The C++ runtime as a shared library for JIT ``cpp_wrapper`` modules, built once.
+
+Every part of the runtime (``native/``) is compiled into ``libaoti_debug_rt.so`` once
+per content hash (:func:`cpp_runtime.abi_namespace`), compiler and torch, in Inductor's
+cache directory (so that it lives and goes with the compiled wrappers that point at
+it), with the compiler Inductor uses (:mod:`toolchain`), at -O3, with OpenMP where the
+compiler has it and the vector ISA Inductor picked for this CPU. Wrappers then compile
+only a thin glue (``glue_library.h``) that loads it by its absolute path.
+
+Concurrent builders (compile workers, other processes) take a file lock and build in a
+temporary directory next to the library, which is renamed into place: a reader sees
+either no library or a complete one. A build that fails warns once per process and the
+wrappers compiled meanwhile run uninstrumented (one warning when they run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from . import cpp_runtime
+from .emit import cpp_string
+
+log = logging.getLogger("aoti_debug")
+
+LIBRARY_FILE = "libaoti_debug_rt.so"
+BUILD_TIMEOUT_S = 900
+_lock = threading.Lock()
+_failed: dict[str, str] = {}  # build key -> why it failed (warned once)
+
+
+class BuildError(RuntimeError):
+    """The runtime library could not be built (the message names the command's output)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """How the library is built and where it goes."""
+
+    compiler: str
+    flags: tuple[str, ...]
+    openmp: tuple[str, ...]
+    libs: tuple[str, ...]
+    directory: str
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.directory, LIBRARY_FILE)
+
+    def command(self, gen_dir: str, output: str, openmp: bool) -> list[str]:
+        source = os.path.join(cpp_runtime.NATIVE_DIR, cpp_runtime.LIBRARY_SOURCE)
+        return [self.compiler, *self.flags, *(self.openmp if openmp else ()), "-I", gen_dir,
+                "-I", cpp_runtime.NATIVE_DIR, source, "-o", output, *self.libs]
+
+
+def _cache_root() -> str:
+    try:
+        # torch._inductor.runtime.cache_dir_utils.cache_dir: TORCHINDUCTOR_CACHE_DIR or
+        # /tmp/torchinductor_<user> (torch 2.11 and 2.13).
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        return cache_dir()
+    except Exception:  # pragma: no cover - another torch layout
+        return os.path.join(tempfile.gettempdir(), "aoti_debug_cache")
+
+
+def _isa_flags() -> list[str]:
+    """The vector ISA flags Inductor compiles this CPU's kernels with (the stats loops
+    use them); none when Inductor cannot say."""
+    try:
+        from torch._inductor import cpu_vec_isa  # torch 2.11 and 2.13
+
+        isa = cpu_vec_isa.pick_vec_isa()
+        return isa.build_arch_flags().split() if isa else []
+    except Exception:
+        return []
+
+
+@functools.lru_cache(maxsize=1)
+def build_spec() -> Build:
+    """The compiler, flags and cache directory of this process's library.
+
+    Raises:
+        BuildError: no C++ compiler Inductor would use.
+    """
+    import torch
+
+    from . import toolchain
+
+    cxx, origin = toolchain.inductor_compiler()
+    if cxx is None:
+        raise BuildError(f"no C++ compiler ({origin})")
+    cxx = toolchain.resolve(cxx)
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    include, lib = os.path.join(torch_dir, "include"), os.path.join(torch_dir, "lib")
+    from .. import __version__
+
+    abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
+    flags = ("-std=c++17", "-O3", "-fPIC", "-shared", "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+             *_isa_flags(), f"-DAOTI_DEBUG_PKG_VERSION={cpp_string(__version__)}",
+             f"-DAOTI_DEBUG_TORCH_VERSION={cpp_string(str(torch.__version__))}", "-I", include)
+    # The aoti_torch_* shim lives in libtorch_cpu (a dependency of torch._C, which Python
+    # loads RTLD_LOCAL): link it, by the path of the torch that is already loaded.
+    libs = ("-L", lib, "-ltorch_cpu", f"-Wl,-rpath,{lib}")
+    ident = json.dumps([cpp_runtime.abi_namespace(), os.path.realpath(cxx), toolchain.compiler_version(cxx),
+                        flags, libs, sys.platform])
+    key = hashlib.sha256(ident.encode()).hexdigest()[:12]
+    directory = os.path.join(_cache_root(), "aoti_debug", f"{cpp_runtime.abi_namespace()}-{key}")
+    return Build(cxx, flags, ("-fopenmp",), libs, directory)
+
+
+def library_path() -> str | None:
+    """The runtime library's absolute path, built first if it is not there; None (and one
+    warning per process) when it cannot be built."""
+    if sys.platform == "win32":
+        return None  # the glue warns when the model runs: the runtime needs POSIX
+    try:
+        spec = build_spec()
+    except BuildError as e:
+        _warn_once("compiler", str(e))
+        return None
+    if os.path.exists(spec.path):
+        return spec.path
+    with _lock:  # compile threads of this process build once
+        if spec.path in _failed:
+            return None
+        try:
+            build(spec)
+        except BuildError as e:
+            _failed[spec.path] = str(e)
+            _warn_once(spec.path, str(e))
+            return None
+    return spec.path
+
+
+def build(spec: Build) -> float:
+    """Build the library into ``spec.path`` unless it is there; seconds spent compiling.
+
+    Raises:
+        BuildError: the compiler failed (with and without OpenMP) or could not run.
+    """
+    import fcntl
+
+    os.makedirs(spec.directory, exist_ok=True)
+    with open(os.path.join(spec.directory, "build.lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        if os.path.exists(spec.path):
+            return 0.0
+        gen_dir = tempfile.mkdtemp(prefix="build-", dir=spec.directory)
+        try:
+            cpp_runtime.write_constants(gen_dir)
+            output = os.path.join(gen_dir, LIBRARY_FILE)
+            errors = []
+            t0 = time.perf_counter()
+            for openmp in (True, False):
+                cmd = spec.command(gen_dir, output, openmp)
+                log.info("aoti_debug: building the C++ runtime library once: %s", " ".join(cmd))
+                try:
+                    r = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    raise BuildError(f"{spec.compiler} did not run: {e}") from e
+                if r.returncode == 0:
+                    break
+                errors.append(f"$ {' '.join(cmd)}\n{r.stderr[-4000:]}")
+            else:
+                with open(os.path.join(spec.directory, "build.log"), "w", encoding="utf-8") as f:
+                    f.write("\n\n".join(errors))
+                raise BuildError(f"building {spec.path} failed (log: {os.path.join(spec.directory, 'build.log')}):"
+                                 f" {errors[-1].strip().splitlines()[-1] if errors[-1].strip() else ''}")
+            seconds = time.perf_counter() - t0
+            os.replace(output, spec.path)
+            return seconds
+        finally:
+            shutil.rmtree(gen_dir, ignore_errors=True)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key in _warned:
+        return
+    _warned.add(key)
+    log.warning("aoti_debug: the C++ runtime library is not available (%s); cpp_wrapper models compiled now "
+                "run uninstrumented", message)
