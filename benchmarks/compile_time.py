@@ -15,6 +15,7 @@ instrumented compile. Configurations are interleaved round by round; medians.
     python benchmarks/compile_time.py                          # minimal + small, 5 rounds
     python benchmarks/compile_time.py --rounds 3 --models small --aoti
     python benchmarks/compile_time.py --repo /tmp/head          # another checkout (before/after)
+    CXX=/usr/bin/g++ python3 benchmarks/compile_time.py --device cuda   # the GPU machine
 """
 
 from __future__ import annotations
@@ -44,14 +45,14 @@ def timed(cmd_line, cwd):
     run(cmd_line, cwd)
     cmds.append((cmd_line, time.perf_counter() - t))
 cpp_builder.run_compile_cmd = timed
-level, model, aoti = {level!r}, {model!r}, {aoti!r}
+level, model, aoti, device = {level!r}, {model!r}, {aoti!r}, {device!r}
 torch.manual_seed(0)
 if model == "minimal":
-    fn, x = (lambda x: torch.relu(x) + 1), torch.randn(8, 8)
+    fn, x = (lambda x: torch.relu(x) + 1), torch.randn(8, 8, device=device)
     mod = torch.nn.Module(); mod.forward = fn
 else:
     from examples.models import Transformer
-    mod = Transformer(64, 4, 2).eval(); fn = mod; x = torch.randn(2, 32, 64)
+    mod = Transformer(64, 4, 2).eval().to(device); fn = mod; x = torch.randn(2, 32, 64, device=device)
 ctx = None
 if level != "base":
     import aoti_debug
@@ -90,7 +91,7 @@ def prebuild_library(cache: str) -> tuple[str | None, float]:
     return spec.directory, time.perf_counter() - t0
 
 
-def run_child(repo: str, level: str, model: str, aoti: bool, library_dir: str | None) -> dict:
+def run_child(repo: str, level: str, model: str, aoti: bool, library_dir: str | None, device: str = "cpu") -> dict:
     work = tempfile.mkdtemp(prefix="aoti_debug_ct_")
     try:
         cache = os.path.join(work, "inductor")
@@ -102,7 +103,7 @@ def run_child(repo: str, level: str, model: str, aoti: bool, library_dir: str | 
                    AOTI_DEBUG_DIR=os.path.join(work, "dump"))
         for k in ("AOTI_DEBUG_LEVEL", "AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER"):
             env.pop(k, None)
-        code = _CHILD.format(repo=repo, level=level, model=model, aoti=aoti)
+        code = _CHILD.format(repo=repo, level=level, model=model, aoti=aoti, device=device)
         r = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"{model}/{level} failed:\n{r.stderr[-4000:]}")
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--levels", default=",".join(LEVELS))
     ap.add_argument("--aoti", action="store_true", help="AOTInductor packages instead of JIT cpp_wrapper")
     ap.add_argument("--repo", default=REPO, help="the aoti_debug checkout to measure (default: this one)")
+    ap.add_argument("--device", default="cpu", help="where the model runs: cpu, or cuda (C++ wrappers launching Triton)")
     args = ap.parse_args(argv)
     models, levels = args.models.split(","), args.levels.split(",")
     library_dir, build_s = None, None
@@ -131,14 +133,14 @@ def main(argv: list[str] | None = None) -> int:
             if os.path.realpath(args.repo) != os.path.realpath(REPO):
                 raise SystemExit("--repo with a runtime library: run the script of that checkout")
             library_dir, build_s = prebuild_library(lib_cache)
-        print(f"{'AOTInductor' if args.aoti else 'cpp_wrapper=True'}, {args.repo}, {args.rounds} rounds, "
+        print(f"{'AOTInductor' if args.aoti else 'cpp_wrapper=True'} on {args.device}, {args.repo}, {args.rounds} rounds, "
               f"{os.cpu_count()} cores" + (f"; runtime library built once in {build_s:.1f} s" if build_s else ""),
               flush=True)
         results: dict[tuple[str, str], list[dict]] = {}
         for rnd in range(args.rounds):
             for model in models:
                 for level in levels:
-                    r = run_child(args.repo, level, model, args.aoti, library_dir)
+                    r = run_child(args.repo, level, model, args.aoti, library_dir, args.device)
                     results.setdefault((model, level), []).append(r)
                     print(f"  round {rnd + 1} {model:<8} {level:<6} wrapper {r['wrapper']:6.2f} s  "
                           f"total {r['total']:6.2f} s", flush=True)

@@ -4,6 +4,7 @@ compiles against both runtime blocks a wrapper's header can get: the library glu
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -35,7 +36,7 @@ GOLDEN_BEFORE = (
     f'{{"buf0", "inout", "tensor", "{VIEW}", 1, 0, ""}}, '
     f'{{"s0", "input", "symint", "s0", 2, 0, ""}}}}; '
     f'static constexpr {NS}::Site aoti_debug_site = {{"", "cpp_fused_add_0", "cpp_fused_add_0", '
-    f'{NS}::schema::kStats, 0, 3, 3, aoti_debug_args, "", "before,after", __FILE__, __LINE__, "add", "", ""}}; '
+    f'{NS}::schema::kStats, 0, 3, 3, aoti_debug_args, "", "before,after", __FILE__, __LINE__, "add", "", "", 0, ""}}; '
     f'{NS}::launch(aoti_debug_site, {{arg0_1, {NS}::view(buf1, 2, int_array_0, int_array_1, 0L), s0}}); }}'
 )
 GOLDEN_AFTER = (
@@ -43,14 +44,19 @@ GOLDEN_AFTER = (
     f'{{"buf0", "inout", "tensor", "{VIEW}", 0, 0, ""}}, '
     f'{{"buf2", "output", "tensor", "buf2", 1, 0, "rng seed"}}}}; '
     f'static constexpr {NS}::Site aoti_debug_site = {{"", "cpp_fused_add_0", "cpp_fused_add_0", '
-    f'{NS}::schema::kStats, 0, 3, 2, aoti_debug_args, "", "before,after", __FILE__, __LINE__, "add", "", ""}}; '
+    f'{NS}::schema::kStats, 0, 3, 2, aoti_debug_args, "", "before,after", __FILE__, __LINE__, "add", "", "", 0, ""}}; '
     f'{NS}::done(aoti_debug_site, {{{NS}::view(buf1, 2, int_array_0, int_array_1, 0L), buf2}}); }}'
 )
 
 
+class _Wrapper:
+    """What the emitter needs of a wrapper here: somewhere to count its sites."""
+
+
 def _lines(level: str) -> tuple[str, str]:
     m = Manager(config.make_compile_settings(level))
-    return cpp_emitter.site_line(m, LAUNCH, "before"), cpp_emitter.site_line(m, LAUNCH, "after")
+    launch, wrapper = dataclasses.replace(LAUNCH), _Wrapper()
+    return cpp_emitter.site_line(m, launch, "before", wrapper), cpp_emitter.site_line(m, launch, "after", wrapper)
 
 
 def test_cpp_emitter_golden():

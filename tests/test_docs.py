@@ -63,13 +63,13 @@ def test_python_emitter_golden():
     after = python_emitter.emit(m, root, launch, "after")
     site = ("('', 'triton_poi_fused_add_0', 'triton_poi_fused_add_0', "
             "(('arg0_1', 'input', 'tensor', 'arg0_1', False, ()), ('xnumel', 'input', 'scalar', '16', False, ())), "
-            "(('buf0', 'output', 'tensor', 'buf0', False, ()),), None)")
+            "(('buf0', 'output', 'tensor', 'buf0', False, ()),), None, 0, '')")
     # The site is a module constant, built once at import; the hook lines name the kernel.
     assert before == ["_aoti_debug.launch(_AD_SITE_0, (arg0_1, 16))  # 'triton_poi_fused_add_0'"]
     assert after == ["_aoti_debug.done(_AD_SITE_0, (buf0,))  # 'triton_poi_fused_add_0'"]
     assert Root.imports.lines == [
         "from aoti_debug.runtime.hooks import graph as _aoti_debug_graph",
-        "_aoti_debug = _aoti_debug_graph(globals().get('__file__'), 'save', False, info=(), protocol=2)",
+        "_aoti_debug = _aoti_debug_graph(globals().get('__file__'), 'save', False, info=(), protocol=3)",
         f"_AD_SITE_0 = _aoti_debug.site({site})",
     ]
     odd = Launch(kernel="k'\"\\n\n", op="k", kind="cpp", args=[])
@@ -81,7 +81,7 @@ def test_python_emitter_golden():
     assert module["_AD_SITE_0"] == Site("", "triton_poi_fused_add_0", "triton_poi_fused_add_0",
                                         (SiteArg("arg0_1", "input", "tensor", "arg0_1"),
                                          SiteArg("xnumel", "input", "scalar", "16")),
-                                        (SiteArg("buf0", "output", "tensor", "buf0"),))
+                                        (SiteArg("buf0", "output", "tensor", "buf0"),), None, 0)
     assert module["_AD_SITE_1"].kernel == "k'\"\\n\n"
 
 

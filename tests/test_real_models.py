@@ -47,6 +47,7 @@ from click.testing import CliRunner  # noqa: E402
 
 import aoti_debug  # noqa: E402
 from aoti_debug.cli import main as cli_main  # noqa: E402
+from aoti_debug.format import reader  # noqa: E402
 from aoti_debug.runtime.stats import tensor_stats  # noqa: E402
 from tests.conftest import dump_dir_restored, load_record, only_run, records  # noqa: E402
 from tests.real_models import BUILDERS, RealModel  # noqa: E402
@@ -407,3 +408,34 @@ def test_cli_diff_across_wrappers_save(builder, other):
     result = _cli_diff(py.a, d.a)
     assert result.exit_code == 0, result.output
     assert result.output.rstrip().splitlines()[-1].startswith("EQUAL: ")
+
+
+# --------------------------------------------------------------------------- provenance
+@pytest.mark.parametrize("model,wrapper,level", COMBOS)
+def test_provenance_names_module_and_source_line(builder, model, wrapper, level):
+    """Every record names its launch site, every site has its provenance (written once,
+    by whichever runtime ran it), and the perturbed run's first divergence is named by the
+    perturbed module's path and the user's source line that calls it."""
+    ref = builder.ref(model)
+    d = builder.get(model, wrapper, level)
+    run = reader.open_run(d.a)
+    recs = list(run.records())
+    assert recs and all(r.site is not None for r in recs), "a record without its site"
+    assert {(r.graph, r.site) for r in recs} <= set(run.sites), "a site without provenance"
+    with open(os.path.join(d.a, "sites.jsonl")) as f:
+        lines = [json.loads(line) for line in f]
+    assert len(lines) == len({(x["graph"], x["site"]) for x in lines}), "a site written twice"
+    # Generated kernels' outputs materialise FX nodes of the graph, with their module path.
+    outs = [(run.provenance(r), r) for r in recs if r.phase == "after" and r.kernel.startswith(("cpp_", "triton_"))]
+    assert outs
+    for prov, r in outs:
+        origin = prov.output(r.arg)
+        assert origin is not None and origin.node in prov.nodes and origin.aten.startswith("aten."), (r.arg, prov)
+    assert any(prov.module.startswith(ref.model.norm_path.rsplit(".", 2)[0]) for prov, _ in outs)
+    run.close()
+
+    fd = aoti_debug.diff(d.a, d.p).first_divergence
+    assert fd is not None
+    assert fd.module == ref.model.norm_path, str(fd)
+    assert fd.source and re.search(r"\.py:\d+ in \w+", fd.source) and fd.code, str(fd)
+    assert f"in {fd.module} at " in str(fd)

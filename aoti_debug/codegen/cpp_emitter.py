@@ -123,7 +123,17 @@ def level_constant(level: str) -> str:
     return f"{NS_PREFIX}::schema::{cpp_runtime.level_enum_name(level)}"
 
 
-def site_line(manager, launch: Launch, phase: str) -> str:
+def site_number(wrapper, launch: Launch) -> int:
+    """The launch's site number in its root wrapper (both phases share it): what records
+    carry as ``site`` and ``sites.jsonl`` keys the provenance by."""
+    if launch.site < 0 and wrapper is not None:
+        root = _root(wrapper)
+        launch.site = getattr(root, "_aoti_debug_site_count", 0)
+        root._aoti_debug_site_count = launch.site + 1
+    return launch.site
+
+
+def site_line(manager, launch: Launch, phase: str, wrapper=None) -> str:
     settings = manager.settings
     graph_info = python_emitter.graph_info()
     # The same selection as the Python wrapper's site (python_emitter.site): at level
@@ -151,6 +161,8 @@ def site_line(manager, launch: Launch, phase: str) -> str:
         cpp_string(launch.source or ""),
         cpp_string(graph_info.get("kind", "")),
         cpp_string(graph_info.get("compile_id", "")),
+        str(site_number(wrapper, launch)),
+        cpp_string(launch.provenance),
     ]
     parts.append(f"static constexpr {ns}::Site aoti_debug_site = {{{', '.join(fields)}}};")
     call = "launch" if phase == "before" else "done"
@@ -163,4 +175,4 @@ def site_line(manager, launch: Launch, phase: str) -> str:
 
 def emit(manager, wrapper, launch: Launch, phase: str) -> list[str]:
     ensure_header(manager, wrapper)
-    return [site_line(manager, launch, phase)]
+    return [site_line(manager, launch, phase, wrapper)]

@@ -114,7 +114,7 @@ def level_enum_name(level: str) -> str:
 def _constants_body() -> str:
     """constants.h without its namespace lines (what the namespace hash covers)."""
     from .. import config
-    from ..format import schema, writer
+    from ..format import provenance, schema, writer
 
     def names(title: str, space: str, fields) -> list[str]:
         out = [f"// {title}", f"namespace {space} {{"]
@@ -136,6 +136,7 @@ def _constants_body() -> str:
         "// format.schema / format.writer file layout, config defaults",
         f"constexpr const char* kRunFile = {cpp_string(schema.RUN_FILE)};",
         f"constexpr const char* kManifestFile = {cpp_string(schema.MANIFEST_FILE)};",
+        f"constexpr const char* kSitesFile = {cpp_string(provenance.SITES_FILE)};",
         f"constexpr const char* kTensorDir = {cpp_string(schema.TENSOR_DIR)};",
         f"constexpr const char* kOwnerFile = {cpp_string(writer.OWNER_FILE)};",
         f"constexpr int kMaxClaims = {int(writer.MAX_CLAIMS)};",

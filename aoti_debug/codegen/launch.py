@@ -74,6 +74,11 @@ class Launch:
     """Subgraph name ('' for the top-level graph)."""
     source: str | None = None
     """Where it came from: fused source nodes / original ATen ops, where known."""
+    provenance: str = ""
+    """What it was made from in the user's terms (``format.provenance.Provenance`` as
+    JSON): set by the manager while the graph is being generated."""
+    site: int = -1
+    """The launch site's number in its wrapper (set by the emitter, shared by both phases)."""
 
     def unique_names(self) -> None:
         """Make arg names unique within the launch (two views of one buffer: ``buf3``, ``buf3#2``)."""

@@ -76,6 +76,11 @@ class Manager:
             fixed.append(a)
         launch = dataclasses.replace(launch, args=fixed)
         launch.unique_names()
+        if not launch.provenance:
+            from .provenance import describe
+
+            described = describe(launch)
+            launch.provenance = described.to_json() if described is not None else ""
         return launch
 
     def root(self, name: str) -> str:

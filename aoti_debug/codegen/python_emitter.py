@@ -75,7 +75,8 @@ def site(launch: Launch, phases: tuple[str, ...], level: str) -> tuple[Site, lis
     else:
         before = [a for a in launch.args if a.before] if "before" in phases else []
         after = [a for a in launch.args if a.after] if "after" in phases else []
-    return Site(launch.graph, launch.kernel, launch.op, meta(before), meta(after), launch.source), before, after
+    return (Site(launch.graph, launch.kernel, launch.op, meta(before), meta(after), launch.source,
+                 provenance=launch.provenance), before, after)
 
 
 def site_constant(wrapper, launch_site: Site) -> str:
@@ -87,9 +88,10 @@ def site_constant(wrapper, launch_site: Site) -> str:
         names = root._aoti_debug_sites = {}
     name = names.get(launch_site)
     if name is None:
-        name = names[launch_site] = f"{SITE_PREFIX}{len(names)}"
+        number = len(names)
+        name = names[launch_site] = f"{SITE_PREFIX}{number}"
         # A NamedTuple is written as the plain tuple literal of its fields.
-        root.imports.writeline(f"{name} = {HANDLE}.site({py_literal(launch_site)})")
+        root.imports.writeline(f"{name} = {HANDLE}.site({py_literal(launch_site._replace(id=number))})")
     return name
 
 

@@ -44,6 +44,22 @@ _WINDOW = 4096
 _GENERATED = re.compile(r"^(?:cpp|triton(?:_[a-z]+)?|cutedsl|halide|mps|pallas)_fused_(?P<ops>.+?)(?:_\d+)*$")
 
 
+def provenance_source(reader) -> SourceFn:
+    """A :data:`SourceFn` that names a launch by its provenance where the run wrote it
+    (``model.h.1.mlp @ modeling_gpt2.py:412 in forward``: module path and source line,
+    then the original ATen ops), else as :func:`source_ops` does."""
+
+    def source(record: Record) -> list[str]:
+        prov = reader.provenance(record)
+        if prov is None:
+            return source_ops(record)
+        ops = [op.removeprefix("aten.").rsplit(".", 1)[0] for op in prov.aten]
+        label = prov.label()
+        return ([label] if label else []) + ([", ".join(ops)] if ops else []) or source_ops(record)
+
+    return source
+
+
 def source_ops(record: Record) -> list[str]:
     """What a launch was made from, as far as its record tells.
 

@@ -19,11 +19,11 @@ from ..errors import RecordError
 from ..format.reader import RunReader
 from ..format.schema import Record
 from .align import Aligner, PairedLaunch, Pair
-from .births import Births, find_births
+from .births import Births, find_births, provenance_source
 from .divergence import DivergenceFinder
 from .metrics import TensorComparator, compare_checksums, compare_scalars, compare_stats, tolerance
 from .prefetch import Prefetcher
-from .result import NOT_COMPARED, DiffResult, RecordComparison
+from .result import NOT_COMPARED, DiffResult, FirstDivergence, RecordComparison
 
 #: How far ahead of the comparison the prefetch thread may read.
 READ_AHEAD_BYTES = 512 << 20
@@ -226,6 +226,38 @@ class _Runner:
         return rc
 
 
+def _attach_provenance(ra: RunReader, rb: RunReader, rows: list[RecordComparison],
+                       first: FirstDivergence | None) -> None:
+    """Module paths on the listed rows and the first divergence's module and source line,
+    from run A's provenance (B's where A's dump has none: an older writer)."""
+
+    def origin(rc: RecordComparison):
+        for reader, rec in ((ra, rc.a), (rb, rc.b)):
+            prov = reader.provenance(rec) if rec is not None else None
+            if prov is not None:
+                return prov, rec
+        return None, None
+
+    for rc in rows:
+        prov, rec = origin(rc)
+        if prov is not None:
+            value = prov.output(rec.arg)
+            rc.module = (value.module if value is not None and value.module else prov.module) or None
+    if first is None:
+        return
+    for rc in rows:
+        if rc.first and rc.a is not None and rc.a.launch == first.launch:
+            prov, _rec = origin(rc)
+            if prov is None:
+                continue
+            # The value that differs (its FX node), else the launch as a whole.
+            value = next((v for v in map(prov.output, first.outputs) if v is not None and v.module), None)
+            if value is not None:
+                first.module, first.source, first.code = value.module, value.where, value.code
+            else:
+                first.module, first.source, first.code = prov.module, prov.where, prov.code
+            return
+
 def diff(
     a,
     b,
@@ -287,7 +319,8 @@ def diff(
     finally:
         ra.close()
         rb.close()
-    births_a, births_b = (find_births(_records(r, kfilter), r.info.phases) for r in (ra, rb))
+    _attach_provenance(ra, rb, kept.rows, finder.first)
+    births_a, births_b = (find_births(_records(r, kfilter), r.info.phases, provenance_source(r)) for r in (ra, rb))
     notes = [f"run A: {n}" for n in ra.notes] + [f"run B: {n}" for n in rb.notes]
     problems = [f"run A: {p}" for p in ra.problems] + [f"run B: {p}" for p in rb.problems]
     notes.extend(_level_notes(ra, rb, runner.basis))

@@ -16,12 +16,13 @@ FORMATS = ("table", "csv", "json", "markdown", "html")
 
 #: Terminal-table columns of a diff: (frame column, header).
 _DIFF_COLUMNS = (
-    ("status", "status"), ("launch_a", "launch"), ("graph", "graph"), ("kernel", "kernel"), ("call", "call"),
+    ("status", "status"), ("launch_a", "launch"), ("graph", "graph"), ("kernel", "kernel"), ("module", "module"),
+    ("call", "call"),
     ("phase", "phase"), ("arg", "arg"), ("dtype", "dtype"), ("shape", "shape"), ("max_abs", "max_abs"),
     ("max_rel", "max_rel"), ("mismatch", "mismatch"), ("cosine", "cosine"), ("nan", "nan a/b"),
     ("inf", "inf a/b"), ("basis", "basis"), ("note", "note"),
 )
-_SHOW_COLUMNS = ("graph", "kernel", "op", "calls", "records", "bytes", "min", "max", "absmax", "nan", "inf")
+_SHOW_COLUMNS = ("graph", "kernel", "op", "module", "calls", "records", "bytes", "min", "max", "absmax", "nan", "inf")
 _BIRTH_COLUMNS = (("born", "born"), ("launch", "launch"), ("graph", "graph"), ("kernel", "kernel"), ("op", "op"),
                   ("call", "call"), ("nan", "nan"), ("inf", "inf"), ("outputs", "outputs"),
                   ("inputs", "inputs held"), ("source", "source"))
@@ -54,6 +55,12 @@ def _clip(text: Any, width: int) -> str:
     return s if len(s) <= width else s[: width - 1] + "~"
 
 
+def _clip_left(text: Any, width: int) -> str:
+    """Keep the end (a module path's last parts say the most: ``~h.1.ln_1``)."""
+    s = "" if text is None else str(text)
+    return s if len(s) <= width else "~" + s[len(s) - width + 1:]
+
+
 def _pair(a: Any, b: Any) -> str:
     if a is None and b is None:
         return "-"
@@ -69,7 +76,8 @@ def _diff_rows(result: DiffResult, clip: bool, show_all: bool = True) -> list[di
         status = r["status"] + (" *" if r["first"] else "")
         cells = {
             "status": status, "launch_a": _num(r["launch_a"] if r["launch_a"] is not None else r["launch_b"]),
-            "graph": r["graph"], "kernel": _clip(r["kernel"], 40) if clip else r["kernel"], "call": r["call"],
+            "graph": r["graph"], "kernel": _clip(r["kernel"], 40) if clip else r["kernel"],
+            "module": (_clip_left(r["module"], 28) if clip else r["module"]) if r["module"] else "-", "call": r["call"],
             "phase": r["phase"], "arg": _clip(r["arg"], 24) if clip else r["arg"], "dtype": r["dtype"],
             "shape": _clip(r["shape"], 18) if clip else r["shape"], "max_abs": _num(r["max_abs"]),
             "max_rel": _num(r["max_rel"]), "mismatch": _pct(r["mismatch"]), "cosine": _cos(r["cosine"]),
@@ -223,6 +231,7 @@ def _show_rows(run: RunSummary) -> list[dict]:
     rows = []
     for k in run.kernels:
         rows.append({"graph": run.graph_title(k.graph), "kernel": k.kernel, "op": k.op if k.op != k.kernel else "",
+                     "module": k.module,
                      "calls": k.calls, "records": k.records, "bytes": format_bytes(k.bytes), "min": _num(k.min),
                      "max": _num(k.max), "absmax": _num(k.absmax), "nan": k.nan, "inf": k.inf})
     return rows

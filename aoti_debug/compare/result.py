@@ -27,7 +27,7 @@ EXIT_EQUAL, EXIT_DIFFERENT, EXIT_BAD_INPUT = 0, 1, 2
 COLUMNS = (
     "status", "first", "launch_a", "launch_b", "graph", "kernel", "op", "call", "phase", "arg", "role",
     "dtype", "shape", "basis", "max_abs", "max_rel", "mismatch", "cosine", "nan_a", "nan_b", "inf_a",
-    "inf_b", "bitwise", "atol", "rtol", "aligned_by", "seq_a", "seq_b", "note",
+    "inf_b", "bitwise", "atol", "rtol", "aligned_by", "seq_a", "seq_b", "note", "module",
 )
 
 
@@ -64,6 +64,8 @@ class RecordComparison:
     rtol: float | None = None
     note: str = ""
     first: bool = False
+    module: str | None = None
+    """The module path of the value (run A's provenance; B's where A has none)."""
     """Part of the launch named as the first divergence."""
 
     def __bool__(self) -> bool:
@@ -138,6 +140,7 @@ class RecordComparison:
             "seq_a": a.seq if a else None,
             "seq_b": b.seq if b else None,
             "note": self.note,
+            "module": self.module,
         }
         return row
 
@@ -174,6 +177,12 @@ class FirstDivergence:
     outputs: list[str]
     inputs: list[str]
     max_abs: float | None = None
+    module: str = ""
+    """The module path of the launch (run A's provenance: ``model.layers.1.mlp``)."""
+    source: str = ""
+    """The user's source line it came from (``file:line in func``)."""
+    code: str = ""
+    """The code on that line."""
 
     def __bool__(self) -> bool:
         return True
@@ -182,11 +191,20 @@ class FirstDivergence:
         where = f"launch {self.launch} {self.graph} {self.kernel} (call {self.kernel_call})"
         outs = ", ".join(self.outputs) or "-"
         if self.kind == "born":
-            return f"{where}: output {outs} differs (max_abs {_g(self.max_abs)}) while every input matches"
+            return f"{where}: output {outs} differs (max_abs {_g(self.max_abs)}) while every input matches" \
+                + self._at()
         ins = ", ".join(self.inputs)
         tail = f"; output {outs} differs (max_abs {_g(self.max_abs)})" if self.outputs else ""
         return f"{where}: input {ins} already differs and no earlier launch wrote it differently " \
-               f"(a graph input or weight){tail}"
+               f"(a graph input or weight){tail}" + self._at()
+
+    def _at(self) -> str:
+        """`` in model.h.1.ln_2 at modeling_gpt2.py:412 in forward``, where known."""
+        from ..format.provenance import short_source
+
+        parts = ([f" in {self.module}"] if self.module else []) + \
+            ([f" at {short_source(self.source)}"] if self.source else [])
+        return ";" + "".join(parts) if parts else ""
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

@@ -13,7 +13,7 @@ import os
 from ..errors import DumpError
 from ..format.reader import RunReader, find_runs, resolve_run
 from ..format.schema import Record, RunInfo
-from .births import BirthFinder, Births
+from .births import BirthFinder, Births, provenance_source
 
 _ITEMSIZE = {
     "bool": 1, "uint8": 1, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1,
@@ -66,6 +66,15 @@ class KernelSummary:
     """Launches of this kernel that made NaN from inputs without NaN."""
     inf_births: int = 0
     """Launches of this kernel that made Inf from inputs without Inf."""
+    module: str = ""
+    """Module path its launches came from (provenance); ``several (N)`` for an extern
+    kernel called from N modules."""
+
+    def add_module(self, module: str) -> None:
+        seen = self.__dict__.setdefault("_modules", set())  # not a field: rows and JSON leave it out
+        if module and module not in seen:
+            seen.add(module)
+            self.module = module if len(seen) == 1 else f"several ({len(seen)})"
 
     def add(self, r: Record) -> None:
         self.records += 1
@@ -235,7 +244,7 @@ def summarize_run(reader: RunReader) -> RunSummary:
     graphs: dict[str, None] = {}
     launches: set[int] = set()
     last_writer: dict[tuple, tuple[str, int]] = {}
-    births = BirthFinder(reader.info.phases)
+    births = BirthFinder(reader.info.phases, source=provenance_source(reader))
     first: dict[str, tuple[Record, tuple[str, int] | None] | None] = {"nan": None, "inf": None}
     for r in reader.records():
         out.records += 1
@@ -245,6 +254,10 @@ def summarize_run(reader: RunReader) -> RunSummary:
         if k is None:
             k = kernels[(r.graph, r.kernel)] = KernelSummary(r.graph, r.kernel, r.op, first_launch=r.launch)
         k.add(r)
+        if r.site is not None and r.phase == "after":
+            prov = reader.provenance(r)
+            if prov is not None:
+                k.add_module(prov.module)
         if r.kind == "tensor":
             out.tensors += 1
             out.bytes += (r.numel or 0) * _ITEMSIZE.get(r.dtype or "", 0)

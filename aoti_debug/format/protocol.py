@@ -29,8 +29,9 @@ from typing import Any, NamedTuple
 from .schema import Record, _jsonable
 
 #: Bump when the meaning or order of a field of :class:`Site` / :class:`SiteArg`, or the
-#: calls the emitted code makes, change. 1: the untyped tuples (no version passed).
-PROTOCOL_VERSION = 2
+#: calls the emitted code makes, change. 1: the untyped tuples (no version passed);
+#: 3 added the site's number and provenance.
+PROTOCOL_VERSION = 3
 
 #: The keys a manifest record may have (what ``Record.from_dict`` reads).
 RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(Record))
@@ -81,6 +82,11 @@ class Site(NamedTuple):
     """The values passed to ``done``: outputs and in-place args."""
     source: str | None = None
     """What the kernel was made from (fused nodes, ATen ops), where known."""
+    id: int = -1
+    """The site's number in its wrapper (``Record.site``; ``-1``: not numbered)."""
+    provenance: str = ""
+    """What it was made from in the user's terms: ``format.provenance.Provenance`` as
+    JSON, written once per run into ``sites.jsonl`` ("" when Inductor said nothing)."""
 
 
 def make_site(raw: tuple) -> Site:
@@ -89,9 +95,9 @@ def make_site(raw: tuple) -> Site:
     Raises:
         TypeError: ``raw`` does not have the fields of this protocol version.
     """
-    subgraph, kernel, op, before, after, source = raw
+    subgraph, kernel, op, before, after, source, site_id, provenance = raw
     return Site(subgraph, kernel, op, tuple(SiteArg._make(a) for a in before),
-                tuple(SiteArg._make(a) for a in after), source)
+                tuple(SiteArg._make(a) for a in after), source, int(site_id), str(provenance))
 
 
 def jsonable(value: Any) -> Any:
@@ -103,7 +109,7 @@ def jsonable(value: Any) -> Any:
 
 def record(*, seq: int, launch: int, graph: str, wrapper: str, kernel: str, op: str, kernel_call: int,
            phase: str, arg: str, role: str, index: int, expr: str | None = None,
-           volatile: str | None = None) -> dict:
+           volatile: str | None = None, site: int = -1) -> dict:
     """A new manifest record (a dict, filled in further as values become known).
 
     Its keys are :class:`Record` fields, optional ones only when set, so that a finished
@@ -113,6 +119,8 @@ def record(*, seq: int, launch: int, graph: str, wrapper: str, kernel: str, op: 
     """
     rec = {"seq": seq, "launch": launch, "graph": graph, "wrapper": wrapper, "kernel": kernel, "op": op,
            "kernel_call": kernel_call, "phase": phase, "arg": arg, "role": role, "index": index}
+    if site >= 0:
+        rec["site"] = site
     if expr is not None:
         rec["expr"] = expr
     if volatile is not None:

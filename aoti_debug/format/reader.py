@@ -14,6 +14,7 @@ import os
 from typing import Iterator
 
 from ..errors import DumpError, FormatVersionError, RecordError
+from .provenance import SITES_FILE, Provenance, parse_site_line
 from .schema import FORMAT_VERSION, MANIFEST_FILE, RUN_FILE, Record, RunInfo
 
 #: How deep below a dump root to look for runs: ``<root>/<run-id>/rank<N>/``.
@@ -127,6 +128,7 @@ class RunReader:
         self.truncated = False
         self._scanned = False
         self._handle = None
+        self._sites: dict[tuple[str, int], Provenance] | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path!r})"
@@ -141,6 +143,38 @@ class RunReader:
             return os.path.getsize(self.manifest)
         except OSError:
             return 0
+
+    # -- provenance ----------------------------------------------------------------------
+    @property
+    def sites(self) -> dict[tuple[str, int], Provenance]:
+        """(graph label, site number) -> what that launch site was made from, read from
+        ``sites.jsonl`` on first use and merged into ``info.graphs[label]["sites"]``. A
+        damaged line is a note (provenance is a help, never a reason to refuse a dump)."""
+        if self._sites is None:
+            self._sites = {}
+            path = os.path.join(self.path, SITES_FILE)
+            try:
+                with open(path, "rb") as f:
+                    lines = f.read(64 << 20).splitlines()
+            except OSError:
+                lines = []
+            for number, raw in enumerate(lines, 1):
+                try:
+                    graph, site, prov = parse_site_line(raw)
+                except ValueError as e:
+                    self.notes.append(f"{SITES_FILE} line {number}: {e}; its provenance is not shown")
+                    continue
+                self._sites.setdefault((graph, site), prov)
+                entry = self.info.graphs.setdefault(graph, {})
+                if isinstance(entry, dict):
+                    entry.setdefault("sites", {})[str(site)] = prov.to_dict()
+        return self._sites
+
+    def provenance(self, record: Record) -> Provenance | None:
+        """What ``record``'s launch site was made from, where the run wrote it."""
+        if record.site is None:
+            return None
+        return self.sites.get((record.graph, record.site))
 
     # -- the manifest ------------------------------------------------------------------
     def entries(self) -> Iterator[tuple[int, int, Record]]:

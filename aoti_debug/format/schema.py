@@ -146,6 +146,9 @@ class Record:
     record holds metadata only and is never compared nor counted as NaN/Inf."""
     volatile: str | None = None
     """Why the value is nondeterministic by contract (an RNG seed): listed, not compared."""
+    site: int | None = None
+    """The launch site's number in its graph's wrapper: its provenance is the line of
+    ``sites.jsonl`` with this ``graph`` and ``site`` (format.provenance)."""
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

@@ -192,6 +192,7 @@ RECORD_FIELDS: dict[str, _Rule] = {
     "shared": (_opt(_flag), "true or false"),
     "uninitialised": (_opt(_flag), "true or false"),
     "volatile": (_opt(_text), "a string (the reason)"),
+    "site": (_opt(_count), _COUNT),
 }
 RECORD_REQUIRED = ("seq", "launch", "graph", "kernel", "phase", "arg")
 #: What every writer writes for a tensor, even one it could not read (then with ``error``).

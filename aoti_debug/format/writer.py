@@ -10,6 +10,7 @@ import socket
 import sys
 import time
 
+from .provenance import SITES_FILE
 from .schema import FORMAT_VERSION, MANIFEST_FILE, RUN_FILE, TENSOR_DIR, RunInfo
 
 #: The lock file that says which runtime of which process owns a run directory.
@@ -162,6 +163,14 @@ class RunWriter:
     def append(self, record: dict) -> None:
         self._manifest.write(json.dumps(record, separators=(",", ":")) + "\n")
         self._manifest.flush()
+
+    def append_site(self, graph: str, site: int, kernel: str, provenance: str) -> None:
+        """One line of ``sites.jsonl``: a launch site's provenance (``format.provenance``),
+        ``provenance`` being its JSON text as the emitter wrote it. One write, flushed."""
+        head = json.dumps({"graph": graph, "site": site, "kernel": kernel}, separators=(",", ":"))
+        line = head[:-1] + ',"provenance":' + (provenance or "{}") + "}\n"
+        with open(os.path.join(self.path, SITES_FILE), "a", encoding="utf-8") as f:
+            f.write(line)
 
     def close(self) -> None:
         try:

@@ -187,6 +187,7 @@ class GraphHandle:
             warn_once("cuda-graph", "a CUDA graph is being captured: instrumented launches are not recorded inside it")
             return
         tls = self._tls
+        sess.write_site(tls.label, site.id, site.kernel, site.provenance)
         base_index = 0 if phase == "before" else len(site.before)
         tensors: list[tuple[dict, torch.Tensor]] = []
         flat = [(i, a, name, v) for i, (a, value) in enumerate(zip(args, values))
@@ -195,7 +196,8 @@ class GraphHandle:
         for seq, (i, a, name, v) in enumerate(flat, first_seq):
             rec = record(seq=seq, launch=tls.launch, graph=tls.label, wrapper=self.wrapper, kernel=site.kernel,
                          op=site.op, kernel_call=tls.call, phase=phase, arg=name, role=a.role, index=base_index + i,
-                         expr=a.expr if a.expr and a.expr != a.arg else None, volatile=a.volatile_reason(name))
+                         expr=a.expr if a.expr and a.expr != a.arg else None, volatile=a.volatile_reason(name),
+                         site=site.id)
             if isinstance(v, torch.Tensor):
                 if a.uninitialised and phase == "before":
                     # Memory no launch had written yet: what it holds is not data. (After

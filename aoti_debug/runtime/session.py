@@ -173,6 +173,8 @@ class Session:
         self._open_lock = threading.Lock()
         self.kernel_calls: collections.Counter = collections.Counter()
         self.graph_labels: dict[Any, str] = {}
+        #: (graph label, site number) whose provenance this run wrote into sites.jsonl.
+        self.sites_written: set[tuple[str, int]] = set()
         self.bytes_written = 0
         #: (dtype, shape, checksum, min, max, mean) -> tensor file already holding it.
         self.content_files: dict[tuple, str] = {}
@@ -244,6 +246,21 @@ class Session:
                 w.write_info()
             except Exception as e:
                 warn_once("run-json", f"cannot update run.json: {e}")
+
+    def write_site(self, graph: str, site: int, kernel: str, provenance: str) -> None:
+        """A launch site's provenance, once per (graph, site) in this run."""
+        key = (graph, site)
+        with self._count_lock:
+            if site < 0 or key in self.sites_written:
+                return
+            self.sites_written.add(key)
+        w = self._writer
+        if w is None:
+            return
+        try:
+            w.append_site(graph, site, kernel, provenance)
+        except Exception as e:
+            warn_once("sites", f"cannot append to the sites file in {self.path!r}: {e}")
 
     # -- background writer -----------------------------------------------------------
     def submit(self, job: Job) -> None:

@@ -44,6 +44,8 @@ struct Site {
   const char* source;   // what Inductor says the kernel was made from ("" if unknown)
   const char* graph_kind;  // forward | backward | inference ("" if unknown), for run.json
   const char* compile_id;  // Dynamo's compile id of the graph ("" under AOTInductor export)
+  int id;                  // the site's number in this wrapper (record "site"; -1: none)
+  const char* provenance;  // format.provenance.Provenance as JSON ("" if unknown): sites.jsonl
 };
 
 // c10::ScalarType values (stable ABI: the same numbers aoti_torch_dtype_*() return).

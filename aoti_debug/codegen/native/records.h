@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "constants.h"
@@ -210,6 +211,29 @@ void record_scalar(const Site& site, const Arg& a, const char* phase, const Valu
   }
 }
 
+// A site's provenance, once per (graph, site) in this run: one line of sites.jsonl
+// (format/provenance.py), the JSON the emitter wrote embedded as it is. Caller holds S.mu.
+void write_site(Shared& S, const Site& site, const std::string& label) {
+  if (site.id < 0) return;
+  std::string key = label + "\n" + std::to_string(site.id);
+  if (!S.sites_written.insert(key).second) return;
+  JsonObject obj;
+  obj.str("graph", label).num("site", site.id).str("kernel", site.kernel);
+  obj.raw("provenance", (site.provenance && *site.provenance) ? site.provenance : "{}");
+  std::string line = obj.close() + "\n";
+  std::string path = S.path + "/" + schema::kSitesFile;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  bool ok = fd >= 0;
+  for (size_t off = 0; ok && off < line.size();) {
+    ssize_t w = ::write(fd, line.data() + off, line.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    ok = w > 0;
+    if (ok) off += static_cast<size_t>(w);
+  }
+  if (fd >= 0) ::close(fd);
+  if (!ok) warn_once(S, "sites", "cannot append to the sites file in '" + S.path + "'");
+}
+
 // Caller holds S.mu; the run is open.
 void record_side(Shared& S, const Site& site, const Value* v, size_t count, const char* phase,
                  const std::string& label, const DeviceOps* dev) {
@@ -229,6 +253,7 @@ void record_side(Shared& S, const Site& site, const Value* v, size_t count, cons
       break;
     }
   }
+  write_site(S, site, label);
   std::string lines;
   for (size_t i = 0; i < n; ++i) {
     const Arg& a = site.args[i];
@@ -238,6 +263,7 @@ void record_side(Shared& S, const Site& site, const Value* v, size_t count, cons
     rec.str(R::kKernel, site.kernel).str(R::kOp, site.op).num(R::kKernelCall, tl_call);
     rec.str(R::kPhase, phase).str(R::kArg, a.name).str(R::kRole, a.role);
     rec.num(R::kIndex, (std::strcmp(phase, "before") == 0 ? 0 : site.index_base) + a.index);
+    if (site.id >= 0) rec.num(R::kSite, site.id);
     if (a.expr && *a.expr && std::strcmp(a.expr, a.name) != 0) rec.str(R::kExpr, a.expr);
     if (a.volatile_why && *a.volatile_why) rec.str(R::kVolatile, a.volatile_why);
     if (v[i].kind() == Value::kTensor) {

@@ -233,6 +233,7 @@ void ensure_run(Shared& S, const Site& site, const DeviceOps* dev) {
   S.bytes_written = 0;
   S.graph_info.clear();
   S.content_files.clear();
+  S.sites_written.clear();
   C.run_warnings.clear();
   C.run_keys.clear();
   S.env_dir = dir;

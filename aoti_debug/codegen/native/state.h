@@ -42,6 +42,7 @@ struct Shared {
   bool force_zip64 = false;
   std::vector<std::pair<std::string, std::string>> graph_info;  // label -> JSON object
   std::map<std::string, std::string> content_files;  // values identity -> tensor file
+  std::set<std::string> sites_written;               // "<graph>\n<site>" whose provenance this run wrote
   std::map<std::string, int64_t> last_seq;           // run directory -> its last seq
   std::set<std::string> warned;
 };

@@ -1,0 +1,156 @@
+"""What a launch was made from: the post-grad FX nodes fused into it, their original ATen
+ops, the module path and the user's source line, and which FX node each output value
+materialises (format/provenance.py holds the data and its JSON form).
+
+Read from Inductor's IR while the wrapper is generated: ``V.graph.try_get_buffer(name)``
+gives a buffer, its ``origins`` the FX nodes lowered into it and ``get_origin_node()``
+the node whose value it is (torch 2.11 and 2.13); each node's ``meta`` holds
+``original_aten``, ``nn_module_stack``, ``stack_trace`` and ``from_node`` (the Dynamo
+graph node it was decomposed from). Everything here is best effort: a buffer or a
+field Inductor does not have leaves that part out, never the launch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ..format.provenance import Provenance, ValueOrigin, module_path, source_line
+from .launch import Launch, base_name
+
+
+def _graph():
+    from torch._inductor.virtualized import V
+
+    try:
+        return V.graph
+    except Exception:
+        return None
+
+
+def _buffer(graph, name: str):
+    try:
+        return graph.try_get_buffer(name)
+    except Exception:
+        return None
+
+
+def _origins(buf) -> list:
+    try:
+        return [n for n in buf.origins if getattr(n, "op", None) == "call_function"]
+    except Exception:
+        return []
+
+
+def _origin_node(buf, origins: list):
+    """The FX node whose value the buffer holds: Inductor's ``origin_node``, else the last
+    of its origins in graph order (the fused chain's result)."""
+    try:
+        node = buf.get_origin_node()
+    except Exception:
+        node = None
+    if node is None:
+        try:
+            data = buf.data  # a TensorBox/StorageBox around the buffer
+            node = data.get_origin_node()
+        except Exception:
+            node = None
+    if node is None and origins:
+        order = _order(origins)
+        node = max(origins, key=lambda n: order.get(n, -1))
+    return node
+
+
+def _order(nodes: Iterable) -> dict:
+    out: dict = {}
+    for n in nodes:
+        try:
+            graph_nodes = n.graph.nodes
+        except Exception:
+            continue
+        for i, m in enumerate(graph_nodes):
+            out[m] = i
+        break
+    return out
+
+
+def _aten(node) -> str:
+    meta = getattr(node, "meta", {}) or {}
+    op = meta.get("original_aten")
+    return str(op if op is not None else getattr(node, "target", ""))
+
+
+def _module(node) -> str:
+    stack = (getattr(node, "meta", {}) or {}).get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1]
+    return module_path(path[0] if isinstance(path, (tuple, list)) else str(path))
+
+
+def _instance(node) -> str:
+    """The Dynamo graph node this node was decomposed from (one call of one ATen op
+    decomposes into several post-grad nodes that share it)."""
+    chain = (getattr(node, "meta", {}) or {}).get("from_node") or []
+    while chain:
+        first = chain[0]
+        parents = getattr(first, "from_node", None) or []
+        if not parents:
+            return str(getattr(first, "name", "") or "")
+        chain = parents
+    return ""
+
+
+def value_origin(node) -> ValueOrigin:
+    meta = getattr(node, "meta", {}) or {}
+    return ValueOrigin(node=str(node.name), aten=_aten(node), module=_module(node),
+                       instance=_instance(node), source=source_line(meta.get("stack_trace") or ""))
+
+
+def describe(launch: Launch) -> Provenance | None:
+    """Provenance of ``launch`` in the graph being generated; None outside codegen, when
+    Inductor says nothing about any of its values, or when reading it failed (the launch
+    is instrumented all the same)."""
+    try:
+        return _describe(launch)
+    except Exception:
+        return None
+
+
+def _describe(launch: Launch) -> Provenance | None:
+    graph = _graph()
+    if graph is None:
+        return None
+    fused: list[Any] = []
+    outputs: dict[str, ValueOrigin] = {}
+    output_nodes: list[Any] = []
+    for a in launch.args:
+        if not a.after:
+            continue
+        buf = _buffer(graph, base_name(a.expr) if a.expr else a.name)
+        if buf is None:
+            buf = _buffer(graph, a.name.split("[", 1)[0])
+        if buf is None:
+            continue
+        origins = _origins(buf)
+        fused += [n for n in origins if n not in fused]
+        node = _origin_node(buf, origins)
+        if node is not None and getattr(node, "op", None) == "call_function":
+            outputs[a.name] = value_origin(node)
+            output_nodes.append(node)
+            if node not in fused:  # a getitem of a multi-output node is no origin of its own
+                fused.append(node)
+    if not fused and not outputs:
+        return None
+    order = _order(fused + output_nodes)
+    fused.sort(key=lambda n: order.get(n, -1))
+    # The launch is named after what it makes last: a kernel that finishes a residual add
+    # of layer 0 and computes layer 1's LayerNorm is layer 1's LayerNorm.
+    last = max(output_nodes, key=lambda n: order.get(n, -1)) if output_nodes else fused[-1]
+    first = value_origin(last)
+    atens = []
+    for n in fused:
+        op = _aten(n)
+        if op not in atens:
+            atens.append(op)
+    return Provenance(nodes=tuple(str(n.name) for n in fused), aten=tuple(atens), module=first.module,
+                      source=first.source, outputs=tuple(sorted(outputs.items())))

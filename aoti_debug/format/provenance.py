@@ -1,0 +1,212 @@
+"""Provenance of a launch site: what its kernel was made from, in the user's terms.
+
+Written once per site (not per record) into the run directory's ``sites.jsonl`` by both
+runtimes, at the site's first launch; a record names its site (``Record.site``). The
+reader merges the sites into ``run.json``'s view of each graph
+(``RunInfo.graphs[label]["sites"]``).
+
+A line of ``sites.jsonl``::
+
+    {"graph": "graph0", "site": 7, "kernel": "cpp_fused_native_layer_norm_3",
+     "nodes": ["var_mean_2", "sub_4", ...], "aten": ["aten.native_layer_norm.default"],
+     "module": "model.transformer.h.1.ln_2", "source": ".../modeling_gpt2.py:412 in forward",
+     "code": "hidden_states = self.ln_2(hidden_states)",
+     "outputs": {"buf12": {"node": "add_9", "aten": "aten.native_layer_norm.default",
+                           "module": "model.transformer.h.1.ln_2", "instance": "hidden_states_6",
+                           "source": ".../modeling_gpt2.py:412 in forward"}}}
+
+``nodes`` are the post-grad FX nodes fused into the kernel (graph order), ``aten`` their
+original ATen ops (before decomposition), ``module`` the module path of the kernel's
+first output (``nn_module_stack``, without Dynamo's ``L['self']``), ``source`` and
+``code`` the user's line (the innermost frame of ``stack_trace``), and ``outputs`` the FX
+node each output value materialises, with ``instance``: the Dynamo graph node it was
+decomposed from (the post-grad nodes of one ATen call share it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any
+
+#: The file both runtimes append a line to at each site's first launch.
+SITES_FILE = "sites.jsonl"
+
+_FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+_ITEM_RE = re.compile(r"\[['\"]?([^'\"\]]+)['\"]?\]")
+
+
+def module_path(raw: str) -> str:
+    """A module path as users write it: ``L['self'].model.h[0]._modules['ln_1']`` ->
+    ``model.h.0.ln_1`` (Dynamo's and export's spellings of ``nn_module_stack``)."""
+    path = raw.strip()
+    for prefix in ("L['self']", 'L["self"]', "L['fn']", "L['mod']", "self"):
+        if path == prefix:
+            return ""
+        if path.startswith(prefix + ".") or path.startswith(prefix + "["):
+            path = path[len(prefix):]
+            break
+    path = path.replace("._modules", "")
+    path = _ITEM_RE.sub(r".\1", path)
+    path = re.sub(r"^L\.", "", path)
+    return path.strip(".")
+
+
+def source_line(stack_trace: str) -> tuple[str, str]:
+    """(``file:line in func``, the code on that line) of the innermost frame of an FX
+    node's ``stack_trace``; empty strings when it has none."""
+    frames = list(_FRAME_RE.finditer(stack_trace or ""))
+    if not frames:
+        return "", ""
+    m = frames[-1]
+    rest = stack_trace[m.end():].splitlines()
+    code = next((line.strip() for line in rest[1:] if line.strip() and set(line.strip()) != {"^"}), "") \
+        if rest else ""
+    if rest and rest[0].strip():
+        code = code or rest[0].strip()
+    return f"{m['file']}:{m['line']} in {m['func']}", code
+
+
+#: Longest provenance line read (a wrapper of a huge graph fuses many nodes into a kernel).
+MAX_SITE_LINE = 1 << 20
+
+
+def parse_site_line(raw: bytes | str) -> tuple[str, int, "Provenance"]:
+    """(graph, site, provenance) of one ``sites.jsonl`` line.
+
+    Raises:
+        ValueError: the line is not a site line (one phrase saying what is wrong).
+    """
+    if len(raw) > MAX_SITE_LINE:
+        raise ValueError(f"longer than {MAX_SITE_LINE} bytes")
+    try:
+        d = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"not JSON ({type(e).__name__})") from None
+    if not isinstance(d, dict):
+        raise ValueError("not a JSON object")
+    graph, site, prov = d.get("graph"), d.get("site"), d.get("provenance")
+    if type(graph) is not str or not graph:
+        raise ValueError("graph must be a non-empty string")
+    if type(site) is not int or site < 0:
+        raise ValueError("site must be a non-negative integer")
+    if not isinstance(prov, dict):
+        raise ValueError("provenance must be an object")
+    try:
+        return graph, site, Provenance.from_dict(prov)
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"provenance is malformed ({type(e).__name__})") from None
+
+
+def short_source(source: str) -> str:
+    """``/long/path/modeling_gpt2.py:412 in forward`` -> ``modeling_gpt2.py:412 in forward``."""
+    head, sep, tail = source.partition(":")
+    return head.rsplit("/", 1)[-1] + sep + tail
+
+
+def _strs(v: Any, what: str) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    if not isinstance(v, list) or not all(type(x) is str for x in v):
+        raise ValueError(f"{what} must be a list of strings")
+    return tuple(v)
+
+
+def _str(v: Any, what: str) -> str:
+    if v is None:
+        return ""
+    if type(v) is not str:
+        raise ValueError(f"{what} must be a string")
+    return v
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueOrigin:
+    """The FX node an output value materialises."""
+
+    node: str
+    aten: str = ""
+    module: str = ""
+    instance: str = ""
+    source: tuple[str, str] | str = ""
+
+    @property
+    def where(self) -> str:
+        """``file:line in func`` of the user's code."""
+        return self.source[0] if isinstance(self.source, tuple) else self.source
+
+    @property
+    def code(self) -> str:
+        return self.source[1] if isinstance(self.source, tuple) else ""
+
+    def to_dict(self) -> dict:
+        src, code = self.source if isinstance(self.source, tuple) else (self.source, "")
+        d = {"node": self.node, "aten": self.aten, "module": self.module, "instance": self.instance,
+             "source": src}
+        if code:
+            d["code"] = code
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ValueOrigin":
+        if not isinstance(d, dict):
+            raise ValueError("an output's origin must be an object")
+        return cls(node=_str(d.get("node"), "node"), aten=_str(d.get("aten"), "aten"),
+                   module=_str(d.get("module"), "module"), instance=_str(d.get("instance"), "instance"),
+                   source=(_str(d.get("source"), "source"), _str(d.get("code"), "code")))
+
+
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """What one launch site was made from."""
+
+    nodes: tuple[str, ...] = ()
+    aten: tuple[str, ...] = ()
+    module: str = ""
+    source: tuple[str, str] | str = ""
+    outputs: tuple[tuple[str, ValueOrigin], ...] = ()
+
+    @property
+    def where(self) -> str:
+        """``file:line in func`` of the user's code."""
+        return self.source[0] if isinstance(self.source, tuple) else self.source
+
+    @property
+    def code(self) -> str:
+        return self.source[1] if isinstance(self.source, tuple) else ""
+
+    def output(self, arg: str) -> ValueOrigin | None:
+        for name, origin in self.outputs:
+            if name == arg:
+                return origin
+        return None
+
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {"nodes": list(self.nodes), "aten": list(self.aten), "module": self.module,
+                             "source": self.where}
+        if self.code:
+            d["code"] = self.code
+        d["outputs"] = {name: origin.to_dict() for name, origin in self.outputs}
+        return d
+
+    def to_json(self) -> str:
+        """Compact JSON, ASCII only (it is embedded in generated Python and C++ literals)."""
+        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=True, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Provenance":
+        """Raises ValueError (one phrase) where a field has the wrong type."""
+        outputs = d.get("outputs")
+        outputs = {} if outputs is None else outputs
+        if not isinstance(outputs, dict):
+            raise ValueError("outputs must be an object")
+        return cls(nodes=_strs(d.get("nodes"), "nodes"), aten=_strs(d.get("aten"), "aten"),
+                   module=_str(d.get("module"), "module"),
+                   source=(_str(d.get("source"), "source"), _str(d.get("code"), "code")),
+                   outputs=tuple(sorted((str(k), ValueOrigin.from_dict(v)) for k, v in outputs.items())))
+
+    def label(self) -> str:
+        """One line for show/diff/locate: ``model.h.1.ln_2 @ modeling_gpt2.py:412 in forward``."""
+        parts = [self.module or "", short_source(self.where) if self.where else ""]
+        return " @ ".join(p for p in parts if p)
