@@ -141,6 +141,7 @@ def _describe(launch: Launch) -> Provenance | None:
                 fused.append(node)
     if not fused and not outputs:
         return None
+    inputs = _input_origins(graph, launch, fused)
     order = _order(fused + output_nodes)
     fused.sort(key=lambda n: order.get(n, -1))
     # The launch is named after what it makes last: a kernel that finishes a residual add
@@ -153,4 +154,28 @@ def _describe(launch: Launch) -> Provenance | None:
         if op not in atens:
             atens.append(op)
     return Provenance(nodes=tuple(str(n.name) for n in fused), aten=tuple(atens), module=first.module,
-                      source=first.source, outputs=tuple(sorted(outputs.items())))
+                      source=first.source, outputs=tuple(sorted(outputs.items())), inputs=tuple(sorted(inputs.items())))
+
+
+def _input_origins(graph, launch: Launch, fused: list) -> dict[str, ValueOrigin]:
+    """Graph inputs and weights the launch reads -> the first of its fused nodes that
+    uses them (a BatchNorm weight read by a conv+bn+relu kernel: the BatchNorm node), so
+    that a differing weight is named by the module that owns it."""
+    out: dict[str, ValueOrigin] = {}
+    inside = set(fused)
+    try:
+        by_name = {n.name: n for n in graph.graph.nodes if n.op in ("placeholder", "get_attr")}
+        by_target = {str(n.target): n for n in graph.graph.nodes if n.op == "get_attr"}
+    except Exception:
+        return out
+    for a in launch.args:
+        if not a.before:
+            continue
+        name = base_name(a.expr) if a.expr else a.name
+        node = by_name.get(name) or by_target.get(name)
+        if node is None:
+            continue
+        users = [u for u in node.users if u in inside]
+        if users:
+            out[a.name] = value_origin(users[0])
+    return out

@@ -250,8 +250,12 @@ def _attach_provenance(ra: RunReader, rb: RunReader, rows: list[RecordComparison
             prov, _rec = origin(rc)
             if prov is None:
                 continue
-            # The value that differs (its FX node), else the launch as a whole.
-            value = next((v for v in map(prov.output, first.outputs) if v is not None and v.module), None)
+            # A differing weight or graph input: the module whose node reads it (the
+            # BatchNorm of a conv+bn+relu kernel); else the value that differs (its FX
+            # node); else the launch as a whole.
+            named = [prov.input(x) for x in first.inputs] if first.kind == "input" else []
+            named += [prov.output(x) for x in first.outputs]
+            value = next((v for v in named if v is not None and v.module), None)
             if value is not None:
                 first.module, first.source, first.code = value.module, value.where, value.code
             else:

@@ -166,6 +166,8 @@ class Provenance:
     module: str = ""
     source: tuple[str, str] | str = ""
     outputs: tuple[tuple[str, ValueOrigin], ...] = ()
+    inputs: tuple[tuple[str, ValueOrigin], ...] = ()
+    """Graph inputs and weights the launch reads -> the fused node that uses them."""
 
     @property
     def where(self) -> str:
@@ -182,12 +184,21 @@ class Provenance:
                 return origin
         return None
 
+    def input(self, arg: str) -> ValueOrigin | None:
+        """The node that reads graph input / weight ``arg`` in this launch."""
+        for name, origin in self.inputs:
+            if name == arg:
+                return origin
+        return None
+
     def to_dict(self) -> dict:
         d: dict[str, Any] = {"nodes": list(self.nodes), "aten": list(self.aten), "module": self.module,
                              "source": self.where}
         if self.code:
             d["code"] = self.code
         d["outputs"] = {name: origin.to_dict() for name, origin in self.outputs}
+        if self.inputs:
+            d["inputs"] = {name: origin.to_dict() for name, origin in self.inputs}
         return d
 
     def to_json(self) -> str:
@@ -199,12 +210,15 @@ class Provenance:
         """Raises ValueError (one phrase) where a field has the wrong type."""
         outputs = d.get("outputs")
         outputs = {} if outputs is None else outputs
-        if not isinstance(outputs, dict):
-            raise ValueError("outputs must be an object")
+        inputs = d.get("inputs")
+        inputs = {} if inputs is None else inputs
+        if not isinstance(outputs, dict) or not isinstance(inputs, dict):
+            raise ValueError("outputs and inputs must be objects")
         return cls(nodes=_strs(d.get("nodes"), "nodes"), aten=_strs(d.get("aten"), "aten"),
                    module=_str(d.get("module"), "module"),
                    source=(_str(d.get("source"), "source"), _str(d.get("code"), "code")),
-                   outputs=tuple(sorted((str(k), ValueOrigin.from_dict(v)) for k, v in outputs.items())))
+                   outputs=tuple(sorted((str(k), ValueOrigin.from_dict(v)) for k, v in outputs.items())),
+                   inputs=tuple(sorted((str(k), ValueOrigin.from_dict(v)) for k, v in inputs.items())))
 
     def label(self) -> str:
         """One line for show/diff/locate: ``model.h.1.ln_2 @ modeling_gpt2.py:412 in forward``."""
