@@ -439,3 +439,54 @@ def test_provenance_names_module_and_source_line(builder, model, wrapper, level)
     assert fd.module == ref.model.norm_path, str(fd)
     assert fd.source and re.search(r"\.py:\d+ in \w+", fd.source) and fd.code, str(fd)
     assert f"in {fd.module} at " in str(fd)
+
+
+# --------------------------------------------------------------------------- fused differently
+@pytest.fixture(scope="module")
+def gpt2_unfused(builder, tmp_path_factory):
+    """GPT-2 compiled with ``realize_opcount_threshold=1`` (Inductor realises more
+    buffers: other kernels, other launch order): a clean run and a perturbed one."""
+    ref = builder.ref("gpt2")
+    model, root = ref.model, tmp_path_factory.mktemp("gpt2_unfused")
+    dirs = {run: str(root / run) for run in ("a", "p")}
+    torch._dynamo.reset()
+    with dump_dir_restored(), torch.no_grad(), torch._inductor.config.patch(realize_opcount_threshold=1), \
+            aoti_debug.enabled(level="stats"):
+        fn = torch.compile(model.module, fullgraph=True)
+        for run in ("a", "p"):
+            aoti_debug.enable(level="stats", dump_dir=dirs[run])
+            with perturbed(model) if run == "p" else contextlib.nullcontext():
+                out = fn(*model.inputs)
+            torch.testing.assert_close(out, ref.out_perturbed if run == "p" else ref.out, rtol=1e-4, atol=1e-4)
+            aoti_debug.flush()
+    return {run: only_run(d) for run, d in dirs.items()}
+
+
+def test_other_fusion_aligns_by_provenance(builder, gpt2_unfused):
+    """Issue 12's case: with other fusion settings the launch-level pairing is wrong
+    (kernels differ, exit 2); values paired by provenance are equal, and a perturbed
+    weight is named at its module."""
+    ref = builder.ref("gpt2")
+    d = builder.get("gpt2", "python", "stats")
+    by_launch = aoti_debug.diff(d.a, gpt2_unfused["a"], align="launch")
+    assert by_launch.exit_code == 2  # what users got before: unpaired launches, wrong pairs
+    same = aoti_debug.diff(d.a, gpt2_unfused["a"])  # auto: the kernels differ -> by value
+    assert same, _explain(same)
+    assert same.exit_code == 0 and same.counts.get("pass", 0) >= 40, same.counts
+    assert any("paired by provenance" in n for n in same.notes)
+    assert not any(rc.status == "mismatch" for rc in same.records)  # never values of another meaning
+    different = aoti_debug.diff(d.a, gpt2_unfused["p"])
+    assert different.exit_code == 1, _explain(different)
+    fd = different.first_divergence
+    assert fd is not None and fd.module == ref.model.norm_path, str(fd)
+    cli = _cli_diff(d.a, gpt2_unfused["p"])
+    assert cli.exit_code == 1 and f"in {ref.model.norm_path} at " in cli.output, cli.output
+
+
+def test_same_kernels_keep_launch_alignment(builder):
+    """Two runs of one artifact have the same kernels: auto keeps the launch pairing
+    (which also compares every input)."""
+    d = builder.get("gpt2", "python", "stats")
+    result = aoti_debug.diff(d.a, d.b)
+    assert result and not any("paired by provenance" in n for n in result.notes)
+    assert result.counts == aoti_debug.diff(d.a, d.b, align="launch").counts

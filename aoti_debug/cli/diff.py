@@ -44,10 +44,13 @@ class _Progress:
 @click.option("--all", "show_all", is_flag=True, help="List passing and not-compared records too.")
 @click.option("--limit", type=click.IntRange(min=1), default=10000, show_default=True,
               help="List at most this many records (all are compared and counted).")
+@click.option("--align", type=click.Choice(["auto", "launch", "value"]), default="auto", show_default=True,
+              help="Pair launches by kernel, or values by provenance (module path, ATen op, FX node) for runs "
+                   "whose kernels fused differently; auto picks value when the kernels differ.")
 @click.option("--full", is_flag=True, help="Read tensor files even where equal checksums prove bitwise equality.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a terminal).")
 @output_options
-def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, full, progress, fmt, output):
+def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, full, progress, fmt, output):
     """Compare DUMP_A against DUMP_B (the reference) and name the first divergence.
 
     Each DUMP is a run directory or a dump root holding exactly one run. Records are
@@ -73,7 +76,7 @@ def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, full, pro
     try:
         result = compare(dump_a, dump_b, atol=atol, rtol=rtol, kernels=kernels, ignore=list(ignore),
                          keep_passing=show_all,
-                         max_records=limit, use_checksums=not full, progress=bar)
+                         max_records=limit, use_checksums=not full, progress=bar, align=align)
     except AotiDebugError as e:
         raise BadInput(str(e)) from None
     finally:

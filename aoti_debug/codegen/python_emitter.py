@@ -41,7 +41,11 @@ def ensure_header(manager, wrapper) -> None:
     if getattr(root, "_aoti_debug_header", False):
         return
     root._aoti_debug_header = True
-    for line in header_lines(manager.settings.level, manager.settings.sync, graph_info()):
+    info = graph_info()
+    kernels = str(manager.settings.kernels or "")
+    if kernels:
+        info["kernels"] = kernels  # run.json: the filter this graph recorded with
+    for line in header_lines(manager.settings.level, manager.settings.sync, info):
         root.imports.writeline(line)
 
 

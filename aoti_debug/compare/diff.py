@@ -18,7 +18,8 @@ from ..config import KernelFilter
 from ..errors import RecordError
 from ..format.reader import RunReader
 from ..format.schema import Record
-from .align import Aligner, PairedLaunch, Pair
+from .align import Aligner, PairedLaunch, Pair, _index, _keyed
+from .value_align import AMBIGUOUS, UNMATERIALISED, ValueAligner, usable
 from .births import Births, find_births, provenance_source
 from .divergence import DivergenceFinder
 from .metrics import TensorComparator, compare_checksums, compare_scalars, compare_stats, tolerance
@@ -72,6 +73,12 @@ def _plan(pair: Pair, ra: RunReader, rb: RunReader, use_checksums: bool, ignore:
     rec = a if a is not None else b
     if ignore is not None and rec is not None and ignore.matches(rec.kernel, rec.op, rec.arg):
         return _Plan(pair, "ignored", f"matches --ignore {ignore}")
+    if pair.how == UNMATERIALISED:
+        side, other = ("A", "B") if a is not None else ("B", "A")
+        return _Plan(pair, "unpaired", f"value of run {side} that run {other} did not materialise (fused "
+                                       f"differently), or whose provenance is unknown")
+    if pair.how == AMBIGUOUS:
+        return _Plan(pair, "unpaired", "its provenance key is not unique in a run: not paired")
     if pair.how == "unpaired":
         side = "A" if a is not None else "B"
         return _Plan(pair, "unpaired", f"input only in run {side}: the two compiles pass this kernel "
@@ -226,6 +233,34 @@ class _Runner:
         return rc
 
 
+ALIGNMENTS = ("auto", "launch", "value")
+
+
+def _filters(reader: RunReader) -> set[str]:
+    """The kernel filters a run recorded with (run.json's, and each graph's)."""
+    found = {str(reader.info.kernels or "")}
+    for g in reader.info.graphs.values():
+        if isinstance(g, dict):
+            found.add(str(g.get("kernels") or ""))
+    return found
+
+
+def _alignment(align: str, ra: RunReader, rb: RunReader, kfilter: KernelFilter) -> str:
+    """The pairing a diff uses (see :func:`diff`'s ``align``)."""
+    if align not in ALIGNMENTS:
+        raise ValueError(f"align must be one of {', '.join(ALIGNMENTS)}, not {align!r}")
+    if align != "auto":
+        return align
+    if not (usable(ra) and usable(rb)):
+        return "launch"
+    if _filters(ra) != _filters(rb):
+        return "launch"  # other kernel filters, not other kernels: their difference is the finding
+
+    def launches(reader: RunReader) -> set:
+        return {key for key, _g in _keyed(_index(reader, lambda r: kfilter.matches(r.kernel, r.op)))}
+
+    return "value" if launches(ra) != launches(rb) else "launch"
+
 def _attach_provenance(ra: RunReader, rb: RunReader, rows: list[RecordComparison],
                        first: FirstDivergence | None) -> None:
     """Module paths on the listed rows and the first divergence's module and source line,
@@ -275,6 +310,7 @@ def diff(
     use_checksums: bool = True,
     progress: Callable[[int, int], None] | None = None,
     read_ahead: bool = True,
+    align: str = "auto",
 ) -> DiffResult:
     """Compare run A against run B (the reference) and name the first divergence.
 
@@ -290,6 +326,12 @@ def diff(
         use_checksums: equal checksums prove bitwise equality without reading files.
         progress: called with (bytes of A's manifest done, its size) after each launch.
         read_ahead: have the kernel read upcoming tensor files (a background thread).
+        align: ``launch`` pairs launches by kernel (same kernels in both runs: two runs
+            of one artifact, two wrappers of one graph); ``value`` pairs values by
+            provenance wherever each run materialised them (kernels fused differently:
+            other compile settings; :mod:`.value_align`); ``auto`` takes ``value`` when
+            the runs' kernels differ, both wrote provenance and both recorded with the
+            same kernel filter, else ``launch``.
 
     Raises:
         DumpError: a path is not a usable dump (missing, several runs, newer format).
@@ -305,7 +347,8 @@ def diff(
     launches = 0
     total = ra.manifest_bytes
     try:
-        aligner = Aligner(ra, rb, kfilter)
+        mode = _alignment(align, ra, rb, kfilter)
+        aligner = ValueAligner(ra, rb, kfilter) if mode == "value" else Aligner(ra, rb, kfilter)
         with Prefetcher() as prefetcher, _one_intra_op_thread():
             planned = _Lookahead(aligner.launches(), lambda p: _plan(p, ra, rb, use_checksums, ignored),
                                  prefetcher if read_ahead else None)
@@ -328,6 +371,9 @@ def diff(
     notes = [f"run A: {n}" for n in ra.notes] + [f"run B: {n}" for n in rb.notes]
     problems = [f"run A: {p}" for p in ra.problems] + [f"run B: {p}" for p in rb.problems]
     notes.extend(_level_notes(ra, rb, runner.basis))
+    if mode == "value":
+        notes.append("the runs' kernels differ: values paired by provenance (module path, ATen op, FX node), "
+                     "each compared where both runs materialised it; the rest is listed as unpaired")
     notes.extend(_kernel_set_notes(kept.rows))
     return DiffResult(
         path_a=ra.path, path_b=rb.path, info_a=ra.info, info_b=rb.info, records=kept.rows, counts=dict(kept.counts),
