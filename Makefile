@@ -25,7 +25,7 @@ $(STAMP): setup.cfg pyproject.toml
 	@# Install the pinned torch first, then everything else with a constraint that
 	@# keeps the torch we have: an unpinned torch requirement would pull GBs of CUDA.
 	@$(PY) -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/constraints.txt
-	$(PY) -m pip install -q -c $(VENV)/constraints.txt "click>=8" pandas pytest hypothesis transformers "triton==3.6.0"
+	$(PY) -m pip install -q -c $(VENV)/constraints.txt "click>=8" pandas pytest hypothesis transformers matplotlib "triton==3.6.0"
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 

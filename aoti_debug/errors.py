@@ -25,3 +25,8 @@ class RecordError(DumpError):
 
 class UnsupportedTorchError(AotiDebugError):
     """The installed torch lacks an Inductor hook that aoti_debug needs."""
+
+
+class PlotError(AotiDebugError):
+    """A picture cannot be drawn: matplotlib is missing, the file suffix names no
+    format we draw, or the file cannot be written."""

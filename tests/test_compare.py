@@ -219,6 +219,17 @@ def test_keep_passing_false_keeps_failures_only(dumps):
     json.dumps(result.to_dict(), allow_nan=False)
 
 
+def test_keep_all_keeps_every_pair_apart_from_the_listed_ones(dumps):
+    """What a plot draws: every pair, while ``records`` keeps to keep_passing and max_records."""
+    listed = C.diff(dumps.save_a, dumps.save_p, keep_passing=False, max_records=2)
+    result = C.diff(dumps.save_a, dumps.save_p, keep_passing=False, max_records=2, keep_all=True)
+    assert [rc.to_row() for rc in result.records] == [rc.to_row() for rc in listed.records]
+    assert result.dropped == listed.dropped > 0 and listed.compared is None
+    assert len(result.compared) == result.total and result.every_pair() is result.compared
+    assert {rc.status for rc in result.compared} >= {"pass", "fail"}
+    assert set(map(id, result.records)) <= set(map(id, result.compared))  # the same objects, not copies
+
+
 def test_corrupt_and_missing_tensor_files_are_per_record_errors(dumps, tmp_path):
     run = copy_run(dumps.save_p, tmp_path)
     result = C.diff(dumps.save_a, run, use_checksums=False)

@@ -49,13 +49,18 @@ class _Progress:
                    "whose kernels fused differently; auto picks value when the kernels differ.")
 @click.option("--full", is_flag=True, help="Read tensor files even where equal checksums prove bitwise equality.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: on a terminal).")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Also draw the error of each compared output along the model into FILE "
+                   "(.png or .svg; needs matplotlib).")
 @output_options
-def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, full, progress, fmt, output):
+def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, full, progress, plot, fmt, output):
     """Compare DUMP_A against DUMP_B (the reference) and name the first divergence.
 
     Each DUMP is a run directory or a dump root holding exactly one run. Records are
     aligned by (graph, kernel, call, arg, phase), extern kernels by their op name, so
-    Python-wrapper and AOTInductor dumps of one model line up. The first divergence
+    Python-wrapper and AOTInductor dumps of one model line up; where the two runs'
+    kernels differ (other compile settings fused differently), values are paired by
+    provenance instead: module path, ATen op and FX node (--align). The first divergence
     is the earliest launch of A whose outputs differ while its inputs match (or whose
     differing input no earlier launch wrote: a weight or graph input). Values that are
     nondeterministic by contract (RNG seeds and offsets: "volatile"), memory read before
@@ -66,17 +71,32 @@ def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, fu
     Exit status: 0 equal within tolerance, 1 different, 2 bad input or records that
     could not be compared (missing file, shape/dtype differs, present in one run only).
     \b
+    With --plot FILE the report and exit status stay as they are; FILE shows the max
+    abs and rel error of every compared output against B, launch by launch, with the
+    first divergence marked.
+    \b
     Example:
       aoti-debug diff dumps/before dumps/after --format markdown -o diff.md
+      aoti-debug diff dumps/before dumps/after --plot error.svg
     """
     from ..compare import diff as compare
     from ..compare.render import render_diff
 
+    if plot is not None:
+        from ..compare.plot import plot_format, require_matplotlib
+
+        try:  # before comparing: a long diff should not end in "cannot plot"
+            plot_format(plot)
+            require_matplotlib()
+        except AotiDebugError as e:
+            raise BadInput(str(e)) from None
     bar = _Progress(progress)
     try:
+        # The plot needs every pair, passing ones too: kept apart (keep_all), so the
+        # report lists what it lists without --plot.
         result = compare(dump_a, dump_b, atol=atol, rtol=rtol, kernels=kernels, ignore=list(ignore),
-                         keep_passing=show_all,
-                         max_records=limit, use_checksums=not full, progress=bar, align=align)
+                         keep_passing=show_all, max_records=limit, keep_all=plot is not None,
+                         use_checksums=not full, progress=bar, align=align)
     except AotiDebugError as e:
         raise BadInput(str(e)) from None
     finally:
@@ -85,4 +105,11 @@ def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, fu
     if fmt in ("csv",) or output is not None:
         for line in result.problems:
             click.echo(f"problem: {line}", err=True)
+    if plot is not None:
+        from ..compare.plot import plot_diff
+
+        try:
+            click.echo(f"plot written to {plot_diff(result, plot)}", err=True)
+        except AotiDebugError as e:
+            raise BadInput(str(e)) from None
     sys.exit(result.exit_code)

@@ -6,7 +6,8 @@
         print(result.first_divergence)
         result.to_frame()
 
-pandas is imported only by the ``to_frame`` methods and the renderers.
+pandas is imported only by the ``to_frame`` methods and the renderers, matplotlib
+only by ``plot_diff`` (``aoti-debug diff --plot``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from .diff import diff
 from .divergence import DivergenceFinder
 from .dump import Dump, load_dump
 from .metrics import Metrics, TensorComparator, default_tolerance
+from .plot import plot_diff
 from .result import DiffResult, FirstDivergence, RecordComparison
 from .show import KernelSummary, NonFinite, RunSummary, ShowResult, summarize
 
 __all__ = [
     "diff", "load_dump", "summarize", "Dump", "DiffResult", "RecordComparison", "FirstDivergence",
     "Metrics", "TensorComparator", "default_tolerance", "ShowResult", "RunSummary", "KernelSummary",
-    "NonFinite", "DivergenceFinder", "Birth", "Births", "find_births",
+    "NonFinite", "DivergenceFinder", "Birth", "Births", "find_births", "plot_diff",
 ]

@@ -166,18 +166,22 @@ class _Lookahead:
 
 
 class _Kept:
-    """Counts every pair; keeps the ones a result lists (failures, or all, up to a cap)."""
+    """Counts every pair; keeps the ones a result lists (failures, or all, up to a cap),
+    and, when asked, every pair apart from them (``every``)."""
 
-    def __init__(self, keep_passing: bool, limit: int | None):
+    def __init__(self, keep_passing: bool, limit: int | None, keep_all: bool = False):
         self.keep_passing = keep_passing
         self.limit = limit
         self.rows: list[RecordComparison] = []
+        self.every: list[RecordComparison] | None = [] if keep_all else None
         self.counts: collections.Counter = collections.Counter()
         self.dropped = 0
 
     def add(self, rows: list[RecordComparison]) -> None:
         for rc in rows:
             self.counts[rc.status] += 1
+            if self.every is not None:
+                self.every.append(rc)
             if rc.status == "pass" and not self.keep_passing:
                 continue
             if self.limit is None or len(self.rows) < self.limit or rc.first:
@@ -307,6 +311,7 @@ def diff(
     ignore: str | list[str] | tuple[str, ...] | None = None,
     keep_passing: bool = True,
     max_records: int | None = None,
+    keep_all: bool = False,
     use_checksums: bool = True,
     progress: Callable[[int, int], None] | None = None,
     read_ahead: bool = True,
@@ -323,6 +328,8 @@ def diff(
         keep_passing: keep passing pairs in ``records`` (else failures only).
         max_records: keep at most this many pairs in ``records`` (the first
             divergence's always); the rest are only counted. None keeps all.
+        keep_all: also keep every pair, whatever ``keep_passing`` and ``max_records``
+            say, in ``result.compared`` (what a plot draws); ``records`` is unchanged.
         use_checksums: equal checksums prove bitwise equality without reading files.
         progress: called with (bytes of A's manifest done, its size) after each launch.
         read_ahead: have the kernel read upcoming tensor files (a background thread).
@@ -343,7 +350,7 @@ def diff(
     ignored = KernelFilter.parse(patterns) if patterns else None
     runner = _Runner(ra, rb, atol, rtol)
     finder = DivergenceFinder()
-    kept = _Kept(keep_passing, max_records)
+    kept = _Kept(keep_passing, max_records, keep_all)
     launches = 0
     total = ra.manifest_bytes
     try:
@@ -366,7 +373,7 @@ def diff(
     finally:
         ra.close()
         rb.close()
-    _attach_provenance(ra, rb, kept.rows, finder.first)
+    _attach_provenance(ra, rb, kept.every if kept.every is not None else kept.rows, finder.first)
     births_a, births_b = (find_births(_records(r, kfilter), r.info.phases, provenance_source(r)) for r in (ra, rb))
     notes = [f"run A: {n}" for n in ra.notes] + [f"run B: {n}" for n in rb.notes]
     problems = [f"run A: {p}" for p in ra.problems] + [f"run B: {p}" for p in rb.problems]
@@ -379,7 +386,7 @@ def diff(
         path_a=ra.path, path_b=rb.path, info_a=ra.info, info_b=rb.info, records=kept.rows, counts=dict(kept.counts),
         basis=dict(runner.basis), first_divergence=finder.first, problems=problems, notes=notes,
         atol=atol, rtol=rtol, kernels=str(kfilter), launches=launches, bytes_read=runner.bytes_read,
-        seconds=time.perf_counter() - started, kept_passing=keep_passing, dropped=kept.dropped,
+        seconds=time.perf_counter() - started, kept_passing=keep_passing, dropped=kept.dropped, compared=kept.every,
         births_a=births_a, births_b=births_b, birth_differences=birth_differences(births_a, births_b),
     )
 

@@ -239,6 +239,9 @@ class DiffResult:
     kept_passing: bool = True
     dropped: int = 0
     """Pairs counted but not kept in ``records`` (``max_records``)."""
+    compared: list[RecordComparison] | None = None
+    """Every pair in the order compared, passing or not, when ``diff(keep_all=True)``
+    asked for them apart from ``records`` (the plot draws these); else None."""
     births_a: Births | None = None
     """Where run A made NaN/Inf from inputs that held none (compare/births.py)."""
     births_b: Births | None = None
@@ -295,6 +298,10 @@ class DiffResult:
     @property
     def only_b(self) -> list[RecordComparison]:
         return [r for r in self.records if r.status == "only_b"]
+
+    def every_pair(self) -> list[RecordComparison]:
+        """Every pair the diff kept: all of them with ``keep_all``, else ``records``."""
+        return self.compared if self.compared is not None else self.records
 
     def failures(self) -> list[RecordComparison]:
         """Pairs that differ or could not be compared (not those listed apart as
