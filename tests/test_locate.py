@@ -438,6 +438,9 @@ def test_python_wrapper_abort_in_custom_op_is_named(python_abort):
     assert src.file.endswith(".py") and "torch.ops.locate_demo.boom.default(" in src.code
     assert "locate_demo.boom" in src.aten
     assert v.wrapper == "python" and src.found_by == "runtime"
+    # provenance: the user's line the launch was compiled from
+    assert v.launch.user_line == "locate_cpu_crash.py:55 in forward: z = boom(y)", v.render()
+    assert "user code    locate_cpu_crash.py:55" in v.render()
     (arg,) = [a for a in v.launch.args if a["kind"] == "tensor"]
     assert (arg["shape"], arg["stride"], arg["dtype"], arg["device"]) == ([8, 4], [4, 1], "float32", "cpu")
 
@@ -478,3 +481,4 @@ def test_aoti_so_abort_in_custom_op_is_named(cache_env):
     assert v.signal == "SIGABRT" and v.completed >= 1
     if v.wrapper == "cpp":  # the C++ runtime printed the graph line: the source is found
         assert v.source.file and v.source.line
+    assert v.launch.user_line and v.launch.user_line.startswith("locate_cpu_crash.py:"), v.render()

@@ -202,8 +202,10 @@ class Provenance:
         return d
 
     def to_json(self) -> str:
-        """Compact JSON, ASCII only (it is embedded in generated Python and C++ literals)."""
-        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=True, sort_keys=True)
+        """Compact JSON, ASCII only and without a space (it is embedded in generated Python
+        and C++ literals, and in the runtime's one-line ``site`` records of level names)."""
+        text = json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=True, sort_keys=True)
+        return text.replace(" ", "\\u0020")
 
     @classmethod
     def from_dict(cls, d: dict) -> "Provenance":

@@ -253,12 +253,15 @@ GRAPH_RE = re.compile(r"^\[aoti_debug\] graph=(?P<graph>\S+) wrapper=(?P<wrapper
 
 #: With ``AOTI_DEBUG_NAMES_ARGS=1``, right after each ``before`` line: the launch's line in
 #: the wrapper file (0: unknown) and what Inductor says it was made from.
-def site_line(launch: int, line: int | None, source: str | None) -> str:
+def site_line(launch: int, line: int | None, source: str | None, provenance: str = "") -> str:
+    """``provenance``: the site's provenance JSON (format.provenance: it holds no space)."""
     text = " ".join((source or "").split())
-    return f"[aoti_debug] site launch={launch} line={line or 0} from={text}"
+    prov = f" prov={provenance}" if provenance and " " not in provenance else ""
+    return f"[aoti_debug] site launch={launch} line={line or 0}{prov} from={text}"
 
 
-SITE_RE = re.compile(r"^\[aoti_debug\] site launch=(?P<launch>\d+) line=(?P<line>\d+) from=(?P<source>.*)$")
+SITE_RE = re.compile(r"^\[aoti_debug\] site launch=(?P<launch>\d+) line=(?P<line>\d+)(?: prov=(?P<prov>\S+))?"
+                     r" from=(?P<source>.*)$")
 
 
 #: ... then one line per arg the launch is given: ``key=value`` fields, no spaces in values

@@ -42,6 +42,10 @@ class LaunchState:
     """Line of the launch in the wrapper file (runtime ``site`` line), where printed."""
     source: str | None = None
     """What Inductor says the kernel was made from (runtime ``site`` line), where printed."""
+    module: str | None = None
+    """Module path of the launch (its provenance, runtime ``site`` line), where printed."""
+    user_line: str | None = None
+    """The user's source line it was compiled from (provenance), where printed."""
     args: list[dict] = dataclasses.field(default_factory=list)
     """Metadata of each arg at the launch (runtime ``arg`` lines): name, role, kind, dtype, shape..."""
 
@@ -108,6 +112,8 @@ class Trace:
             if state is not None:
                 state.line = int(m["line"]) or None
                 state.source = (m["source"] or "").strip() or None
+                if m["prov"]:
+                    _provenance(state, m["prov"])
             return True
         m = ARG_RE.match(line)
         if m:
@@ -189,3 +195,18 @@ def _arg_fields(raw: dict[str, str]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def _provenance(state: LaunchState, text: str) -> None:
+    """Module path and user line from a ``site`` line's ``prov=`` JSON (ignored if damaged)."""
+    import json
+
+    from ..format.provenance import Provenance, short_source
+
+    try:
+        prov = Provenance.from_dict(json.loads(text))
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        return
+    state.module = prov.module or None
+    if prov.where:
+        state.user_line = short_source(prov.where) + (f": {prov.code}" if prov.code else "")

@@ -138,6 +138,8 @@ class Verdict:
             la = self.launch
             assert la is not None
             row("kernel", la.kernel)
+            row("module", la.module)
+            row("user code", la.user_line)
             row("graph", f"{la.graph or '?'} (call {la.call} of this kernel in it)")
             row("launch", f"{la.launch} (launches started: {self.started}; completed before it: {self.completed})")
             row("error", self.error)

@@ -176,7 +176,7 @@ class GraphHandle:
 
         Reads metadata only (no values, no sync): still safe after a device fault.
         """
-        _emit(site_line(self._launch, line, site.source))
+        _emit(site_line(self._launch, line, site.source, site.provenance))
         for a, value in zip(site.before, values):
             for name, v in _flatten(a.arg, value):
                 _emit(arg_line(self._launch, {"name": name, "role": a.role, **_metadata(v, a.kind_hint)}))

@@ -51,7 +51,10 @@ void describe_args(const Site& site, const Value* v, size_t count) {
     sp = false;
     src.push_back(*p);
   }
-  emit_line("[aoti_debug] site launch=" + std::to_string(tl_launch) + " line=" + std::to_string(site.line) +
+  // The provenance JSON holds no space (format.provenance.Provenance.to_json).
+  std::string prov = site.provenance && *site.provenance && !std::strchr(site.provenance, ' ')
+      ? std::string(" prov=") + site.provenance : std::string();
+  emit_line("[aoti_debug] site launch=" + std::to_string(tl_launch) + " line=" + std::to_string(site.line) + prov +
             " from=" + src);
   size_t n = std::min(static_cast<size_t>(site.n), count);
   for (size_t i = 0; i < n; ++i) {
