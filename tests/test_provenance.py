@@ -42,9 +42,9 @@ def test_source_line_is_the_innermost_frame():
 
 def test_round_trip_and_label():
     p = Provenance(nodes=("var_mean", "add_5"), aten=("aten.native_layer_norm.default",), module="h.0.ln_1",
-                   source=("/y/modeling.py:412 in forward", "h = self.ln_2(h)"),
+                   source="/y/modeling.py:412 in forward", code="h = self.ln_2(h)",
                    outputs=(("buf1", ValueOrigin("add_5", "aten.native_layer_norm.default", "h.0.ln_1", "ln",
-                                                 ("/y/modeling.py:412 in forward", "h = self.ln_2(h)"))),))
+                                                 "/y/modeling.py:412 in forward", "h = self.ln_2(h)")),))
     line = json.dumps({"graph": "graph0", "site": 3, "kernel": "k", "provenance": json.loads(p.to_json())})
     graph, site, back = parse_site_line(line)
     assert (graph, site, back) == ("graph0", 3, p)

@@ -60,17 +60,23 @@ def _origin_node(buf, origins: list):
     return node
 
 
+def _cached(fx_graph, name: str, build):
+    """``build(fx_graph)``, computed once per FX graph: the post-grad graph is final while
+    its wrapper is generated, and every launch of it asks (once per launch it would cost
+    a walk over the whole graph)."""
+    cache = fx_graph.__dict__.setdefault("_aoti_debug_index", {})
+    if name not in cache:
+        cache[name] = build(fx_graph)
+    return cache[name]
+
+
 def _order(nodes: Iterable) -> dict:
-    out: dict = {}
+    """Node -> its position in its FX graph (that of the first of ``nodes`` that has one)."""
     for n in nodes:
-        try:
-            graph_nodes = n.graph.nodes
-        except Exception:
-            continue
-        for i, m in enumerate(graph_nodes):
-            out[m] = i
-        break
-    return out
+        fx_graph = getattr(n, "graph", None)
+        if fx_graph is not None:
+            return _cached(fx_graph, "order", lambda g: {m: i for i, m in enumerate(g.nodes)})
+    return {}
 
 
 def _aten(node) -> str:
@@ -102,8 +108,9 @@ def _instance(node) -> str:
 
 def value_origin(node) -> ValueOrigin:
     meta = getattr(node, "meta", {}) or {}
+    source, code = source_line(meta.get("stack_trace") or "")
     return ValueOrigin(node=str(node.name), aten=_aten(node), module=_module(node),
-                       instance=_instance(node), source=source_line(meta.get("stack_trace") or ""))
+                       instance=_instance(node), source=source, code=code)
 
 
 def describe(launch: Launch) -> Provenance | None:
@@ -154,7 +161,15 @@ def _describe(launch: Launch) -> Provenance | None:
         if op not in atens:
             atens.append(op)
     return Provenance(nodes=tuple(str(n.name) for n in fused), aten=tuple(atens), module=first.module,
-                      source=first.source, outputs=tuple(sorted(outputs.items())), inputs=tuple(sorted(inputs.items())))
+                      source=first.source, code=first.code, outputs=tuple(sorted(outputs.items())),
+                      inputs=tuple(sorted(inputs.items())))
+
+
+def _graph_inputs(fx_graph) -> tuple[dict, dict]:
+    """Placeholders and constants of an FX graph by node name, constants also by target."""
+    by_name = {n.name: n for n in fx_graph.nodes if n.op in ("placeholder", "get_attr")}
+    by_target = {str(n.target): n for n in fx_graph.nodes if n.op == "get_attr"}
+    return by_name, by_target
 
 
 def _input_origins(graph, launch: Launch, fused: list) -> dict[str, ValueOrigin]:
@@ -164,8 +179,7 @@ def _input_origins(graph, launch: Launch, fused: list) -> dict[str, ValueOrigin]
     out: dict[str, ValueOrigin] = {}
     inside = set(fused)
     try:
-        by_name = {n.name: n for n in graph.graph.nodes if n.op in ("placeholder", "get_attr")}
-        by_target = {str(n.target): n for n in graph.graph.nodes if n.op == "get_attr"}
+        by_name, by_target = _cached(graph.graph, "inputs", _graph_inputs)
     except Exception:
         return out
     for a in launch.args:

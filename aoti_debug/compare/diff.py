@@ -296,9 +296,9 @@ def _attach_provenance(ra: RunReader, rb: RunReader, rows: list[RecordComparison
             named += [prov.output(x) for x in first.outputs]
             value = next((v for v in named if v is not None and v.module), None)
             if value is not None:
-                first.module, first.source, first.code = value.module, value.where, value.code
+                first.module, first.source, first.code = value.module, value.source, value.code
             else:
-                first.module, first.source, first.code = prov.module, prov.where, prov.code
+                first.module, first.source, first.code = prov.module, prov.source, prov.code
             return
 
 def diff(

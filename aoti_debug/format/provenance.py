@@ -129,23 +129,16 @@ class ValueOrigin:
     aten: str = ""
     module: str = ""
     instance: str = ""
-    source: tuple[str, str] | str = ""
-
-    @property
-    def where(self) -> str:
-        """``file:line in func`` of the user's code."""
-        return self.source[0] if isinstance(self.source, tuple) else self.source
-
-    @property
-    def code(self) -> str:
-        return self.source[1] if isinstance(self.source, tuple) else ""
+    source: str = ""
+    """``file:line in func`` of the user's code."""
+    code: str = ""
+    """The code on that line."""
 
     def to_dict(self) -> dict:
-        src, code = self.source if isinstance(self.source, tuple) else (self.source, "")
         d = {"node": self.node, "aten": self.aten, "module": self.module, "instance": self.instance,
-             "source": src}
-        if code:
-            d["code"] = code
+             "source": self.source}
+        if self.code:
+            d["code"] = self.code
         return d
 
     @classmethod
@@ -154,7 +147,11 @@ class ValueOrigin:
             raise ValueError("an output's origin must be an object")
         return cls(node=_str(d.get("node"), "node"), aten=_str(d.get("aten"), "aten"),
                    module=_str(d.get("module"), "module"), instance=_str(d.get("instance"), "instance"),
-                   source=(_str(d.get("source"), "source"), _str(d.get("code"), "code")))
+                   source=_str(d.get("source"), "source"), code=_str(d.get("code"), "code"))
+
+
+def _lookup(pairs: tuple[tuple[str, ValueOrigin], ...], arg: str) -> ValueOrigin | None:
+    return next((origin for name, origin in pairs if name == arg), None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,36 +161,25 @@ class Provenance:
     nodes: tuple[str, ...] = ()
     aten: tuple[str, ...] = ()
     module: str = ""
-    source: tuple[str, str] | str = ""
+    source: str = ""
+    """``file:line in func`` of the user's code."""
+    code: str = ""
+    """The code on that line."""
     outputs: tuple[tuple[str, ValueOrigin], ...] = ()
     inputs: tuple[tuple[str, ValueOrigin], ...] = ()
     """Graph inputs and weights the launch reads -> the fused node that uses them."""
 
-    @property
-    def where(self) -> str:
-        """``file:line in func`` of the user's code."""
-        return self.source[0] if isinstance(self.source, tuple) else self.source
-
-    @property
-    def code(self) -> str:
-        return self.source[1] if isinstance(self.source, tuple) else ""
-
     def output(self, arg: str) -> ValueOrigin | None:
-        for name, origin in self.outputs:
-            if name == arg:
-                return origin
-        return None
+        """The FX node output ``arg`` of this launch materialises."""
+        return _lookup(self.outputs, arg)
 
     def input(self, arg: str) -> ValueOrigin | None:
         """The node that reads graph input / weight ``arg`` in this launch."""
-        for name, origin in self.inputs:
-            if name == arg:
-                return origin
-        return None
+        return _lookup(self.inputs, arg)
 
     def to_dict(self) -> dict:
         d: dict[str, Any] = {"nodes": list(self.nodes), "aten": list(self.aten), "module": self.module,
-                             "source": self.where}
+                             "source": self.source}
         if self.code:
             d["code"] = self.code
         d["outputs"] = {name: origin.to_dict() for name, origin in self.outputs}
@@ -218,11 +204,11 @@ class Provenance:
             raise ValueError("outputs and inputs must be objects")
         return cls(nodes=_strs(d.get("nodes"), "nodes"), aten=_strs(d.get("aten"), "aten"),
                    module=_str(d.get("module"), "module"),
-                   source=(_str(d.get("source"), "source"), _str(d.get("code"), "code")),
+                   source=_str(d.get("source"), "source"), code=_str(d.get("code"), "code"),
                    outputs=tuple(sorted((str(k), ValueOrigin.from_dict(v)) for k, v in outputs.items())),
                    inputs=tuple(sorted((str(k), ValueOrigin.from_dict(v)) for k, v in inputs.items())))
 
     def label(self) -> str:
         """One line for show/diff/locate: ``model.h.1.ln_2 @ modeling_gpt2.py:412 in forward``."""
-        parts = [self.module or "", short_source(self.where) if self.where else ""]
+        parts = [self.module or "", short_source(self.source) if self.source else ""]
         return " @ ".join(p for p in parts if p)

@@ -208,5 +208,5 @@ def _provenance(state: LaunchState, text: str) -> None:
     except (ValueError, TypeError, AttributeError, RecursionError):
         return
     state.module = prov.module or None
-    if prov.where:
-        state.user_line = short_source(prov.where) + (f": {prov.code}" if prov.code else "")
+    if prov.source:
+        state.user_line = short_source(prov.source) + (f": {prov.code}" if prov.code else "")
