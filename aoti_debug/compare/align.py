@@ -120,6 +120,17 @@ class Aligner:
         self.kernels = kernels or KernelFilter()
         self._b_index: dict[tuple, _Group] = dict(_keyed(_index(b, self._wanted)))
         self._b_used: set[tuple] = set()
+        self._a_keyed: list[tuple[tuple, _Group]] | None = None
+
+    def _keyed_a(self) -> list[tuple[tuple, _Group]]:
+        """A's launches with their keys (A's manifest is indexed once)."""
+        if self._a_keyed is None:
+            self._a_keyed = list(_keyed(_index(self.a, self._wanted)))
+        return self._a_keyed
+
+    def same_launches(self) -> bool:
+        """Whether both runs made the same launches (graph, kernel stem, occurrence)."""
+        return {key for key, _g in self._keyed_a()} == set(self._b_index)
 
     def _wanted(self, r: Record) -> bool:
         return self.kernels.matches(r.kernel, r.op)
@@ -133,7 +144,7 @@ class Aligner:
 
     def launches(self) -> Iterator[PairedLaunch]:
         """A's launches in launch order, each with its B counterpart."""
-        for key, g in _keyed(_index(self.a, self._wanted)):
+        for key, g in self._keyed_a():
             recs_a = [self.a.record_at(o) for o in g.offsets]
             first = recs_a[0]
             launch_b, recs_b = self._take_b(key)

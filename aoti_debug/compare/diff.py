@@ -18,8 +18,8 @@ from ..config import KernelFilter
 from ..errors import RecordError
 from ..format.reader import RunReader
 from ..format.schema import Record
-from .align import Aligner, PairedLaunch, Pair, _index, _keyed
-from .value_align import AMBIGUOUS, UNMATERIALISED, ValueAligner, usable
+from .align import Aligner, PairedLaunch, Pair
+from .value_align import UNMATERIALISED, ValueAligner, usable
 from .births import Births, find_births, provenance_source
 from .divergence import DivergenceFinder
 from .metrics import TensorComparator, compare_checksums, compare_scalars, compare_stats, tolerance
@@ -77,8 +77,6 @@ def _plan(pair: Pair, ra: RunReader, rb: RunReader, use_checksums: bool, ignore:
         side, other = ("A", "B") if a is not None else ("B", "A")
         return _Plan(pair, "unpaired", f"value of run {side} that run {other} did not materialise (fused "
                                        f"differently), or whose provenance is unknown")
-    if pair.how == AMBIGUOUS:
-        return _Plan(pair, "unpaired", "its provenance key is not unique in a run: not paired")
     if pair.how == "unpaired":
         side = "A" if a is not None else "B"
         return _Plan(pair, "unpaired", f"input only in run {side}: the two compiles pass this kernel "
@@ -249,21 +247,11 @@ def _filters(reader: RunReader) -> set[str]:
     return found
 
 
-def _alignment(align: str, ra: RunReader, rb: RunReader, kfilter: KernelFilter) -> str:
-    """The pairing a diff uses (see :func:`diff`'s ``align``)."""
-    if align not in ALIGNMENTS:
-        raise ValueError(f"align must be one of {', '.join(ALIGNMENTS)}, not {align!r}")
-    if align != "auto":
-        return align
-    if not (usable(ra) and usable(rb)):
-        return "launch"
-    if _filters(ra) != _filters(rb):
-        return "launch"  # other kernel filters, not other kernels: their difference is the finding
-
-    def launches(reader: RunReader) -> set:
-        return {key for key, _g in _keyed(_index(reader, lambda r: kfilter.matches(r.kernel, r.op)))}
-
-    return "value" if launches(ra) != launches(rb) else "launch"
+def _values_fit(ra: RunReader, rb: RunReader, by_launch: Aligner) -> bool:
+    """``align="auto"``: pair by value? Only where the runs' kernels differ (the indexes of
+    ``by_launch``, the launch-level aligner, say so), both wrote provenance, and both used
+    one kernel filter (other filters, not other kernels: their difference is the finding)."""
+    return usable(ra) and usable(rb) and _filters(ra) == _filters(rb) and not by_launch.same_launches()
 
 def _attach_provenance(ra: RunReader, rb: RunReader, rows: list[RecordComparison],
                        first: FirstDivergence | None) -> None:
@@ -343,6 +331,8 @@ def diff(
     Raises:
         DumpError: a path is not a usable dump (missing, several runs, newer format).
     """
+    if align not in ALIGNMENTS:
+        raise ValueError(f"align must be one of {', '.join(ALIGNMENTS)}, not {align!r}")
     started = time.perf_counter()
     ra, rb = _as_reader(a), _as_reader(b)
     kfilter = KernelFilter.parse(kernels)
@@ -354,8 +344,10 @@ def diff(
     launches = 0
     total = ra.manifest_bytes
     try:
-        mode = _alignment(align, ra, rb, kfilter)
-        aligner = ValueAligner(ra, rb, kfilter) if mode == "value" else Aligner(ra, rb, kfilter)
+        aligner = ValueAligner(ra, rb, kfilter) if align == "value" else Aligner(ra, rb, kfilter)
+        if align == "auto" and _values_fit(ra, rb, aligner):
+            aligner = ValueAligner(ra, rb, kfilter)
+        mode = "value" if isinstance(aligner, ValueAligner) else "launch"
         with Prefetcher() as prefetcher, _one_intra_op_thread():
             planned = _Lookahead(aligner.launches(), lambda p: _plan(p, ra, rb, use_checksums, ignored),
                                  prefetcher if read_ahead else None)

@@ -14,8 +14,8 @@ post-grad nodes of one ATen call), the node stem its post-grad op (``add_13`` ->
 A graph input or weight a launch reads is keyed by the fused node that reads it.
 Values only one run materialised (fused away in the other) are listed ``unpaired``,
 never compared; a key never pairs values of another dtype or shape, so values of
-different meaning are never paired silently. Values whose keys are not unique within
-a run are listed apart as ambiguous.
+different meaning are never paired silently. With ``repeat`` every key is unique in its
+run: the n-th value with a key in A meets the n-th in B.
 
 Each launch of A is yielded with its records paired wherever their counterparts sit
 in B, so the rest of the diff (plans, metrics, first divergence) is unchanged.
@@ -33,9 +33,8 @@ from ..format.schema import Record
 from .align import Pair, PairedLaunch
 
 _NUMBERED = re.compile(r"_\d+$")
-#: ``Pair.how`` of a value only one run materialised, and of one whose key repeats.
+#: ``Pair.how`` of a value only one run materialised.
 UNMATERIALISED = "unmaterialised"
-AMBIGUOUS = "ambiguous"
 
 
 def value_key(reader: RunReader, r: Record, written: set) -> tuple | None:
@@ -58,26 +57,25 @@ def value_key(reader: RunReader, r: Record, written: set) -> tuple | None:
             r.dtype, tuple(r.shape or ()))
 
 
-def _keys(reader: RunReader, wanted) -> tuple[dict[int, tuple], Counter]:
-    """Byte offset of each keyed record -> its key (with ``repeat``), and how often each
-    key-with-repeat occurs (more than once: ambiguous)."""
-    keys: dict[int, tuple] = {}
-    repeats: Counter = Counter()
-    seen: Counter = Counter()
-    written: set = set()
-    for start, _stop, r in reader.entries():
-        if not wanted(r):
-            continue
-        key = value_key(reader, r, written)
-        if r.phase == "after":
-            written.add((r.graph, r.arg))
-        if key is None:
-            continue
-        full = (*key, repeats[key])
-        repeats[key] += 1
-        keys[start] = full
-        seen[full] += 1
-    return keys, seen
+class _Scan:
+    """One pass over a run's manifest: each keyed record's key (with ``repeat``, so
+    unique in the run) by byte offset, and the records grouped by launch."""
+
+    def __init__(self, reader: RunReader, wanted):
+        self.keys: dict[int, tuple] = {}
+        self.launches: dict[tuple, list[tuple[int, int, Record]]] = defaultdict(list)
+        repeats: Counter = Counter()
+        written: set = set()
+        for start, stop, r in reader.entries():
+            if not wanted(r):
+                continue
+            self.launches[(r.launch, r.graph, r.op)].append((start, stop, r))
+            key = value_key(reader, r, written)
+            if r.phase == "after":
+                written.add((r.graph, r.arg))
+            if key is not None:
+                self.keys[start] = (*key, repeats[key])
+                repeats[key] += 1
 
 
 def usable(reader: RunReader) -> bool:
@@ -92,41 +90,30 @@ class ValueAligner:
         self.a = a
         self.b = b
         self.kernels = kernels or KernelFilter()
-        wanted = lambda r: self.kernels.matches(r.kernel, r.op)  # noqa: E731
-        self._wanted = wanted
-        keys_b, seen_b = _keys(b, wanted)
-        self._b: dict[tuple, int] = {k: off for off, k in keys_b.items() if seen_b[k] == 1}
-        self._b_keys = keys_b
-        self._ambiguous_b = {k for k, n in seen_b.items() if n > 1}
+        self._b: dict[tuple, int] = {k: off for off, k in _Scan(b, self._wanted).keys.items()}
         self._used: set[tuple] = set()
 
+    def _wanted(self, r: Record) -> bool:
+        return self.kernels.matches(r.kernel, r.op)
+
     def launches(self) -> Iterator[PairedLaunch]:
-        keys_a, seen_a = _keys(self.a, self._wanted)
-        groups: dict[tuple, list[tuple[int, int, Record]]] = defaultdict(list)
-        ends: dict[tuple, int] = {}
-        for start, stop, r in self.a.entries():
-            if self._wanted(r):
-                groups[(r.launch, r.graph, r.op)].append((start, stop, r))
-                ends[(r.launch, r.graph, r.op)] = stop
-        for gkey in sorted(groups, key=lambda k: k[0]):
-            entries = groups[gkey]
+        scan = _Scan(self.a, self._wanted)
+        for gkey in sorted(scan.launches, key=lambda k: k[0]):
+            entries = scan.launches[gkey]
             pairs, launch_b = [], None
             for start, _stop, r in entries:
-                key = keys_a.get(start)
-                if key is None:
+                key = scan.keys.get(start)
+                off = self._b.get(key) if key is not None else None
+                if off is None:
                     pairs.append(Pair(r, None, UNMATERIALISED))
-                elif seen_a[key] > 1 or key in self._ambiguous_b:
-                    pairs.append(Pair(r, None, AMBIGUOUS))
-                elif key in self._b and key not in self._used:
-                    self._used.add(key)
-                    rb = self.b.record_at(self._b[key])
-                    launch_b = rb.launch if launch_b is None else launch_b
-                    pairs.append(Pair(r, rb, "provenance"))
-                else:
-                    pairs.append(Pair(r, None, UNMATERIALISED))
+                    continue
+                self._used.add(key)
+                rb = self.b.record_at(off)
+                launch_b = rb.launch if launch_b is None else launch_b
+                pairs.append(Pair(r, rb, "provenance"))
             first = entries[0][2]
             yield PairedLaunch(first.graph, first.kernel, first.op, first.kernel_call, first.launch, launch_b,
-                               pairs, ends[gkey])
+                               pairs, entries[-1][1])
 
     def only_in_b(self) -> Iterator[PairedLaunch]:
         """B's keyed values that no value of A took, per B launch (listed, not compared)."""
