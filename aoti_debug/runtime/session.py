@@ -250,8 +250,10 @@ class Session:
     def write_site(self, graph: str, site: int, kernel: str, provenance: str) -> None:
         """A launch site's provenance, once per (graph, site) in this run."""
         key = (graph, site)
+        if site < 0 or key in self.sites_written:  # every launch side asks: no lock once written
+            return
         with self._count_lock:
-            if site < 0 or key in self.sites_written:
+            if key in self.sites_written:
                 return
             self.sites_written.add(key)
         w = self._writer
