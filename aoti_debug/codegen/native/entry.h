@@ -95,6 +95,21 @@ class Resolved {
   std::vector<Value> values_, made_;
 };
 
+#if AOTI_DEBUG_WITH_RECORDS
+// One side's records (stats, print, save), what entry_launch and entry_done share: the
+// graph in run.json, the values recorded, run.json rewritten if it fell behind. Caller
+// holds S.mu.
+void record_phase(Shared& S, Local& L, const std::string& label, const Site& site, Graph* graph,
+                  const Value* values, size_t count, const char* phase) {
+  register_graph(S, L, label, site, graph);
+  if (S.usable) {
+    Resolved r(S, site, values, count);
+    record_side(S, site, r.data(), r.size(), phase, label, graph->device);
+  }
+  if (claims().info_stale) write_info(S);
+}
+#endif
+
 void entry_launch(Graph* graph, Token* token, const Site* site_ptr, const Value* values, size_t count) noexcept {
   ReleaseValues release{values, count};
   const Site& site = *site_ptr;
@@ -131,12 +146,7 @@ void entry_launch(Graph* graph, Token* token, const Site* site_ptr, const Value*
       return;
     }
 #if AOTI_DEBUG_WITH_RECORDS
-    register_graph(S, L, label, site, graph);
-    if (S.usable) {
-      Resolved r(S, site, values, count);
-      record_side(S, site, r.data(), r.size(), "before", label, graph->device);
-    }
-    if (claims().info_stale) write_info(S);
+    record_phase(S, L, label, site, graph, values, count, "before");
 #endif
   } catch (const std::exception& e) {
     hook_failed(S, site, e.what());
@@ -161,12 +171,7 @@ void entry_done(Graph* graph, Token* token, const Site* site_ptr, const Value* v
       return;
     }
 #if AOTI_DEBUG_WITH_RECORDS
-    register_graph(S, L, label, site, graph);
-    if (S.usable) {
-      Resolved r(S, site, values, count);
-      record_side(S, site, r.data(), r.size(), "after", label, graph->device);
-    }
-    if (claims().info_stale) write_info(S);
+    record_phase(S, L, label, site, graph, values, count, "after");
 #else
     (void)values;
     (void)count;

@@ -67,14 +67,14 @@ std::string trim_space(const std::string& v) {
   return v.substr(b, e - b + 1);
 }
 
-// format.schema.sanitize: runs of [^A-Za-z0-9_.] -> "_", strip "._", cut.
-std::string sanitize(const char* name, size_t limit) {
+// Runs of bytes other than [A-Za-z0-9] and `keep` -> "_", the bytes of `keep` stripped at
+// both ends, cut at `limit`; "" when nothing is left. What sanitize and clean_run_id share.
+std::string squash(const char* text, const char* keep, size_t limit) {
   std::string out;
   bool in_bad = false;
-  for (const char* p = name; *p; ++p) {
+  for (const char* p = text; *p; ++p) {
     char c = *p;
-    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-        c == '_' || c == '.';
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || std::strchr(keep, c);
     if (ok) {
       out.push_back(c);
       in_bad = false;
@@ -83,37 +83,25 @@ std::string sanitize(const char* name, size_t limit) {
       in_bad = true;
     }
   }
-  size_t b = out.find_first_not_of("._");
-  if (b == std::string::npos) return "x";
-  size_t e = out.find_last_not_of("._");
+  size_t b = out.find_first_not_of(keep);
+  if (b == std::string::npos) return "";
+  size_t e = out.find_last_not_of(keep);
   out = out.substr(b, e - b + 1);
   if (out.size() > limit) out.resize(limit);
   return out;
+}
+
+// format.schema.sanitize: runs of [^A-Za-z0-9_.] -> "_", strip "._", cut; "x" if empty.
+std::string sanitize(const char* name, size_t limit) {
+  std::string out = squash(name, "._", limit);
+  return out.empty() ? "x" : out;
 }
 
 // format.writer.clean_run_id: AOTI_DEBUG_RUN_ID as one directory name, "" when nothing is
 // left. Runs of bytes other than [A-Za-z0-9_.-] -> "_", "._-" stripped at both ends, cut
 // at schema::kRunIdLimit: no "..", "/" or absolute path survives.
 std::string clean_run_id(const std::string& raw) {
-  std::string out;
-  bool in_bad = false;
-  for (char c : raw) {
-    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-        c == '.' || c == '-';
-    if (ok) {
-      out.push_back(c);
-      in_bad = false;
-    } else if (!in_bad) {
-      out.push_back('_');
-      in_bad = true;
-    }
-  }
-  size_t b = out.find_first_not_of("._-");
-  if (b == std::string::npos) return "";
-  size_t e = out.find_last_not_of("._-");
-  out = out.substr(b, e - b + 1);
-  if (out.size() > static_cast<size_t>(schema::kRunIdLimit)) out.resize(schema::kRunIdLimit);
-  return out;
+  return squash(raw.c_str(), "._-", static_cast<size_t>(schema::kRunIdLimit));
 }
 
 // format.schema._field: no spaces in a value, "-" for an empty one.
