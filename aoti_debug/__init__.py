@@ -15,7 +15,18 @@ __version__ = "0.1.0"
 
 from ._switch import disable, enable, enabled  # noqa: E402  (light: no torch import)
 
-__all__ = ["__version__", "enable", "disable", "enabled", "diff", "show", "load_dump", "flush"]
+__all__ = ["__version__", "enable", "disable", "enabled", "reference", "diff", "show", "load_dump", "flush"]
+
+
+def reference(dtype=None, level: str | int = "save", kernels: str | None = None, dump_dir: str | None = None):
+    """``with aoti_debug.reference(dtype=torch.float64, dump_dir="ref"): compiled(x)``: inside,
+    functions compiled with ``torch.compile`` run eagerly (in float64 beside the model's
+    dtypes when ``dtype=torch.float64``) and are recorded, keyed by provenance, so that
+    ``aoti-debug diff compiled ref`` names the first kernel that departs from eager
+    (``aoti_debug.eager.reference``)."""
+    from .eager import reference as _reference
+
+    return _reference(dtype=dtype, level=level, kernels=kernels, dump_dir=dump_dir)
 
 
 def flush() -> None:

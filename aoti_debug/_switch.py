@@ -149,7 +149,20 @@ class _PostImportHook(importlib.abc.MetaPathFinder):
 
 
 def install_from_env_when_ready() -> None:
-    """Install now if Inductor is loaded, else as soon as it is."""
+    """Install now if Inductor is loaded, else as soon as it is.
+
+    Under ``AOTI_DEBUG_REFERENCE`` nothing is compiled: the reference replaces
+    ``torch.compile``'s call into Inductor (a class ``torch/__init__`` defines before it
+    autoloads us), installed as soon as torch is importable."""
+    import os
+
+    if os.environ.get(config.ENV_REFERENCE, "").strip():
+        if "torch" in sys.modules:
+            from .eager import active, enable_from_env as enable_reference_from_env
+
+            if active() is None:
+                enable_reference_from_env()
+        return
     if not config.env_requests_instrumentation():
         return
     if TRIGGER_MODULE in sys.modules:

@@ -35,6 +35,10 @@ ENV_PHASES = "AOTI_DEBUG_PHASES"
 ENV_MAX_BYTES = "AOTI_DEBUG_MAX_BYTES"
 ENV_RUN_ID = "AOTI_DEBUG_RUN_ID"
 ENV_NAMES_ARGS = "AOTI_DEBUG_NAMES_ARGS"
+ENV_REFERENCE = "AOTI_DEBUG_REFERENCE"
+#: ``AOTI_DEBUG_REFERENCE`` values: run compiled functions eagerly in the model's dtypes,
+#: or in float64 beside them (``aoti_debug.reference``).
+REFERENCE_MODES = ("eager", "fp64")
 #: PyTorch's own switches, honoured when ours are unset.
 ENV_TORCH_LEVEL = "AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER"
 ENV_TORCH_KERNELS = "AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT"
@@ -221,6 +225,20 @@ def make_compile_settings(
     )
 
 
+def parse_reference(value: str | None) -> str | None:
+    """``eager``, ``fp64`` or None (unset / empty): the reference mode asked for.
+
+    Raises:
+        ConfigError: any other value.
+    """
+    if value is None or not value.strip():
+        return None
+    mode = value.strip().lower()
+    if mode not in REFERENCE_MODES:
+        raise ConfigError(f"{ENV_REFERENCE}={value!r}: expected one of {', '.join(REFERENCE_MODES)}")
+    return mode
+
+
 def env_requests_instrumentation(env: Mapping[str, str] | None = None) -> bool:
     """Cheap check used at ``import torch`` time: is any level switch set non-zero?"""
     env = os.environ if env is None else env
@@ -336,9 +354,12 @@ def child_env(
     sync: bool | None = None,
     phases: str | None = None,
     names_args: bool | None = None,
+    reference: str | None = None,
 ) -> dict[str, str]:
     """Environment for a child process (``aoti-debug run`` / ``locate``)."""
     env = dict(base)
+    if reference is not None:
+        env[ENV_REFERENCE] = parse_reference(reference) or ""
     if level is not None:
         env[ENV_LEVEL] = parse_level(level)
     if kernels is not None:

@@ -52,8 +52,12 @@ class _Progress:
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Also draw the error of each compared output along the model into FILE "
                    "(.png or .svg; needs matplotlib).")
+@click.option("--rounding-factor", type=click.FloatRange(min=1.0), default=None, metavar="X",
+              help="Against an fp64 reference (run --reference fp64): a value is rounding while its error "
+                   "is at most X times eager's own error, else suspect (default 8).")
 @output_options
-def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, full, progress, plot, fmt, output):
+def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, full, progress, plot, rounding_factor,
+         fmt, output):
     """Compare DUMP_A against DUMP_B (the reference) and name the first divergence.
 
     Each DUMP is a run directory or a dump root holding exactly one run. Records are
@@ -67,6 +71,10 @@ def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, fu
     anything wrote it ("uninitialised") and --ignore matches are listed apart, never
     compared, never named as the divergence.
 
+    Against an eager reference (`aoti-debug run --reference eager|fp64`, given as
+    DUMP_B) each compiled value meets the value of the FX node it belongs to; against
+    fp64 each gets a verdict, rounding or suspect, and the first suspect is named.
+
     \b
     Exit status: 0 equal within tolerance, 1 different, 2 bad input or records that
     could not be compared (missing file, shape/dtype differs, present in one run only).
@@ -78,6 +86,7 @@ def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, fu
     Example:
       aoti-debug diff dumps/before dumps/after --format markdown -o diff.md
       aoti-debug diff dumps/before dumps/after --plot error.svg
+      aoti-debug diff dumps/compiled dumps/fp64-reference
     """
     from ..compare import diff as compare
     from ..compare.render import render_diff
@@ -96,7 +105,8 @@ def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, fu
         # report lists what it lists without --plot.
         result = compare(dump_a, dump_b, atol=atol, rtol=rtol, kernels=kernels, ignore=list(ignore),
                          keep_passing=show_all, max_records=limit, keep_all=plot is not None,
-                         use_checksums=not full, progress=bar, align=align)
+                         use_checksums=not full, progress=bar, align=align,
+                         **({} if rounding_factor is None else {"rounding_factor": rounding_factor}))
     except AotiDebugError as e:
         raise BadInput(str(e)) from None
     finally:

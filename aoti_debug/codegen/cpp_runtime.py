@@ -150,7 +150,7 @@ def _constants_body() -> str:
         f"constexpr const char* kNamesArgs = {cpp_string(config.ENV_NAMES_ARGS)};",
         "}  // namespace env",
         *names("format.schema.Record: the keys of a manifest record", "rec",
-               [f.name for f in dataclasses.fields(schema.Record)]),
+               [f.name for f in dataclasses.fields(schema.Record) if f.name not in schema.REFERENCE_ONLY_FIELDS]),
         *names("format.schema.STAT_KEYS", "stat", schema.STAT_KEYS),
         *names("format.schema.RunInfo: the keys of run.json", "info",
                [f.name for f in dataclasses.fields(schema.RunInfo)]),

@@ -42,8 +42,12 @@ def _origins(buf) -> list:
 
 
 def _origin_node(buf, origins: list):
-    """The FX node whose value the buffer holds: Inductor's ``origin_node``, else the last
-    of its origins in graph order (the fused chain's result)."""
+    """``(node, exact)``: the FX node whose value the buffer holds, and whether Inductor
+    said so. Inductor sets ``origin_node`` on the buffer a node's lowering returns (its
+    value); a buffer made on the way (the sum a ``mean`` divides later, an attention
+    kernel's mask) has none and is named here after the last of its origins in graph
+    order, not ``exact``: it does not hold that node's value. A tuple-valued node (an
+    extern kernel with several outputs) holds its values in its elements: exact."""
     try:
         node = buf.get_origin_node()
     except Exception:
@@ -54,10 +58,14 @@ def _origin_node(buf, origins: list):
             node = data.get_origin_node()
         except Exception:
             node = None
-    if node is None and origins:
-        order = _order(origins)
-        node = max(origins, key=lambda n: order.get(n, -1))
-    return node
+    if node is not None:
+        return node, True
+    if not origins:
+        return None, False
+    order = _order(origins)
+    node = max(origins, key=lambda n: order.get(n, -1))
+    val = (getattr(node, "meta", {}) or {}).get("val")
+    return node, isinstance(val, (tuple, list))
 
 
 def _cached(fx_graph, name: str, build):
@@ -106,11 +114,45 @@ def _instance(node) -> str:
     return ""
 
 
-def value_origin(node) -> ValueOrigin:
+def value_origin(node, output: bool = False, exact: bool = True) -> ValueOrigin:
+    """Where ``node`` came from; ``output``: it is a value a launch makes (then say
+    whether it is a step inside its instance's decomposition, or, not ``exact``, a
+    buffer made while lowering it that does not hold its value)."""
     meta = getattr(node, "meta", {}) or {}
     source, code = source_line(meta.get("stack_trace") or "")
+    instance = _instance(node)
+    inner = output and bool(instance) and (not exact or _inner(node, instance))
     return ValueOrigin(node=str(node.name), aten=_aten(node), module=_module(node),
-                       instance=_instance(node), source=source, code=code)
+                       instance=instance, source=source, code=code, inner=inner)
+
+
+def _inner(node, instance: str, depth: int = 0) -> bool:
+    """Whether only nodes decomposed from the same Dynamo node use ``node``: a step inside
+    that node's decomposition (``cat`` inside ``torch.diff``, the mean inside a LayerNorm),
+    not the value the Dynamo node returns. A tuple-valued node (an attention op) is inner
+    when each ``getitem`` that takes it apart is."""
+    import operator
+
+    users = list(getattr(node, "users", ()) or ())
+    if not users or depth > 8:
+        return False
+    for u in users:
+        if getattr(u, "op", None) == "output":
+            return False
+        target = getattr(u, "target", None)
+        if target is operator.getitem or (_instance(u) == instance and str(target).startswith(_RESHAPES)):
+            # The same value taken apart or reshaped (a linear's mm, then its view to the
+            # batch shape): inner when what it becomes is.
+            if not _inner(u, instance, depth + 1):
+                return False
+        elif _instance(u) != instance:
+            return False
+    return True
+
+
+#: Ops that give the same elements in the same order under another shape.
+_RESHAPES = ("aten.view.", "aten._unsafe_view.", "aten.reshape.", "aten.squeeze.", "aten.unsqueeze.",
+             "aten.alias.")
 
 
 def describe(launch: Launch) -> Provenance | None:
@@ -140,9 +182,9 @@ def _describe(launch: Launch) -> Provenance | None:
             continue
         origins = _origins(buf)
         fused += [n for n in origins if n not in fused]
-        node = _origin_node(buf, origins)
+        node, exact = _origin_node(buf, origins)
         if node is not None and getattr(node, "op", None) == "call_function":
-            outputs[a.name] = value_origin(node)
+            outputs[a.name] = value_origin(node, output=True, exact=exact)
             output_nodes.append(node)
             if node not in fused:  # a getitem of a multi-output node is no origin of its own
                 fused.append(node)

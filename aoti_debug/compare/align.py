@@ -35,6 +35,8 @@ class Pair:
     how: str = "key"
     """``key`` (same arg and phase), ``position`` (same place in the launch),
     ``unpaired`` (an input of a launch both runs made that only one passed), or ``-``."""
+    note: str = ""
+    """Why a value was left unpaired, where the aligner knows more than its ``how``."""
 
 
 @dataclasses.dataclass

@@ -15,15 +15,16 @@ import time
 from typing import Callable, Iterator
 
 from ..config import KernelFilter
-from ..errors import RecordError
+from ..errors import DumpError, RecordError
 from ..format.reader import RunReader
 from ..format.schema import Record
 from .align import Aligner, PairedLaunch, Pair
-from .value_align import UNMATERIALISED, ValueAligner, usable
+from .value_align import UNMATERIALISED, ValueAligner, reference_mode, usable
 from .births import Births, find_births, provenance_source
 from .divergence import DivergenceFinder
 from .metrics import TensorComparator, compare_checksums, compare_scalars, compare_stats, tolerance
 from .prefetch import Prefetcher
+from . import verdict as _verdict
 from .result import NOT_COMPARED, DiffResult, FirstDivergence, RecordComparison
 
 #: How far ahead of the comparison the prefetch thread may read.
@@ -75,8 +76,8 @@ def _plan(pair: Pair, ra: RunReader, rb: RunReader, use_checksums: bool, ignore:
         return _Plan(pair, "ignored", f"matches --ignore {ignore}")
     if pair.how == UNMATERIALISED:
         side, other = ("A", "B") if a is not None else ("B", "A")
-        return _Plan(pair, "unpaired", f"value of run {side} that run {other} did not materialise (fused "
-                                       f"differently), or whose provenance is unknown")
+        return _Plan(pair, "unpaired", pair.note or f"value of run {side} that run {other} did not materialise "
+                                                    f"(fused differently), or whose provenance is unknown")
     if pair.how == "unpaired":
         side = "A" if a is not None else "B"
         return _Plan(pair, "unpaired", f"input only in run {side}: the two compiles pass this kernel "
@@ -95,9 +96,12 @@ def _plan(pair: Pair, ra: RunReader, rb: RunReader, use_checksums: bool, ignore:
         return _Plan(pair, "mismatch", f"kind differs: {a.kind} in A, {b.kind} in B")
     if a.kind != "tensor":
         return _Plan(pair, "value")
-    if a.dtype != b.dtype:
+    if a.dtype != b.dtype and a.dtype != b.model_dtype:
         return _Plan(pair, "mismatch", f"dtype differs: {a.dtype} in A, {b.dtype} in B")
-    if list(a.shape or []) != list(b.shape or []):
+    reshaped = b.wrapper == "eager" and a.phase == "after"
+    if list(a.shape or []) != list(b.shape or []) and not (reshaped and a.numel == b.numel):
+        # (Against an eager reference a node's value may be materialised before its own
+        # last reshape: compared element by element in order when the counts agree.)
         return _Plan(pair, "mismatch", f"shape differs: {_shape(a)} in A, {_shape(b)} in B")
     if use_checksums and a.checksum and a.checksum == b.checksum:
         return _Plan(pair, "checksum")
@@ -191,9 +195,10 @@ class _Kept:
 class _Runner:
     """Carries out plans: loads, measures, and says pass or fail."""
 
-    def __init__(self, ra: RunReader, rb: RunReader, atol, rtol):
+    def __init__(self, ra: RunReader, rb: RunReader, atol, rtol, factor: float = _verdict.ROUNDING_FACTOR):
         self.ra, self.rb = ra, rb
         self.atol, self.rtol = atol, rtol
+        self.factor = factor
         self.comparator = TensorComparator()
         self.basis: collections.Counter = collections.Counter()
         self.bytes_read = 0
@@ -213,6 +218,8 @@ class _Runner:
             m = compare_checksums(a, b)
         elif plan.how == "stats":
             m = compare_stats(a, b, atol, rtol)
+            if _verdict.applies(b):
+                rc.verdict, rc.ratio = _verdict.judge_stats(a, b, self.factor)
         else:
             try:
                 ta = self.ra.load_tensor(a)
@@ -224,11 +231,19 @@ class _Runner:
             except RecordError as e:
                 rc.status, rc.note = "error", f"run B: {e}"
                 return rc
+            if ta.dtype != tb.dtype:  # an fp64 reference: compare in its precision
+                ta = ta.to(tb.dtype)
+            if ta.shape != tb.shape:  # a reference's value before its last reshape
+                ta = ta.reshape(tb.shape)
             m = self.comparator.compare(ta, tb, atol, rtol)
             del ta, tb
+            if _verdict.applies(b):
+                rc.verdict, rc.ratio = _verdict.judge(m, b, self.factor)
             self.bytes_read += plan.nbytes
         self.basis[m.basis] += 1
         rc.metrics = m
+        if rc.verdict is not None:  # against float64, the verdict decides, not the tolerance
+            m.passed = rc.verdict == _verdict.ROUNDING
         rc.status = "pass" if m.passed else "fail"
         if m.note:
             rc.note = m.note
@@ -304,6 +319,7 @@ def diff(
     progress: Callable[[int, int], None] | None = None,
     read_ahead: bool = True,
     align: str = "auto",
+    rounding_factor: float = _verdict.ROUNDING_FACTOR,
 ) -> DiffResult:
     """Compare run A against run B (the reference) and name the first divergence.
 
@@ -326,26 +342,37 @@ def diff(
             provenance wherever each run materialised them (kernels fused differently:
             other compile settings; :mod:`.value_align`); ``auto`` takes ``value`` when
             the runs' kernels differ, both wrote provenance and both recorded with the
-            same kernel filter, else ``launch``.
+            same kernel filter, else ``launch``. Against an eager reference (B recorded
+            by ``aoti-debug run --reference``) values are always paired by provenance.
+        rounding_factor: against an fp64 reference, a value is ``rounding`` while its
+            error is at most this many times eager's own (compare/verdict.py).
 
     Raises:
         DumpError: a path is not a usable dump (missing, several runs, newer format).
     """
     if align not in ALIGNMENTS:
         raise ValueError(f"align must be one of {', '.join(ALIGNMENTS)}, not {align!r}")
+    if not rounding_factor > 0:
+        raise ValueError(f"rounding_factor must be positive, not {rounding_factor}")
     started = time.perf_counter()
     ra, rb = _as_reader(a), _as_reader(b)
+    reference = reference_mode(rb)
+    if reference_mode(ra) and not reference:
+        ra.close()
+        rb.close()
+        raise DumpError(f"{ra.path} is an eager reference: give it second (aoti-debug diff COMPILED REFERENCE)")
     kfilter = KernelFilter.parse(kernels)
     patterns = ",".join(ignore) if isinstance(ignore, (list, tuple)) else (ignore or "")
     ignored = KernelFilter.parse(patterns) if patterns else None
-    runner = _Runner(ra, rb, atol, rtol)
+    runner = _Runner(ra, rb, atol, rtol, rounding_factor)
     finder = DivergenceFinder()
     kept = _Kept(keep_passing, max_records, keep_all)
     launches = 0
     total = ra.manifest_bytes
     try:
-        aligner = ValueAligner(ra, rb, kfilter) if align == "value" else Aligner(ra, rb, kfilter)
-        if align == "auto" and _values_fit(ra, rb, aligner):
+        by_value = align == "value" or (align == "auto" and reference is not None)
+        aligner = ValueAligner(ra, rb, kfilter) if by_value else Aligner(ra, rb, kfilter)
+        if align == "auto" and not by_value and _values_fit(ra, rb, aligner):
             aligner = ValueAligner(ra, rb, kfilter)
         mode = "value" if isinstance(aligner, ValueAligner) else "launch"
         with Prefetcher() as prefetcher, _one_intra_op_thread():
@@ -370,7 +397,14 @@ def diff(
     notes = [f"run A: {n}" for n in ra.notes] + [f"run B: {n}" for n in rb.notes]
     problems = [f"run A: {p}" for p in ra.problems] + [f"run B: {p}" for p in rb.problems]
     notes.extend(_level_notes(ra, rb, runner.basis))
-    if mode == "value":
+    if mode == "value" and reference is not None:
+        notes.append(f"run B is an eager reference ({reference}): each value of run A is paired with the value "
+                     f"of the FX node it belongs to; {aligner.reference_only} values of the reference that run A "
+                     f"fused away are not listed")
+        if reference == "fp64":
+            notes.append(f"against float64: a value is rounding while its RMS error is at most "
+                         f"{rounding_factor:g}x eager's own error, else suspect")
+    elif mode == "value":
         notes.append("the runs' kernels differ: values paired by provenance (module path, ATen op, FX node), "
                      "each compared where both runs materialised it; the rest is listed as unpaired")
     notes.extend(_kernel_set_notes(kept.rows))
@@ -378,8 +412,11 @@ def diff(
         path_a=ra.path, path_b=rb.path, info_a=ra.info, info_b=rb.info, records=kept.rows, counts=dict(kept.counts),
         basis=dict(runner.basis), first_divergence=finder.first, problems=problems, notes=notes,
         atol=atol, rtol=rtol, kernels=str(kfilter), launches=launches, bytes_read=runner.bytes_read,
-        seconds=time.perf_counter() - started, kept_passing=keep_passing, dropped=kept.dropped, compared=kept.every,
-        births_a=births_a, births_b=births_b, birth_differences=birth_differences(births_a, births_b),
+        seconds=time.perf_counter() - started, kept_passing=keep_passing,
+        rounding_factor=rounding_factor if reference == "fp64" else None, dropped=kept.dropped, compared=kept.every,
+        births_a=births_a, births_b=births_b,
+        # (Births pair by kernel and value: an eager reference has neither.)
+        birth_differences=birth_differences(births_a, births_b) if reference is None else [],
     )
 
 

@@ -62,9 +62,12 @@ class DivergenceFinder:
     @staticmethod
     def _make(launch: PairedLaunch, kind: str, bad_out: list, bad_in: list) -> FirstDivergence:
         worst = [r.metrics.max_abs for r in bad_out if r.metrics is not None and r.metrics.max_abs is not None]
+        ratios = [r.ratio for r in bad_out if r.ratio is not None]
+        verdicts = [r.verdict for r in bad_out if r.verdict is not None]
         return FirstDivergence(
             launch=launch.launch_a or 0, launch_b=launch.launch_b, graph=launch.graph, kernel=launch.kernel,
             op=launch.op, kernel_call=launch.kernel_call, kind=kind,
             outputs=[r.arg for r in bad_out], inputs=[r.arg for r in bad_in],
             max_abs=max(worst) if worst else None,
+            verdict=verdicts[0] if verdicts else None, ratio=max(ratios) if ratios else None,
         )

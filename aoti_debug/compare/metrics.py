@@ -75,6 +75,10 @@ class Metrics:
     inf_b: int | None = None
     bitwise: bool | None = None
     note: str = ""
+    rmse: float | None = None
+    """Root-mean-square of the differences over the finite pairs of elements."""
+    ref_rms: float | None = None
+    """Root-mean-square of B's (the reference's) finite values: the scale of the value."""
 
     @property
     def mismatch_frac(self) -> float | None:
@@ -164,13 +168,14 @@ class TensorComparator:
 
 
 class _Accumulator:
-    __slots__ = ("max_abs", "max_rel", "mismatched", "aa", "bb", "ab", "nan_a", "nan_b", "inf_a", "inf_b", "bitwise")
+    __slots__ = ("max_abs", "max_rel", "mismatched", "aa", "bb", "ab", "dd", "nan_a", "nan_b", "inf_a", "inf_b",
+                 "bitwise")
 
     def __init__(self):
         self.max_abs = 0.0
         self.max_rel = 0.0
         self.mismatched = 0
-        self.aa = self.bb = self.ab = 0.0
+        self.aa = self.bb = self.ab = self.dd = 0.0
         self.nan_a = self.nan_b = self.inf_a = self.inf_b = 0
         self.bitwise = True
 
@@ -187,6 +192,7 @@ class _Accumulator:
             basis="values", passed=self.mismatched == 0, max_abs=self.max_abs, max_rel=self.max_rel,
             mismatched=self.mismatched, numel=n, cosine=cosine, nan_a=self.nan_a, nan_b=self.nan_b,
             inf_a=self.inf_a, inf_b=self.inf_b, bitwise=self.bitwise,
+            rmse=math.sqrt(self.dd / n) if n else 0.0, ref_rms=math.sqrt(self.bb / n) if n else 0.0,
         )
 
 
@@ -213,10 +219,11 @@ def _chunk_finite(acc: _Accumulator, x, y, d, u, t, m, atol: float, rtol: float)
         rel = float(np.fmax.reduce(t))  # fmax skips the NaN of 0/0; x/0 stays inf
         if rel > acc.max_rel:
             acc.max_rel = rel
-    ab, aa, bb = float(np.dot(x, y)), float(np.dot(x, x)), float(np.dot(y, y))
-    if not (math.isfinite(ab) and math.isfinite(aa) and math.isfinite(bb)):  # float32 overflow
-        x64, y64 = x.astype(np.float64), y.astype(np.float64)
-        ab, aa, bb = float(np.dot(x64, y64)), float(np.dot(x64, x64)), float(np.dot(y64, y64))
+    ab, aa, bb, dd = float(np.dot(x, y)), float(np.dot(x, x)), float(np.dot(y, y)), float(np.dot(d, d))
+    if not (math.isfinite(ab) and math.isfinite(aa) and math.isfinite(bb) and math.isfinite(dd)):  # float32 overflow
+        x64, y64, d64 = x.astype(np.float64), y.astype(np.float64), d.astype(np.float64)
+        ab, aa, bb, dd = float(np.dot(x64, y64)), float(np.dot(x64, x64)), float(np.dot(y64, y64)), float(np.dot(d64, d64))
+    acc.dd += dd
     acc.aa += aa
     acc.bb += bb
     acc.ab += ab
@@ -245,6 +252,7 @@ def _chunk_nonfinite(acc: _Accumulator, x, y, atol: float, rtol: float) -> None:
     acc.max_abs = max(acc.max_abs, float(d.amax()) if d.numel() else 0.0)
     rel = (d / ay).nan_to_num_(nan=0.0, posinf=math.inf)
     acc.max_rel = max(acc.max_rel, float(rel.amax()) if rel.numel() else 0.0)
+    acc.dd += float(torch.dot(d, d))
     acc.aa += float(torch.dot(xf, xf))
     acc.bb += float(torch.dot(yf, yf))
     acc.ab += float(torch.dot(xf, yf))

@@ -7,6 +7,11 @@ compared value is dropped for want of a logarithm. Points are coloured by group
 (:func:`group_of`); failing values are diamonds, passing ones dots; a dashed line
 marks the first divergence.
 
+Against an fp64 reference (``aoti-debug run --reference fp64``) the panels are the RMS
+error of each value against float64, with eager's own error beside it (grey crosses),
+and their ratio, with the line up to which a value is ``rounding``: ``suspect`` values
+are the diamonds above it.
+
 Only outputs (``after`` records) are drawn: an input is the output of an earlier
 launch, drawn there already. A dump without ``after`` records has its inputs drawn.
 Pairs that were not compared by value (volatile, uninitialised, ignored, unpaired,
@@ -37,6 +42,7 @@ OTHER = "other"
 _RASTERIZE_ABOVE = 20000
 _KERNEL_NUMBER = re.compile(r"_\d+$")
 _METRICS = (("max_abs", "max abs error"), ("max_rel", "max rel error (vs |B|)"))
+_FP64_METRICS = (("rmse", "RMS error vs float64\n(x: eager's own)"), ("ratio", "error / eager's own"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +59,11 @@ class PlotPoint:
     nonfinite: bool
     """The NaN or Inf counts of A and B differ: the error is NaN/Inf whatever the
     finite elements say."""
+    rmse: float | None = None
+    eager: float | None = None
+    """Against an fp64 reference: eager's own RMS error (the reference record's)."""
+    ratio: float | None = None
+    verdict: str | None = None
 
     def error(self, metric: str) -> tuple[str, float]:
         """Where the point sits on the panel of ``metric`` (``max_abs`` or ``max_rel``):
@@ -94,9 +105,12 @@ def plot_points(result: DiffResult) -> tuple[list[PlotPoint], str]:
             continue
         m = rc.metrics
         nonfinite = (m.nan_a or 0) != (m.nan_b or 0) or (m.inf_a or 0) != (m.inf_b or 0)
+        eager = rc.b.eager_error if rc.b is not None else None
         points.append(PlotPoint(launch=rc.a.launch, group=group_of(rc), kernel=rc.kernel, arg=rc.arg,
                                 failed=rc.status == "fail", max_abs=m.max_abs, max_rel=m.max_rel,
-                                nonfinite=nonfinite))
+                                nonfinite=nonfinite, rmse=m.rmse,
+                                eager=float(eager) if isinstance(eager, (int, float)) else None,
+                                ratio=rc.ratio, verdict=rc.verdict))
     return points, phase
 
 
@@ -244,6 +258,20 @@ def _draw_panel(ax, points: list[PlotPoint], metric: str, label: str, palette: d
     ax.grid(True, axis="y", which="major", alpha=0.3)
 
 
+def _draw_verdicts(axes, points: list[PlotPoint], factor: float | None) -> None:
+    """Eager's own error beside each compiled error, and the ratio up to which a value is
+    ``rounding`` (the suspect kernels are the diamonds above it)."""
+    eager = [(p.launch, p.eager) for p in points if p.eager is not None and p.eager > 0]
+    if eager:
+        xs, ys = zip(*eager)
+        axes[0].scatter(xs, ys, s=14, marker="x", c="0.55", linewidths=0.8, zorder=2)
+    if factor:
+        axes[1].axhline(factor, color="darkorange", linestyle="-.", linewidth=1.0, zorder=1)
+        axes[1].annotate(f"rounding up to {factor:g}x eager's own error; suspect above", xy=(0.0, factor),
+                         xycoords=("axes fraction", "data"), xytext=(3, 3), textcoords="offset points",
+                         fontsize=7, color="darkorange")
+
+
 def _mark_first_divergence(axes, result: DiffResult, points: list[PlotPoint]) -> None:
     first = result.first_divergence
     if first is None:
@@ -254,6 +282,8 @@ def _mark_first_divergence(axes, result: DiffResult, points: list[PlotPoint]) ->
     span = (max(xs) - min(xs)) or 1
     right = (first.launch - min(xs)) / span > 0.6  # keep the label over the axes
     how = {"born": "born here", "input": "enters through an input"}.get(first.kind, first.kind)
+    if first.verdict is not None and first.ratio is not None:
+        how = f"{first.verdict}: {first.ratio:.3g}x eager's own error"
     # Above the axes, where no point can hide it.
     axes[0].annotate(f"first divergence: {first.kernel} (launch {first.launch}, {how})",
                      xy=(first.launch, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 3),
@@ -261,7 +291,8 @@ def _mark_first_divergence(axes, result: DiffResult, points: list[PlotPoint]) ->
                      color="crimson")
 
 
-def _legends(axes, groups: list[str], palette: dict, has_other: bool, has_first: bool) -> None:
+def _legends(axes, groups: list[str], palette: dict, has_other: bool, has_first: bool,
+             verdicts: bool = False) -> None:
     from matplotlib.lines import Line2D
 
     def dot(colour, label, marker="o", edge="none"):
@@ -271,8 +302,15 @@ def _legends(axes, groups: list[str], palette: dict, has_other: bool, has_first:
     if shown:
         axes[0].legend(handles=shown, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="group",
                        title_fontsize=8, frameon=False)
-    status = [dot("0.4", "pass"), dot("0.4", "fail", "D", "black"), dot("white", "NaN/Inf error", "o", "crimson"),
-              Line2D([], [], color="0.35", linewidth=0.8, label="running max")]
+    if verdicts:
+        status = [dot("0.4", "rounding"), dot("0.4", "suspect", "D", "black"),
+                  dot("white", "NaN/Inf error", "o", "crimson"),
+                  Line2D([], [], linestyle="", marker="x", color="0.55", label="eager's own error"),
+                  Line2D([], [], color="darkorange", linestyle="-.", linewidth=1.0, label="rounding limit")]
+    else:
+        status = [dot("0.4", "pass"), dot("0.4", "fail", "D", "black"),
+                  dot("white", "NaN/Inf error", "o", "crimson"),
+                  Line2D([], [], color="0.35", linewidth=0.8, label="running max")]
     if has_first:
         status.append(Line2D([], [], color="crimson", linestyle="--", linewidth=1.0, label="first divergence"))
     axes[1].legend(handles=status, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
@@ -314,12 +352,15 @@ def plot_diff(result: DiffResult, path, *, title: str | None = None) -> str:
         fig = Figure(figsize=(12, 7.5), layout="constrained")
         FigureCanvasAgg(fig)
         axes = fig.subplots(2, 1, sharex=True)
-        for ax, (metric, label) in zip(axes, _METRICS):
+        verdicts = any(p.ratio is not None for p in points)
+        for ax, (metric, label) in zip(axes, _FP64_METRICS if verdicts else _METRICS):
             _draw_panel(ax, points, metric, label, palette, rasterized)
+        if verdicts:
+            _draw_verdicts(axes, points, result.rounding_factor)
         if not points:
             axes[0].text(0.5, 0.5, "no value was compared", transform=axes[0].transAxes, ha="center", va="center")
         _mark_first_divergence(axes, result, points)
-        _legends(axes, ranked, palette, has_other, result.first_divergence is not None)
+        _legends(axes, ranked, palette, has_other, result.first_divergence is not None, verdicts)
         axes[1].set_xlabel("launch (run A)")
         axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))
         fig.suptitle(title or f"aoti-debug diff {_short(result.path_a)} vs {_short(result.path_b)} (reference)\n"

@@ -22,6 +22,13 @@ _DIFF_COLUMNS = (
     ("max_rel", "max_rel"), ("mismatch", "mismatch"), ("cosine", "cosine"), ("nan", "nan a/b"),
     ("inf", "inf a/b"), ("basis", "basis"), ("note", "note"),
 )
+#: Against an fp64 reference the verdict replaces the tolerance's mismatch count.
+_VERDICT_COLUMNS = tuple(c for c in _DIFF_COLUMNS if c[0] != "mismatch")[:-2] + (
+    ("verdict", "verdict"), ("ratio", "x eager"), ("basis", "basis"), ("note", "note"))
+
+
+def _diff_columns(result: DiffResult):
+    return _VERDICT_COLUMNS if result.rounding_factor is not None else _DIFF_COLUMNS
 _SHOW_COLUMNS = ("graph", "kernel", "op", "module", "calls", "records", "bytes", "min", "max", "absmax", "nan", "inf")
 _BIRTH_COLUMNS = (("born", "born"), ("launch", "launch"), ("graph", "graph"), ("kernel", "kernel"), ("op", "op"),
                   ("call", "call"), ("nan", "nan"), ("inf", "inf"), ("outputs", "outputs"),
@@ -83,12 +90,15 @@ def _diff_rows(result: DiffResult, clip: bool, show_all: bool = True) -> list[di
             "max_rel": _num(r["max_rel"]), "mismatch": _pct(r["mismatch"]), "cosine": _cos(r["cosine"]),
             "nan": _pair(r["nan_a"], r["nan_b"]), "inf": _pair(r["inf_a"], r["inf_b"]), "basis": r["basis"] or "-",
             "note": _clip(r["note"], 70) if clip else r["note"],
+            "verdict": r["verdict"] or "-", "ratio": _num(r["ratio"]),
         }
         rows.append(cells)
     return rows
 
 
 def _tolerance_line(result: DiffResult) -> str:
+    if result.rounding_factor is not None:
+        return f"verdict against float64: rounding up to {result.rounding_factor:g}x eager's own error"
     if result.atol is not None and result.rtol is not None:
         return f"tolerance atol={result.atol:g} rtol={result.rtol:g}"
     seen = sorted({rc.record.dtype for rc in result.records if rc.record.dtype})
@@ -104,7 +114,9 @@ def _tolerance_line(result: DiffResult) -> str:
 def _diff_header(result: DiffResult) -> list[str]:
     lines = []
     for side, path, info in (("A", result.path_a, result.info_a), ("B", result.path_b, result.info_b)):
-        lines.append(f"{side}: {path}  (level {info.level or '?'}, {info.writer} writer, {info.device or '?'})")
+        modes = {g.get("reference") for g in info.graphs.values() if isinstance(g, dict) and g.get("reference")}
+        what = f"eager reference ({', '.join(sorted(modes))})" if modes else f"{info.writer} writer"
+        lines.append(f"{side}: {path}  (level {info.level or '?'}, {what}, {info.device or '?'})")
     lines.append(f"{result.basis_line()}; {_tolerance_line(result)}; B is the reference"
                  + (f"; kernels {result.kernels}" if result.kernels else ""))
     if result.first_divergence is not None:
@@ -213,13 +225,13 @@ def render_diff(result: DiffResult, fmt: str = "table", show_all: bool = False) 
     header = _diff_header(result)
     footer = _diff_footer(result, show_all)
     if fmt == "markdown":
-        table = _markdown_table(_diff_rows(result, False, show_all), _DIFF_COLUMNS)
+        table = _markdown_table(_diff_rows(result, False, show_all), _diff_columns(result))
         return "\n\n".join(["# aoti-debug diff", "\n".join(f"- {h}" for h in header), table,
                             "\n".join(f"- {f}" for f in footer)]) + "\n"
     if fmt == "html":
         return _html_page("aoti-debug diff", header + footer,
-                          [_html_table(_diff_rows(result, False, show_all), _DIFF_COLUMNS)])
-    table = _text_table(_diff_rows(result, True, show_all), _DIFF_COLUMNS)
+                          [_html_table(_diff_rows(result, False, show_all), _diff_columns(result))])
+    table = _text_table(_diff_rows(result, True, show_all), _diff_columns(result))
     parts = ["\n".join(header)]
     if table:
         parts.append(table)

@@ -27,7 +27,7 @@ EXIT_EQUAL, EXIT_DIFFERENT, EXIT_BAD_INPUT = 0, 1, 2
 COLUMNS = (
     "status", "first", "launch_a", "launch_b", "graph", "kernel", "op", "call", "phase", "arg", "role",
     "dtype", "shape", "basis", "max_abs", "max_rel", "mismatch", "cosine", "nan_a", "nan_b", "inf_a",
-    "inf_b", "bitwise", "atol", "rtol", "aligned_by", "seq_a", "seq_b", "note", "module",
+    "inf_b", "bitwise", "atol", "rtol", "aligned_by", "seq_a", "seq_b", "note", "module", "verdict", "ratio",
 )
 
 
@@ -64,9 +64,13 @@ class RecordComparison:
     rtol: float | None = None
     note: str = ""
     first: bool = False
+    """Part of the launch named as the first divergence."""
     module: str | None = None
     """The module path of the value (run A's provenance; B's where A has none)."""
-    """Part of the launch named as the first divergence."""
+    verdict: str | None = None
+    """Against an fp64 reference: ``rounding`` or ``suspect`` (compare/verdict.py)."""
+    ratio: float | None = None
+    """Against an fp64 reference: the compiled error over eager's own error."""
 
     def __bool__(self) -> bool:
         return self.status == "pass"
@@ -141,6 +145,8 @@ class RecordComparison:
             "seq_b": b.seq if b else None,
             "note": self.note,
             "module": self.module,
+            "verdict": self.verdict,
+            "ratio": self.ratio,
         }
         return row
 
@@ -183,6 +189,11 @@ class FirstDivergence:
     """The user's source line it came from (``file:line in func``)."""
     code: str = ""
     """The code on that line."""
+    verdict: str | None = None
+    """Against an fp64 reference: ``suspect`` (its error is far beyond eager's own)."""
+    ratio: float | None = None
+    """Against an fp64 reference: the largest compiled error over eager's own error of
+    its differing outputs."""
 
     def __bool__(self) -> bool:
         return True
@@ -191,6 +202,9 @@ class FirstDivergence:
         where = f"launch {self.launch} {self.graph} {self.kernel} (call {self.kernel_call})"
         outs = ", ".join(self.outputs) or "-"
         if self.kind == "born":
+            if self.verdict is not None:
+                return f"{where}: output {outs} is {self.verdict}: its error against float64 is " \
+                       f"{_g(self.ratio)}x eager's own while every input matches" + self._at()
             return f"{where}: output {outs} differs (max_abs {_g(self.max_abs)}) while every input matches" \
                 + self._at()
         ins = ", ".join(self.inputs)
@@ -209,6 +223,7 @@ class FirstDivergence:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["max_abs"] = _json_float(self.max_abs)
+        d["ratio"] = _json_float(self.ratio)
         d["summary"] = str(self)
         return d
 
@@ -237,6 +252,8 @@ class DiffResult:
     bytes_read: int = 0
     seconds: float = 0.0
     kept_passing: bool = True
+    rounding_factor: float | None = None
+    """Against an fp64 reference: the largest error ratio still called ``rounding``."""
     dropped: int = 0
     """Pairs counted but not kept in ``records`` (``max_records``)."""
     compared: list[RecordComparison] | None = None

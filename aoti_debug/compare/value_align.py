@@ -19,6 +19,22 @@ run: the n-th value with a key in A meets the n-th in B.
 
 Each launch of A is yielded with its records paired wherever their counterparts sit
 in B, so the rest of the diff (plans, metrics, first divergence) is unchanged.
+
+**Against an eager reference** (B recorded by ``aoti-debug run --reference``,
+:mod:`aoti_debug.eager`), B's values are those of the Dynamo graph's own nodes, and a
+compiled value is known by the node it belongs to (``instance``):
+
+    (kind, graph, instance, dtype in the model, shape, repeat)
+
+where ``graph`` is the graph's place among the runs' forward (or inference) graphs, so
+a compiled run's backward graphs, which the reference has not, do not shift it. One
+node decomposes into several post-grad nodes, and a kernel may materialise more than
+one of them with the node's shape (an attention kernel's copy of its input, then its
+output): the value of the node is the last one made, by the launch site that makes it
+latest; the earlier ones are unpaired. Two values of one site with one key (a
+LayerNorm's weight and bias, both read by its node) cannot be told apart and are left
+unpaired on both sides. Values of the reference that the compiled run fused away are
+counted, not listed.
 """
 
 from __future__ import annotations
@@ -35,6 +51,72 @@ from .align import Pair, PairedLaunch
 _NUMBERED = re.compile(r"_\d+$")
 #: ``Pair.how`` of a value only one run materialised.
 UNMATERIALISED = "unmaterialised"
+
+
+def reference_mode(reader: RunReader) -> str | None:
+    """``eager`` or ``fp64`` when the run is an eager reference (``aoti_debug.eager``)."""
+    modes = {g.get("reference") for g in reader.info.graphs.values()
+             if isinstance(g, dict) and g.get("wrapper") == "eager"}
+    modes.discard(None)
+    return "fp64" if "fp64" in modes else ("eager" if modes else None)
+
+
+def _graph_ids(reader: RunReader) -> dict[str, str]:
+    """Graph label -> its place among the run's non-backward graphs (``f0``, ``f1``, ...;
+    a subgraph keeps its suffix); backward graphs are left out."""
+    graphs = reader.info.graphs
+
+    def number(label: str) -> int:
+        digits = re.sub(r"\D", "", label.split("/", 1)[0])
+        return int(digits) if digits else 1 << 30
+
+    bases = sorted((g for g in graphs if "/" not in g), key=lambda g: (number(g), g))
+    ids: dict[str, str] = {}
+    for label in bases:
+        info = graphs.get(label)
+        if isinstance(info, dict) and info.get("kind") == "backward":
+            continue
+        ids[label] = f"f{len(ids)}"
+    for label in graphs:
+        base, sep, sub = label.partition("/")
+        if sep and base in ids:
+            ids[label] = f"{ids[base]}/{sub}"
+    return ids
+
+
+def reference_key(reader: RunReader, r: Record, written: set, graph_ids: dict[str, str]) -> tuple | None:
+    """What the value of record ``r`` is in the terms of an eager reference: the Dynamo
+    node it belongs to; None when its run did not say (or it is of a backward graph)."""
+    gid = graph_ids.get(r.graph)
+    prov = reader.provenance(r)
+    if gid is None or prov is None or r.kind != "tensor":
+        return None
+    base = r.arg.split("[", 1)[0]  # an element of a returned tuple: the tuple's node
+    if r.phase == "after":
+        origin, kind = prov.output(r.arg) or prov.output(base), "value"
+    elif (r.graph, r.arg) not in written and _row_major(r):
+        # (A weight read through a transposing view holds other values than the weight
+        # itself, in a square shape even the same shape: only plain reads are keyed.)
+        origin, kind = prov.input(r.arg) or prov.input(base), "input"
+    else:
+        return None
+    if origin is None or not origin.instance or origin.inner:
+        return None
+    # A value by numel, not shape: a node's value may be materialised before its last
+    # reshape (a linear's mm output, viewed to the batch shape by the same node). An
+    # input by shape: a launch may read a weight through a transposing view.
+    size = r.numel if kind == "value" else tuple(r.shape or ())
+    return (kind, gid, origin.instance, r.model_dtype or r.dtype, size)
+
+
+def _row_major(r: Record) -> bool:
+    """Whether the tensor of ``r`` is laid out as its shape says, row by row."""
+    expected, step = [], 1
+    for size in reversed(r.shape or []):
+        expected.append(step)
+        step *= max(size, 1)
+    expected.reverse()
+    return all(s == e for s, e, n in zip(r.stride or [], expected, r.shape or []) if n > 1)
 
 
 def value_key(reader: RunReader, r: Record, written: set) -> tuple | None:
@@ -59,21 +141,70 @@ def value_key(reader: RunReader, r: Record, written: set) -> tuple | None:
 
 class _Scan:
     """One pass over a run's manifest: each keyed record's key (with ``repeat``, so
-    unique in the run) by byte offset, and the records grouped by launch."""
+    unique in the run) by byte offset, and the records grouped by launch.
 
-    def __init__(self, reader: RunReader, wanted):
+    ``reference``: key by :func:`reference_key`, and keep only the last producer of
+    each key (``why`` says why the others are not keyed)."""
+
+    def __init__(self, reader: RunReader, wanted, reference: bool = False):
         self.keys: dict[int, tuple] = {}
+        self.why: dict[int, str] = {}
         self.launches: dict[tuple, list[tuple[int, int, Record]]] = defaultdict(list)
         repeats: Counter = Counter()
         written: set = set()
+        graph_ids = _graph_ids(reader) if reference else {}
+        found: list[tuple[int, tuple, tuple]] = []
+        first_launch: dict[tuple, int] = {}
         for start, stop, r in reader.entries():
             if not wanted(r):
                 continue
             self.launches[(r.launch, r.graph, r.op)].append((start, stop, r))
-            key = value_key(reader, r, written)
+            if reference:
+                key = reference_key(reader, r, written, graph_ids)
+            else:
+                key = value_key(reader, r, written)
             if r.phase == "after":
                 written.add((r.graph, r.arg))
-            if key is not None:
+            if key is None:
+                if reference:
+                    self._explain(reader, r, start)
+                continue
+            if not reference:
+                self.keys[start] = (*key, repeats[key])
+                repeats[key] += 1
+                continue
+            producer = (r.graph, r.site, r.phase, r.index)
+            first_launch.setdefault(producer, r.launch)
+            found.append((start, key, producer))
+        if reference:
+            self._keep_last(found, first_launch, repeats)
+
+    def _explain(self, reader: RunReader, r: Record, start: int) -> None:
+        prov = reader.provenance(r) if r.phase == "after" else None
+        origin = prov.output(r.arg) or prov.output(r.arg.split("[", 1)[0]) if prov is not None else None
+        if origin is not None and origin.inner:
+            self.why[start] = (f"made on the way to node {origin.instance}'s value, not that value (a step "
+                               f"inside its computation): the reference has no such value")
+
+    def _keep_last(self, found, first_launch: dict, repeats: Counter) -> None:
+        producers: dict[tuple, set] = defaultdict(set)
+        for _start, key, producer in found:
+            producers[key].add(producer)
+        chosen: dict[tuple, tuple | None] = {}
+        for key, made in producers.items():
+            last = max(made, key=lambda p: (first_launch[p], p[3]))
+            same_site = [p for p in made if p[:2] == last[:2]]
+            chosen[key] = None if len(same_site) > 1 else last
+        for start, key, producer in found:
+            pick = chosen[key]
+            if pick is None:
+                self.why[start] = (f"{key[0]} of node {key[2]}: the launch has more than one value of this "
+                                   f"dtype and shape for that node, which cannot be told apart")
+            elif producer != pick and key[0] == "input":
+                self.why[start] = f"read again by the launch that is compared for node {key[2]}"
+            elif producer != pick:
+                self.why[start] = f"made before the value of node {key[2]} that is compared (a step inside it)"
+            else:
                 self.keys[start] = (*key, repeats[key])
                 repeats[key] += 1
 
@@ -90,14 +221,19 @@ class ValueAligner:
         self.a = a
         self.b = b
         self.kernels = kernels or KernelFilter()
-        self._b: dict[tuple, int] = {k: off for off, k in _Scan(b, self._wanted).keys.items()}
+        self.reference = reference_mode(b)
+        """B's reference mode (``eager``/``fp64``) when B is an eager reference, else None."""
+        b_scan = _Scan(b, self._wanted if not self.reference else lambda r: True, bool(self.reference))
+        self._b: dict[tuple, int] = {k: off for off, k in b_scan.keys.items()}
         self._used: set[tuple] = set()
+        self.reference_only = 0
+        """Values of the reference that no value of A took (fused away in A); counted."""
 
     def _wanted(self, r: Record) -> bool:
         return self.kernels.matches(r.kernel, r.op)
 
     def launches(self) -> Iterator[PairedLaunch]:
-        scan = _Scan(self.a, self._wanted)
+        scan = _Scan(self.a, self._wanted, bool(self.reference))
         for gkey in sorted(scan.launches, key=lambda k: k[0]):
             entries = scan.launches[gkey]
             pairs, launch_b = [], None
@@ -105,7 +241,7 @@ class ValueAligner:
                 key = scan.keys.get(start)
                 off = self._b.get(key) if key is not None else None
                 if off is None:
-                    pairs.append(Pair(r, None, UNMATERIALISED))
+                    pairs.append(Pair(r, None, UNMATERIALISED, scan.why.get(start, "")))
                     continue
                 self._used.add(key)
                 rb = self.b.record_at(off)
@@ -116,8 +252,12 @@ class ValueAligner:
                                pairs, entries[-1][1])
 
     def only_in_b(self) -> Iterator[PairedLaunch]:
-        """B's keyed values that no value of A took, per B launch (listed, not compared)."""
+        """B's keyed values that no value of A took, per B launch (listed, not compared;
+        an eager reference's are counted in :attr:`reference_only`, not listed)."""
         left: dict[int, list[Record]] = defaultdict(list)
+        if self.reference:
+            self.reference_only = sum(1 for key in self._b if key not in self._used)
+            return
         for key, off in self._b.items():
             if key not in self._used:
                 r = self.b.record_at(off)

@@ -113,6 +113,14 @@ def _strs(v: Any, what: str) -> tuple[str, ...]:
     return tuple(v)
 
 
+def _flag(v: Any, what: str) -> bool:
+    if v is None:
+        return False
+    if type(v) is not bool:
+        raise ValueError(f"{what} must be true or false")
+    return v
+
+
 def _str(v: Any, what: str) -> str:
     if v is None:
         return ""
@@ -133,12 +141,17 @@ class ValueOrigin:
     """``file:line in func`` of the user's code."""
     code: str = ""
     """The code on that line."""
+    inner: bool = False
+    """A step inside the decomposition of ``instance`` (only nodes of the same instance use
+    it), not the value that node returns: an eager reference has no such value."""
 
     def to_dict(self) -> dict:
         d = {"node": self.node, "aten": self.aten, "module": self.module, "instance": self.instance,
              "source": self.source}
         if self.code:
             d["code"] = self.code
+        if self.inner:
+            d["inner"] = True
         return d
 
     @classmethod
@@ -147,7 +160,8 @@ class ValueOrigin:
             raise ValueError("an output's origin must be an object")
         return cls(node=_str(d.get("node"), "node"), aten=_str(d.get("aten"), "aten"),
                    module=_str(d.get("module"), "module"), instance=_str(d.get("instance"), "instance"),
-                   source=_str(d.get("source"), "source"), code=_str(d.get("code"), "code"))
+                   source=_str(d.get("source"), "source"), code=_str(d.get("code"), "code"),
+                   inner=_flag(d.get("inner"), "inner"))
 
 
 def _lookup(pairs: tuple[tuple[str, ValueOrigin], ...], arg: str) -> ValueOrigin | None:

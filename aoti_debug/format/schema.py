@@ -149,6 +149,12 @@ class Record:
     site: int | None = None
     """The launch site's number in its graph's wrapper: its provenance is the line of
     ``sites.jsonl`` with this ``graph`` and ``site`` (format.provenance)."""
+    model_dtype: str | None = None
+    """An fp64 reference (``aoti_debug.eager``): the dtype the value has in the model,
+    which ``dtype`` (float64) is not."""
+    eager_error: float | str | None = None
+    """An fp64 reference: the RMS error of the model-dtype eager value against this
+    float64 one (eager's own error, which a compiled value's is judged against)."""
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -226,6 +232,8 @@ class RunInfo:
 
 
 _RECORD_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Record))
+#: Record fields only the eager reference (Python) writes: the C++ runtime has no names for them.
+REFERENCE_ONLY_FIELDS = frozenset({"model_dtype", "eager_error"})
 
 
 #: Level ``names`` lines (stderr, flushed); the C++ runtime prints the same format and

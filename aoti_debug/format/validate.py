@@ -30,7 +30,10 @@ PHASES = ("before", "after")
 ROLES: tuple[str, ...] = get_args(Role)
 KINDS: tuple[str, ...] = get_args(Kind)
 WRAPPERS = ("python", "cpp")
-GRAPH_KINDS = ("forward", "backward", "inference")
+#: What made a record: a wrapper, or the eager reference (``aoti_debug.eager``).
+RECORD_WRAPPERS = (*WRAPPERS, "eager")
+GRAPH_KINDS = ("forward", "backward", "inference", "reference")
+REFERENCE_MODES = ("eager", "fp64")
 LEVEL_NAMES = tuple(LEVELS.values())
 
 #: ``str(dtype)`` without ``torch.`` for every dtype of torch 2.13 (a test compares this
@@ -133,6 +136,13 @@ def _relpath(v: Any) -> bool:
     return norm not in (".", "..") and not norm.startswith("../")
 
 
+def _error(v: Any) -> bool:
+    """An error measure: a non-negative number, or "nan" / "inf" as the writers spell them."""
+    if type(v) in (int, float):
+        return v >= 0 and v != float("inf")
+    return type(v) is str and v in ("nan", "inf")
+
+
 def _stat(v: Any) -> bool:
     if v is None:
         return True
@@ -168,7 +178,7 @@ RECORD_FIELDS: dict[str, _Rule] = {
     "seq": (_count, _COUNT),
     "launch": (_count, _COUNT),
     "graph": (_name, "a non-empty string"),
-    "wrapper": (_choice(WRAPPERS), _one_of(WRAPPERS)),
+    "wrapper": (_choice(RECORD_WRAPPERS), _one_of(RECORD_WRAPPERS)),
     "kernel": (_name, "a non-empty string"),
     "op": (_text, _TEXT),
     "kernel_call": (_count, _COUNT),
@@ -193,6 +203,8 @@ RECORD_FIELDS: dict[str, _Rule] = {
     "uninitialised": (_opt(_flag), "true or false"),
     "volatile": (_opt(_text), "a string (the reason)"),
     "site": (_opt(_count), _COUNT),
+    "model_dtype": (_opt(_tensor_dtype), "a dtype name"),
+    "eager_error": (_opt(_error), 'a non-negative number, "nan" or "inf"'),
 }
 RECORD_REQUIRED = ("seq", "launch", "graph", "kernel", "phase", "arg")
 #: What every writer writes for a tensor, even one it could not read (then with ``error``).
@@ -223,7 +235,8 @@ INFO_REQUIRED = ("format_version", "run_id", "level", "pid", "start_time")
 
 #: Keys of one entry of run.json ``graphs``; the runtimes may add more (provenance).
 GRAPH_FIELDS: dict[str, _Rule] = {
-    "wrapper": (_choice(WRAPPERS), _one_of(WRAPPERS)),
+    "wrapper": (_choice(RECORD_WRAPPERS), _one_of(RECORD_WRAPPERS)),
+    "reference": (_choice(REFERENCE_MODES), _one_of(REFERENCE_MODES)),
     "file": (_opt(_text), "a string or null"),
     "subgraph": (_text, _TEXT),
     "kind": (_choice(GRAPH_KINDS), _one_of(GRAPH_KINDS)),

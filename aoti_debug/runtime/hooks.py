@@ -146,8 +146,11 @@ class GraphHandle:
         except Exception as e:
             warn_once(f"hook-{type(e).__name__}", f"instrumentation of {_kernel(site)} failed: {e}")
 
-    def done(self, site: Site, values: Sequence[Any]) -> None:
-        """After a kernel launch: optional device sync, name it, record its outputs."""
+    def done(self, site: Site, values: Sequence[Any], extra: Sequence[dict | None] | None = None) -> None:
+        """After a kernel launch: optional device sync, name it, record its outputs.
+
+        ``extra``: fields to add to each value's record, in the order of the flattened
+        values (the eager reference's ``model_dtype`` and ``eager_error``)."""
         if self.sync:
             self._synchronize(site)
         try:
@@ -156,7 +159,7 @@ class GraphHandle:
                 tls = self._tls
                 _emit(names_line("after", tls.launch, tls.label, site.kernel, tls.call))
                 return
-            self._record(sess, site, site.after, values, "after")
+            self._record(sess, site, site.after, values, "after", extra)
         except Exception as e:
             warn_once(f"hook-{type(e).__name__}", f"instrumentation of {_kernel(site)} failed: {e}")
 
@@ -182,7 +185,8 @@ class GraphHandle:
                 _emit(arg_line(self._launch, {"name": name, "role": a.role, **_metadata(v, a.kind_hint)}))
 
     # -- records -----------------------------------------------------------------------
-    def _record(self, sess, site: Site, args: Sequence[SiteArg], values: Sequence[Any], phase: str) -> None:
+    def _record(self, sess, site: Site, args: Sequence[SiteArg], values: Sequence[Any], phase: str,
+                extra: Sequence[dict | None] | None = None) -> None:
         if _capturing():
             warn_once("cuda-graph", "a CUDA graph is being captured: instrumented launches are not recorded inside it")
             return
@@ -193,11 +197,13 @@ class GraphHandle:
         flat = [(i, a, name, v) for i, (a, value) in enumerate(zip(args, values))
                 for name, v in _flatten(a.arg, value)]
         first_seq = sess.next_seq(len(flat))
-        for seq, (i, a, name, v) in enumerate(flat, first_seq):
-            rec = record(seq=seq, launch=tls.launch, graph=tls.label, wrapper=self.wrapper, kernel=site.kernel,
-                         op=site.op, kernel_call=tls.call, phase=phase, arg=name, role=a.role, index=base_index + i,
-                         expr=a.expr if a.expr and a.expr != a.arg else None, volatile=a.volatile_reason(name),
-                         site=site.id)
+        for k, (i, a, name, v) in enumerate(flat):
+            rec = record(seq=first_seq + k, launch=tls.launch, graph=tls.label, wrapper=self.wrapper,
+                         kernel=site.kernel, op=site.op, kernel_call=tls.call, phase=phase, arg=name, role=a.role,
+                         index=base_index + i, expr=a.expr if a.expr and a.expr != a.arg else None,
+                         volatile=a.volatile_reason(name), site=site.id)
+            if extra is not None and k < len(extra) and extra[k]:
+                rec.update(extra[k])
             if isinstance(v, torch.Tensor):
                 if a.uninitialised and phase == "before":
                     # Memory no launch had written yet: what it holds is not data. (After
