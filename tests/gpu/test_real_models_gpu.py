@@ -46,11 +46,12 @@ def _backend(name):
     return sdpa_kernel({"efficient": SDPBackend.EFFICIENT_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[name])
 
 
+# (Not flash attention: it takes no attention mask, and HF GPT-2 passes one under Dynamo.)
 CASES = [("efficient", torch.float32, "python"), ("efficient", torch.float32, "cpp"),
-         ("flash", torch.float16, "python")]
+         ("efficient", torch.float16, "python")]
 
 
-@pytest.fixture(scope="module", params=CASES, ids=lambda c: f"{c[0]}-{c[2]}")
+@pytest.fixture(scope="module", params=CASES, ids=lambda c: f"{c[0]}-{str(c[1])[6:]}-{c[2]}")
 def gpt2_runs(request, tmp_path_factory):
     backend, dtype, wrapper = request.param
     root = tmp_path_factory.mktemp(f"gpt2_{backend}_{wrapper}")
