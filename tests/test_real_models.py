@@ -483,6 +483,22 @@ def test_other_fusion_aligns_by_provenance(builder, gpt2_unfused):
     assert cli.exit_code == 1 and f"in {ref.model.norm_path} at " in cli.output, cli.output
 
 
+def test_export_against_compile_fused_differently(builder, gpt2_unfused):
+    """An AOTInductor package (torch.export: other FX node names) against torch.compile
+    with other fusion: values pair by module, source line and node kind, never the n-th
+    of one kind with the wrong one (exit 0, no mismatch); a perturbed weight is found."""
+    ref = builder.ref("gpt2")
+    d = builder.get("gpt2", "aoti", "stats")
+    same = aoti_debug.diff(d.a, gpt2_unfused["a"], align="value")
+    assert same.exit_code == 0, _explain(same)
+    assert any("name their FX nodes differently" in n for n in same.notes)
+    assert same.counts.get("pass", 0) >= 20 and not same.counts.get("mismatch"), same.counts
+    different = aoti_debug.diff(d.p, gpt2_unfused["a"], align="value")
+    assert different.exit_code == 1, _explain(different)
+    fd = different.first_divergence
+    assert fd is not None and fd.module.startswith(ref.model.norm_path.rsplit(".", 1)[0]), str(fd)
+
+
 def test_same_kernels_keep_launch_alignment(builder):
     """Two runs of one artifact have the same kernels: auto keeps the launch pairing
     (which also compares every input)."""

@@ -323,3 +323,48 @@ def test_other_settings_align_with_default_and_reference(dumps, setting, tmp_pat
     vs_fp64 = aoti_debug.diff(run, dumps.reference("fp64"))
     assert vs_fp64.exit_code == 0, _explain(vs_fp64)
     assert vs_fp64.counts.get("pass", 0) >= 30, vs_fp64.counts
+
+
+def test_value_pairing_that_pairs_nothing_is_incomplete(tmp_path):
+    """Two dumps of different functions by value: nothing pairs, and that is exit 2, not
+    an empty "EQUAL"."""
+    runs = []
+    for name, fn in (("sin", lambda x: torch.sin(x) * 2), ("cos", lambda x: torch.cos(x) + 1)):
+        torch._dynamo.reset()
+        d = str(tmp_path / name)
+        with dump_dir_restored(), aoti_debug.enabled(level="stats", dump_dir=d):
+            torch.compile(fn)(torch.ones(8))
+        runs.append(only_run(d))
+    result = aoti_debug.diff(*runs, align="value")
+    assert result.exit_code == 2 and any("nothing was compared" in p for p in result.problems), result
+
+
+def _float32_only(x):
+    if x.dtype == torch.float64:
+        raise RuntimeError("no float64 kernel")
+    return x + 1
+
+
+def test_an_op_without_float64_is_recorded_in_its_dtype_and_the_model_runs():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    y = graph.call_function(_float32_only, (x,))
+    z = graph.call_function(torch.mul, (y, 2.0))
+    graph.output((z,))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    seen = []
+
+    class Handle:
+        def launch(self, site, values):
+            pass
+
+        def done(self, site, values, extra=None):
+            seen.append((site.kernel, values[0].dtype, extra))
+
+    rec = Recorder(gm, "fp64", "save", aoti_debug.config.KernelFilter())
+    rec.handle = Handle()
+    (out,) = rec(torch.ones(3))
+    assert torch.equal(out, torch.full((3,), 4.0))
+    assert seen[0] == (y.name, torch.float32, None)  # recorded as eager, no verdict
+    assert seen[1][0] == z.name and seen[1][1] == torch.float64 and seen[1][2][0]["eager_error"] == 0.0
+    assert any("cannot run in float64" in m for _k, m in aoti_debug.runtime.session.FAILURES)

@@ -397,16 +397,10 @@ def diff(
     notes = [f"run A: {n}" for n in ra.notes] + [f"run B: {n}" for n in rb.notes]
     problems = [f"run A: {p}" for p in ra.problems] + [f"run B: {p}" for p in rb.problems]
     notes.extend(_level_notes(ra, rb, runner.basis))
-    if mode == "value" and reference is not None:
-        notes.append(f"run B is an eager reference ({reference}): each value of run A is paired with the value "
-                     f"of the FX node it belongs to; {aligner.reference_only} values of the reference that run A "
-                     f"fused away are not listed")
-        if reference == "fp64":
-            notes.append(f"against float64: a value is rounding while its RMS error is at most "
-                         f"{rounding_factor:g}x eager's own error, else suspect")
-    elif mode == "value":
-        notes.append("the runs' kernels differ: values paired by provenance (module path, ATen op, FX node), "
-                     "each compared where both runs materialised it; the rest is listed as unpaired")
+    if mode == "value":
+        more_notes, more_problems = _value_notes(aligner, reference, rounding_factor, kept.counts, finder.first)
+        notes.extend(more_notes)
+        problems.extend(more_problems)
     notes.extend(_kernel_set_notes(kept.rows))
     return DiffResult(
         path_a=ra.path, path_b=rb.path, info_a=ra.info, info_b=rb.info, records=kept.rows, counts=dict(kept.counts),
@@ -418,6 +412,47 @@ def diff(
         # (Births pair by kernel and value: an eager reference has neither.)
         birth_differences=birth_differences(births_a, births_b) if reference is None else [],
     )
+
+
+def _value_notes(aligner: ValueAligner, reference: str | None, rounding_factor: float, counts,
+                 first: FirstDivergence | None) -> tuple[list[str], list[str]]:
+    """What a diff paired by value says about its pairing (notes), and the problem of a
+    pairing that paired nothing; names the first divergence's group of launches that
+    fused differently."""
+    notes: list[str] = []
+    problems: list[str] = []
+    if reference is not None:
+        notes.append(f"run B is an eager reference ({reference}): each value of run A is paired with the value "
+                     f"of the FX node it belongs to; {aligner.reference_only} values of the reference that run A "
+                     f"fused away are not listed")
+        if reference == "fp64":
+            notes.append(f"against float64: a value is rounding while its RMS error is at most "
+                         f"{rounding_factor:g}x eager's own error, else suspect")
+    else:
+        notes.append("the runs' kernels differ: values paired by provenance (module path, ATen op, FX node), "
+                     "each compared where both runs materialised it; the rest is listed as unpaired")
+        if not aligner.by_instance:
+            notes.append("the runs name their FX nodes differently (torch.export against torch.compile): values "
+                         "paired by module path, source line, ATen op and node kind, the n-th with the n-th; "
+                         "kinds the runs made a different number of times are left unpaired")
+    components = aligner.components()
+    if components:
+        notes.append(f"{len(components)} group(s) of launches fused differently in the two runs, each compared "
+                     f"as one unit (A launches ~ B launches): "
+                     + "; ".join(_group_text(c) for c in components[:5]) + (" ..." if len(components) > 5 else ""))
+        for side_a, side_b in components:
+            if first is not None and first.launch in side_a:
+                first.group = _group_text((side_a, side_b))
+    compared = sum(counts.get(s, 0) for s in ("pass", "fail", "mismatch", "error"))
+    if not compared and counts.get("unpaired"):
+        problems.append("no value of run A could be paired with one of run B by provenance: the runs do not "
+                        "share their graphs (another model, or dumps without provenance); nothing was compared")
+    return notes, problems
+
+
+def _group_text(component) -> str:
+    side_a, side_b = component
+    return f"{','.join(map(str, side_a))} ~ {','.join(map(str, side_b))}"
 
 
 def _records(reader: RunReader, kfilter: KernelFilter):

@@ -96,6 +96,12 @@ def _diff_rows(result: DiffResult, clip: bool, show_all: bool = True) -> list[di
     return rows
 
 
+def _writer(info) -> str:
+    """``python writer``, or ``eager reference (fp64)`` for a run of ``aoti-debug run --reference``."""
+    modes = {g.get("reference") for g in info.graphs.values() if isinstance(g, dict) and g.get("reference")}
+    return f"eager reference ({', '.join(sorted(modes))})" if modes else f"{info.writer} writer"
+
+
 def _tolerance_line(result: DiffResult) -> str:
     if result.rounding_factor is not None:
         return f"verdict against float64: rounding up to {result.rounding_factor:g}x eager's own error"
@@ -114,9 +120,7 @@ def _tolerance_line(result: DiffResult) -> str:
 def _diff_header(result: DiffResult) -> list[str]:
     lines = []
     for side, path, info in (("A", result.path_a, result.info_a), ("B", result.path_b, result.info_b)):
-        modes = {g.get("reference") for g in info.graphs.values() if isinstance(g, dict) and g.get("reference")}
-        what = f"eager reference ({', '.join(sorted(modes))})" if modes else f"{info.writer} writer"
-        lines.append(f"{side}: {path}  (level {info.level or '?'}, {what}, {info.device or '?'})")
+        lines.append(f"{side}: {path}  (level {info.level or '?'}, {_writer(info)}, {info.device or '?'})")
     lines.append(f"{result.basis_line()}; {_tolerance_line(result)}; B is the reference"
                  + (f"; kernels {result.kernels}" if result.kernels else ""))
     if result.first_divergence is not None:
@@ -281,7 +285,7 @@ def _run_lines(run: RunSummary) -> list[str]:
     info = run.info
     lines = [
         f"run {info.run_id or '?'}: {run.path}",
-        f"level {info.level or '?'}, {info.writer} writer, device {info.device or '?'}, torch {info.torch_version or '?'}"
+        f"level {info.level or '?'}, {_writer(info)}, device {info.device or '?'}, torch {info.torch_version or '?'}"
         + (f", rank {info.rank}/{info.world_size}" if info.world_size > 1 else ""),
         f"{len(run.graphs)} graph(s) ({', '.join(map(run.graph_title, run.graphs)) or '-'}), "
         f"{len(run.kernels)} kernel(s), {run.launches} launch(es), {run.records} record(s), {run.tensors} tensor(s), "

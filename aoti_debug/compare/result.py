@@ -194,6 +194,9 @@ class FirstDivergence:
     ratio: float | None = None
     """Against an fp64 reference: the largest compiled error over eager's own error of
     its differing outputs."""
+    group: str = ""
+    """Where the runs fused differently around it: the launches of A and of B that hold
+    each other's values (``3,4 ~ 5``), compared as one unit."""
 
     def __bool__(self) -> bool:
         return True
@@ -218,7 +221,10 @@ class FirstDivergence:
 
         parts = ([f" in {self.module}"] if self.module else []) + \
             ([f" at {short_source(self.source)}"] if self.source else [])
-        return ";" + "".join(parts) if parts else ""
+        text = ";" + "".join(parts) if parts else ""
+        if self.group:
+            text += f"; fused differently: launches {self.group.replace(' ~ ', ' of A ~ ')} of B"
+        return text
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

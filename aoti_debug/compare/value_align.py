@@ -119,11 +119,12 @@ def _row_major(r: Record) -> bool:
     return all(s == e for s, e, n in zip(r.stride or [], expected, r.shape or []) if n > 1)
 
 
-def value_key(reader: RunReader, r: Record, written: set) -> tuple | None:
+def value_key(reader: RunReader, r: Record, written: set, by_instance: bool = True) -> tuple | None:
     """What the value of record ``r`` is, by provenance; None when its run did not say.
 
     ``written``: ``(graph, arg)`` of the values launches of this run wrote so far (an
-    input that none wrote is a graph input or weight)."""
+    input that none wrote is a graph input or weight). ``by_instance``: key by the
+    Dynamo node too (False: the runs name their nodes differently)."""
     prov = reader.provenance(r)
     if prov is None:
         return None
@@ -135,8 +136,10 @@ def value_key(reader: RunReader, r: Record, written: set) -> tuple | None:
         return None  # an intermediate read again: compared where it was made
     if origin is None or not origin.module and not origin.instance:
         return None
-    return (kind, r.graph, origin.module, origin.aten, origin.instance, _NUMBERED.sub("", origin.node),
-            r.dtype, tuple(r.shape or ()))
+    # Without the Dynamo node, the user's source line keeps the values of one module
+    # apart (a LayerNorm's add and the residual add around it).
+    return (kind, r.graph, origin.module, origin.aten, origin.instance if by_instance else "@" + origin.source,
+            _NUMBERED.sub("", origin.node), r.dtype, tuple(r.shape or ()))
 
 
 class _Scan:
@@ -146,7 +149,7 @@ class _Scan:
     ``reference``: key by :func:`reference_key`, and keep only the last producer of
     each key (``why`` says why the others are not keyed)."""
 
-    def __init__(self, reader: RunReader, wanted, reference: bool = False):
+    def __init__(self, reader: RunReader, wanted, reference: bool = False, by_instance: bool = True):
         self.keys: dict[int, tuple] = {}
         self.why: dict[int, str] = {}
         self.launches: dict[tuple, list[tuple[int, int, Record]]] = defaultdict(list)
@@ -162,7 +165,7 @@ class _Scan:
             if reference:
                 key = reference_key(reader, r, written, graph_ids)
             else:
-                key = value_key(reader, r, written)
+                key = value_key(reader, r, written, by_instance)
             if r.phase == "after":
                 written.add((r.graph, r.arg))
             if key is None:
@@ -209,6 +212,26 @@ class _Scan:
                 repeats[key] += 1
 
 
+def _instances(scan: "_Scan") -> set[str]:
+    """The Dynamo node names a scan's keys hold (index 4 of :func:`value_key`)."""
+    return {k[4] for k in scan.keys.values() if len(k) > 5 and k[4] and not k[4].startswith("@")}
+
+
+def _drop_uneven(a: "_Scan", b: "_Scan") -> None:
+    """Keys without the Dynamo node may repeat inside one run (one line of code, several
+    values of one kind and shape): where the two runs made a key a different number of
+    times, the n-th of one need not be the n-th of the other, and the key pairs nothing."""
+    count_a = Counter(k[:-1] for k in a.keys.values())
+    count_b = Counter(k[:-1] for k in b.keys.values())
+    for scan in (a, b):
+        for start, key in list(scan.keys.items()):
+            if count_a[key[:-1]] != count_b[key[:-1]]:
+                del scan.keys[start]
+                scan.why[start] = (f"the two runs made {count_a[key[:-1]]} and {count_b[key[:-1]]} values of this "
+                                   f"kind at {key[2] or 'this module'} ({key[4][1:] or 'no source line'}): which "
+                                   f"is which cannot be told")
+
+
 def usable(reader: RunReader) -> bool:
     """Whether the run wrote provenance (``sites.jsonl``) to pair values by."""
     return bool(reader.sites)
@@ -224,16 +247,26 @@ class ValueAligner:
         self.reference = reference_mode(b)
         """B's reference mode (``eager``/``fp64``) when B is an eager reference, else None."""
         b_scan = _Scan(b, self._wanted if not self.reference else lambda r: True, bool(self.reference))
+        a_scan = _Scan(a, self._wanted, bool(self.reference))
+        self.by_instance = True
+        """False when the runs share no Dynamo node name (``torch.export`` against
+        ``torch.compile``): values are then keyed without it."""
+        if not self.reference and not _instances(a_scan) & _instances(b_scan) and _instances(a_scan):
+            self.by_instance = False
+            b_scan, a_scan = _Scan(b, self._wanted, by_instance=False), _Scan(a, self._wanted, by_instance=False)
+            _drop_uneven(a_scan, b_scan)
+        self._a_scan = a_scan
         self._b: dict[tuple, int] = {k: off for off, k in b_scan.keys.items()}
         self._used: set[tuple] = set()
         self.reference_only = 0
         """Values of the reference that no value of A took (fused away in A); counted."""
+        self._edges: list[tuple[int, int]] = []
 
     def _wanted(self, r: Record) -> bool:
         return self.kernels.matches(r.kernel, r.op)
 
     def launches(self) -> Iterator[PairedLaunch]:
-        scan = _Scan(self.a, self._wanted, bool(self.reference))
+        scan = self._a_scan
         for gkey in sorted(scan.launches, key=lambda k: k[0]):
             entries = scan.launches[gkey]
             pairs, launch_b = [], None
@@ -246,10 +279,38 @@ class ValueAligner:
                 self._used.add(key)
                 rb = self.b.record_at(off)
                 launch_b = rb.launch if launch_b is None else launch_b
+                self._edges.append((r.launch, rb.launch))
                 pairs.append(Pair(r, rb, "provenance"))
             first = entries[0][2]
             yield PairedLaunch(first.graph, first.kernel, first.op, first.kernel_call, first.launch, launch_b,
                                pairs, entries[-1][1])
+
+    def components(self) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """Launches that fused differently, as units: the connected components of "a value
+        of A launch x is paired with a value of B launch y" that are not one launch
+        against one (``(A launches, B launches)``, in launch order). Complete once
+        :meth:`launches` has been consumed."""
+        parent: dict[tuple[str, int], tuple[str, int]] = {}
+
+        def find(x):
+            parent.setdefault(x, x)
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for la, lb in self._edges:
+            parent[find(("a", la))] = find(("b", lb))
+        groups: dict[tuple, list[tuple[str, int]]] = defaultdict(list)
+        for node in list(parent):
+            groups[find(node)].append(node)
+        out = []
+        for members in groups.values():
+            side_a = tuple(sorted(n for s, n in members if s == "a"))
+            side_b = tuple(sorted(n for s, n in members if s == "b"))
+            if len(side_a) > 1 or len(side_b) > 1:
+                out.append((side_a, side_b))
+        return sorted(out)
 
     def only_in_b(self) -> Iterator[PairedLaunch]:
         """B's keyed values that no value of A took, per B launch (listed, not compared;

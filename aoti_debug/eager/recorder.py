@@ -167,6 +167,14 @@ class Recorder:
                     try:
                         with _math_attention():
                             value64 = wide[node] = _widen(self._run(node, wide, widen=True))
+                    except Exception as e:
+                        # An op without a float64 kernel: the model runs on; this node's
+                        # value is recorded in the model's dtype, and later nodes start
+                        # from it in float64.
+                        warn_once(f"reference-fp64-{_target_name(node)}",
+                                  f"{_target_name(node)} cannot run in float64 ({type(e).__name__}: {e}); "
+                                  f"its value is recorded in the model's dtype, without a verdict")
+                        wide[node] = _widen(env[node])
                     finally:
                         after.restore()
                 if node.op != "get_attr":
