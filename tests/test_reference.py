@@ -139,6 +139,23 @@ def test_fp64_reference_records_float64_and_eager_error(dumps):
     assert ints and all(r["dtype"] == "int64" and "eager_error" not in r for r in ints)
 
 
+def _fp64_recorder(graph: torch.fx.Graph) -> tuple[Recorder, list]:
+    """An fp64 Recorder of ``graph`` whose records land in the list, as
+    ``(node, dtype recorded, extra fields)``."""
+    done: list = []
+
+    class Handle:
+        def launch(self, site, values):
+            pass
+
+        def done(self, site, values, extra=None):
+            done.append((site.kernel, values[0].dtype, extra))
+
+    rec = Recorder(torch.fx.GraphModule(torch.nn.Module(), graph), "fp64", "save", aoti_debug.config.KernelFilter())
+    rec.handle = Handle()
+    return rec, done
+
+
 def test_recorder_skips_views_and_runs_float64_beside():
     """A view is not recorded (no kernel makes one), ``.float()`` becomes ``.double()``
     in the float64 run, and the model gets its own dtype's values."""
@@ -148,25 +165,13 @@ def test_recorder_skips_views_and_runs_float64_beside():
     f = graph.call_method("float", (t,))
     y = graph.call_function(torch.mul, (f, 3.0))
     graph.output((y,))
-    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
-    seen = []
-
-    class Handle:
-        def launch(self, site, values):
-            seen.append(("launch", site.kernel))
-
-        def done(self, site, values, extra=None):
-            seen.append(("done", site.kernel, values[0].dtype, extra))
-
-    rec = Recorder(gm, "fp64", "save", aoti_debug.config.KernelFilter())
-    rec.handle = Handle()
+    rec, done = _fp64_recorder(graph)
     inp = torch.randn(3, 2, dtype=torch.float16)
     (out,) = rec(inp)
     assert out.dtype == torch.float32 and torch.equal(out, inp.t().float() * 3.0)
-    done = [s for s in seen if s[0] == "done"]
-    assert [s[1] for s in done] == [f.name, y.name]  # t is a view of x: not recorded
-    assert all(s[2] == torch.float64 for s in done)
-    assert done[-1][3][0]["model_dtype"] == "float32" and done[-1][3][0]["eager_error"] >= 0
+    assert [s[0] for s in done] == [f.name, y.name]  # t is a view of x: not recorded
+    assert all(s[1] == torch.float64 for s in done)
+    assert done[-1][2][0]["model_dtype"] == "float32" and done[-1][2][0]["eager_error"] >= 0
 
 
 # ---------------------------------------------------------------------------- the verdicts
@@ -351,18 +356,7 @@ def test_an_op_without_float64_is_recorded_in_its_dtype_and_the_model_runs():
     y = graph.call_function(_float32_only, (x,))
     z = graph.call_function(torch.mul, (y, 2.0))
     graph.output((z,))
-    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
-    seen = []
-
-    class Handle:
-        def launch(self, site, values):
-            pass
-
-        def done(self, site, values, extra=None):
-            seen.append((site.kernel, values[0].dtype, extra))
-
-    rec = Recorder(gm, "fp64", "save", aoti_debug.config.KernelFilter())
-    rec.handle = Handle()
+    rec, seen = _fp64_recorder(graph)
     (out,) = rec(torch.ones(3))
     assert torch.equal(out, torch.full((3,), 4.0))
     assert seen[0] == (y.name, torch.float32, None)  # recorded as eager, no verdict
