@@ -36,6 +36,7 @@ ENV_MAX_BYTES = "AOTI_DEBUG_MAX_BYTES"
 ENV_RUN_ID = "AOTI_DEBUG_RUN_ID"
 ENV_NAMES_ARGS = "AOTI_DEBUG_NAMES_ARGS"
 ENV_REFERENCE = "AOTI_DEBUG_REFERENCE"
+ENV_SAVE_LAUNCHES = "AOTI_DEBUG_SAVE_LAUNCHES"
 #: ``AOTI_DEBUG_REFERENCE`` values: run compiled functions eagerly in the model's dtypes,
 #: or in float64 beside them (``aoti_debug.reference``).
 REFERENCE_MODES = ("eager", "fp64")
@@ -265,6 +266,15 @@ class RunSettings:
     names_args: bool = False
     """Level ``names`` also prints each launch's wrapper line and its args' metadata
     (dtype, shape, stride, device: no values, no sync); ``aoti-debug locate`` sets it."""
+    save_launches: tuple[tuple[int, int | None], ...] | None = None
+    """Level ``save`` writes tensor files for these launches only (inclusive ranges; an
+    open end runs to the last launch); the others get stats and checksums. None: all."""
+
+    def saves(self, launch: int) -> bool:
+        """Whether level ``save`` writes the tensor files of ``launch``."""
+        if self.save_launches is None:
+            return True
+        return any(lo <= launch and (hi is None or launch <= hi) for lo, hi in self.save_launches)
 
 
 #: ``AOTI_DEBUG_MAX_BYTES``: a plain decimal number (``1000000``, ``1e9``, ``2.5e8``), no sign but
@@ -295,6 +305,33 @@ def parse_max_bytes(value: str | None) -> int | None:
     number = int(text) if text.lstrip("+").isdigit() else float(text)
     # Clamped to int64 as in the C++ runtime (1e400 parses as inf there and here).
     return int(min(number, _INT64_MAX))
+
+
+_RANGE_RE = re.compile(r"([0-9]{1,18})(?:\.\.([0-9]{1,18})?)?")
+
+
+def parse_launch_ranges(value: str | None) -> tuple[tuple[int, int | None], ...] | None:
+    """``AOTI_DEBUG_SAVE_LAUNCHES``: ``12``, ``10..14``, ``40..`` or several, comma-separated,
+    as inclusive ``(first, last)`` ranges (``last`` None: to the end); None when unset.
+
+    Raises:
+        ConfigError: anything else (``5..2``, ``a..b``, ``-3``).
+    """
+    text = (value or "").strip(_SPACE)
+    if text == "":
+        return None
+    out = []
+    for part in text.split(","):
+        m = _RANGE_RE.fullmatch(part.strip(_SPACE))
+        if m is None:
+            raise ConfigError(f"{ENV_SAVE_LAUNCHES}={value!r}: {part.strip()!r} is not a launch number or a range "
+                              f"such as 10..14 or 40..")
+        lo = int(m[1])
+        hi = int(m[2]) if m[2] else (None if m[0].endswith("..") else lo)
+        if hi is not None and hi < lo:
+            raise ConfigError(f"{ENV_SAVE_LAUNCHES}={value!r}: the range {part.strip()} ends before it starts")
+        out.append((lo, hi))
+    return tuple(out)
 
 
 def parse_count(name: str, value: str | None, default: int, minimum: int) -> int:
@@ -336,8 +373,11 @@ def run_settings_from_env(env: Mapping[str, str] | None = None, warn: Warn | Non
                          "world size 1 is used")
     names_args = checked(ENV_NAMES_ARGS, lambda: parse_bool(ENV_NAMES_ARGS, env.get(ENV_NAMES_ARGS)), False,
                          "0 is used")
+    save_launches = checked(ENV_SAVE_LAUNCHES, lambda: parse_launch_ranges(env.get(ENV_SAVE_LAUNCHES)), None,
+                            "every launch's tensors are saved")
     return RunSettings(
         dump_dir=_dump_dir_override or env.get(ENV_DIR) or DEFAULT_DIR,
+        save_launches=save_launches,  # type: ignore[arg-type]
         max_bytes=max_bytes,  # type: ignore[arg-type]
         run_id=env.get(ENV_RUN_ID) or None,
         rank=rank,  # type: ignore[arg-type]
@@ -355,9 +395,13 @@ def child_env(
     phases: str | None = None,
     names_args: bool | None = None,
     reference: str | None = None,
+    save_launches: str | None = None,
 ) -> dict[str, str]:
     """Environment for a child process (``aoti-debug run`` / ``locate``)."""
     env = dict(base)
+    if save_launches is not None:
+        parse_launch_ranges(save_launches)
+        env[ENV_SAVE_LAUNCHES] = save_launches
     if reference is not None:
         env[ENV_REFERENCE] = parse_reference(reference) or ""
     if level is not None:

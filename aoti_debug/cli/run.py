@@ -24,8 +24,16 @@ from ._common import BadInput
 @click.option("--reference", type=click.Choice(config.REFERENCE_MODES), default=None,
               help="Record a reference instead: torch.compile'd functions run eagerly (eager), or eagerly "
                    "and in float64 beside the model's dtypes (fp64, which also records eager's own error).")
+@click.option("--save-launches", default=None, metavar="RANGES",
+              help="At level save, write tensor files only for these launches (10..14, 40.., 7; comma-separated); "
+                   "the others get stats and checksums.")
+@click.option("--from-diff", "from_diff", type=click.Path(dir_okay=False), default=None, metavar="REPORT.json",
+              help="Save the first divergent launch named by `aoti-debug diff --format json -o REPORT.json` "
+                   "and the --context launches before it (at level save, the default).")
+@click.option("--context", type=click.IntRange(min=0), default=2, show_default=True,
+              help="With --from-diff: how many launches before the first divergence to save too.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(level, kernels, dump_dir, sync, phases, reference, cmd):
+def run(level, kernels, dump_dir, sync, phases, reference, save_launches, from_diff, context, cmd):
     """Run CMD with every torch.compile / AOTInductor compile instrumented.
 
     With --reference, CMD's torch.compile'd functions are not compiled: they run
@@ -33,15 +41,31 @@ def run(level, kernels, dump_dir, sync, phases, reference, cmd):
     `aoti-debug diff COMPILED REFERENCE` names the first kernel that departs from
     eager, and against an fp64 reference says whether it is rounding or suspect.
 
+    A stats-level run finds where a large model diverges; --save-launches (or
+    --from-diff with the diff's JSON report) re-runs it saving the tensors of
+    those launches only.
+
     \b
     Example:
       aoti-debug run --level save --dir dumps -- python train.py --steps 2
       aoti-debug run --reference fp64 --dir ref -- python train.py --steps 2
+      aoti-debug run --from-diff report.json --dir window -- python train.py --steps 2
     The exit code is CMD's, or 2 when CMD cannot be started (not found, not executable).
     """
+    if from_diff is not None:
+        if save_launches is not None:
+            raise click.UsageError("give --save-launches or --from-diff, not both")
+        save_launches = _window(from_diff, context)
+    if save_launches is not None and reference is None:
+        try:
+            if config.parse_level(level) != "save":
+                raise click.UsageError(f"--save-launches and --from-diff choose what level save writes, not level "
+                                       f"{level}")
+        except ConfigError as e:
+            raise click.UsageError(str(e)) from None
     try:
         env = config.child_env(os.environ, level=level, kernels=kernels, dump_dir=dump_dir, sync=sync, phases=phases,
-                               reference=reference)
+                               reference=reference, save_launches=save_launches)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     # A CMD that cannot start is bad input, worded and exiting as in `aoti-debug locate`
@@ -57,3 +81,21 @@ def run(level, kernels, dump_dir, sync, phases, reference, cmd):
     except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(proc.returncode)
+
+
+def _window(report: str, context: int) -> str:
+    """``A..B``: the first divergent launch of a diff's JSON report and ``context`` before it."""
+    import json
+
+    try:
+        with open(report, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as e:
+        raise BadInput(f"cannot read {report}: {e.strerror or e}") from None
+    except (ValueError, RecursionError):
+        raise BadInput(f"{report} is not JSON: write it with aoti-debug diff A B --format json -o {report}") from None
+    first = data.get("first_divergence") if isinstance(data, dict) else None
+    launch = first.get("launch") if isinstance(first, dict) else None
+    if type(launch) is not int or launch < 1:
+        raise BadInput(f"{report} names no first divergence (the runs were equal, or it is not a diff report)")
+    return f"{max(1, launch - context)}..{launch}"

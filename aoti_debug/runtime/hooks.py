@@ -33,6 +33,7 @@ from typing import Any, Sequence
 
 import torch
 
+from .. import config
 from ..format.protocol import PROTOCOL_VERSION, Site, SiteArg, jsonable, make_site, record
 from ..format.schema import arg_line, graph_line, names_line, site_line, tensor_filename
 from . import fused_stats
@@ -276,7 +277,10 @@ class GraphHandle:
                 hc.copy_(sums, non_blocking=True)
             for j, i in enumerate(idx):
                 host_stats[i] = (hs[j], hc[j])
-        saving = self.level == "save"
+        saving = self.level == "save" and sess.settings.saves(self._launch)
+        if self.level == "save" and not saving:
+            for rec, _t in items:
+                rec["skipped"] = f"launch {rec['launch']} is not in {config.ENV_SAVE_LAUNCHES}"
         payloads: list[Any] = []
         for i, (rec, t) in enumerate(items):
             payloads.append(self._host_copy(sess, rec, t) if saving else None)
