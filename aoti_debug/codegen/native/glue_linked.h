@@ -6,12 +6,28 @@
 #ifndef AOTI_DEBUG_PART_GLUE_LINKED_H
 #define AOTI_DEBUG_PART_GLUE_LINKED_H
 
+#include <cstddef>
 #include <initializer_list>
 
 #include "glue_cuda.h"
 #include "interface.h"
 
 namespace AOTI_DEBUG_NS {
+
+// The entry points (entry.h) as the object defines them (object.cpp includes this
+// header for these declarations). Hidden: a package exports nothing that its runtime
+// inlined would not have exported.
+#if defined(__GNUC__)
+#define AOTI_DEBUG_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define AOTI_DEBUG_HIDDEN
+#endif
+AOTI_DEBUG_HIDDEN void linked_launch(Graph* graph, Token* token, const Site* site, const Value* values,
+                                     size_t n) noexcept;
+AOTI_DEBUG_HIDDEN void linked_done(Graph* graph, Token* token, const Site* site, const Value* values,
+                                   size_t n) noexcept;
+
+#ifndef AOTI_DEBUG_OBJECT_SOURCE  // the wrapper's side
 namespace {
 
 Graph this_graph = {nullptr, kWrapperDevice};
@@ -27,6 +43,8 @@ AOTI_DEBUG_GLUE_FN void done(const Site& site, std::initializer_list<Value> valu
 }
 
 }  // namespace
+#endif  // AOTI_DEBUG_OBJECT_SOURCE
+
 }  // namespace AOTI_DEBUG_NS
 
 #endif  // AOTI_DEBUG_PART_GLUE_LINKED_H

@@ -227,19 +227,6 @@ struct Token {
 // aoti_debug_rt_launch / aoti_debug_rt_done). They never throw, and release the values.
 using EntryFn = void (*)(Graph* graph, Token* token, const Site* site, const Value* values, size_t n);
 
-// The same entry points in the runtime object AOTInductor links into a package
-// (object.cpp, native_object.py; glue_linked.h calls them). Hidden: a package exports
-// nothing that its runtime inlined would not have exported.
-#if defined(__GNUC__)
-#define AOTI_DEBUG_HIDDEN __attribute__((visibility("hidden")))
-#else
-#define AOTI_DEBUG_HIDDEN
-#endif
-AOTI_DEBUG_HIDDEN void linked_launch(Graph* graph, Token* token, const Site* site, const Value* values,
-                                     size_t n) noexcept;
-AOTI_DEBUG_HIDDEN void linked_done(Graph* graph, Token* token, const Site* site, const Value* values,
-                                   size_t n) noexcept;
-
 }  // namespace AOTI_DEBUG_NS
 
 // The glue's launch()/done(): out of line (no inlining, and with GCC no

@@ -5,6 +5,8 @@
 // aoti_debug where it runs. It exports only what state.h gives default visibility on
 // purpose: the process-wide state (STB_GNU_UNIQUE) and aoti_debug_runtime_warnings.
 #include "entry.h"
+#define AOTI_DEBUG_OBJECT_SOURCE 1  // glue_linked.h: its declarations of the entry points only
+#include "glue_linked.h"
 
 namespace AOTI_DEBUG_NS {
 
