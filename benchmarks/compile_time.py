@@ -8,8 +8,9 @@ C++ compile command Inductor runs (``torch._inductor.cpp_builder.run_compile_cmd
   under AOTInductor): what the instrumentation adds to;
 * ``total``: every C++ command of the compile (kernels, the header precompile, ...).
 
-For JIT cpp_wrapper the runtime library is built once first (its time is reported on
-its own) and copied into each fresh cache, as a user's cache holds it after the first
+For JIT cpp_wrapper the runtime library, for AOTInductor the runtime objects its packages
+link (one per level's features), are built once first (their time is reported on its
+own) and copied into each fresh cache, as a user's cache holds them after the first
 instrumented compile. Configurations are interleaved round by round; medians.
 
     python benchmarks/compile_time.py                          # minimal + small, 5 rounds
@@ -78,27 +79,27 @@ print(json.dumps(dict(wrapper=sum(wrapper), total=sum(t for _, t in cmds), wall=
 """
 
 
-def prebuild_library(cache: str) -> tuple[str | None, float]:
-    """Build the runtime library into ``cache`` (a fresh Inductor cache); its folder and
-    the seconds the build took."""
+def prebuild_library(cache: str, aoti: bool) -> tuple[str | None, float]:
+    """Build the runtime library (``aoti``: the runtime objects of every level) into
+    ``cache`` (a fresh Inductor cache); their folder and the seconds the build took."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
     sys.path.insert(0, REPO)
-    from aoti_debug.codegen import native_library
+    from aoti_debug.codegen import native_library, native_object
 
-    spec = native_library.build_spec()
+    specs = ([native_object.object_spec(v) for v in ("names", "records", "files")] if aoti
+             else [native_library.build_spec()])
     t0 = time.perf_counter()
-    native_library.build(spec)
-    return spec.directory, time.perf_counter() - t0
+    for spec in specs:
+        native_library.build(spec)
+    return specs[0].directory, time.perf_counter() - t0
 
 
 def run_child(repo: str, level: str, model: str, aoti: bool, library_dir: str | None, device: str = "cpu") -> dict:
     work = tempfile.mkdtemp(prefix="aoti_debug_ct_")
     try:
         cache = os.path.join(work, "inductor")
-        if library_dir and level != "base" and not aoti:
-            dest = os.path.join(cache, "aoti_debug", os.path.basename(library_dir))
-            os.makedirs(dest)
-            shutil.copy2(os.path.join(library_dir, "libaoti_debug_rt.so"), dest)
+        if library_dir and level != "base":
+            shutil.copytree(library_dir, os.path.join(cache, "aoti_debug", os.path.basename(library_dir)))
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TORCHINDUCTOR_COMPILE_THREADS="1",
                    AOTI_DEBUG_DIR=os.path.join(work, "dump"))
         for k in ("AOTI_DEBUG_LEVEL", "AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER"):
@@ -107,10 +108,10 @@ def run_child(repo: str, level: str, model: str, aoti: bool, library_dir: str | 
         r = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"{model}/{level} failed:\n{r.stderr[-4000:]}")
-        if library_dir and level != "base" and not aoti and os.path.isdir(os.path.join(cache, "aoti_debug")):
+        if library_dir and level != "base" and os.path.isdir(os.path.join(cache, "aoti_debug")):
             built = [d for d in os.listdir(os.path.join(cache, "aoti_debug")) if d != os.path.basename(library_dir)]
             if built:
-                raise RuntimeError(f"{model}/{level} built its own runtime library ({built}): the key differs")
+                raise RuntimeError(f"{model}/{level} built its own runtime ({built}): the key differs")
         return json.loads(r.stdout.strip().splitlines()[-1])
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -129,12 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     library_dir, build_s = None, None
     lib_cache = tempfile.mkdtemp(prefix="aoti_debug_ct_lib_")
     try:
-        if not args.aoti and os.path.exists(os.path.join(args.repo, "aoti_debug", "codegen", "native_library.py")):
+        prebuilt = "native_object.py" if args.aoti else "native_library.py"
+        if os.path.exists(os.path.join(args.repo, "aoti_debug", "codegen", prebuilt)):
             if os.path.realpath(args.repo) != os.path.realpath(REPO):
-                raise SystemExit("--repo with a runtime library: run the script of that checkout")
-            library_dir, build_s = prebuild_library(lib_cache)
+                raise SystemExit("--repo with a prebuilt runtime: run the script of that checkout")
+            library_dir, build_s = prebuild_library(lib_cache, args.aoti)
+        what = "runtime objects" if args.aoti else "runtime library"
         print(f"{'AOTInductor' if args.aoti else 'cpp_wrapper=True'} on {args.device}, {args.repo}, {args.rounds} rounds, "
-              f"{os.cpu_count()} cores" + (f"; runtime library built once in {build_s:.1f} s" if build_s else ""),
+              f"{os.cpu_count()} cores" + (f"; {what} built once in {build_s:.1f} s" if build_s else ""),
               flush=True)
         results: dict[tuple[str, str], list[dict]] = {}
         for rnd in range(args.rounds):

@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -259,6 +260,67 @@ def test_names_level_lines_and_crash_keeps_last_line(packages, workdir):
     assert proc.returncode == -signal.SIGABRT
     last = [NAMES_RE.match(x) for x in proc.stderr.splitlines() if NAMES_RE.match(x)][-1]
     assert last["phase"] == "before" and "shift" in last["kernel"]
+
+
+# --------------------------------------------------------------------------- run anywhere
+ISOLATED = """
+import os, sys
+sys.modules["aoti_debug"] = None  # import aoti_debug raises: the package must not need it
+sys.path = [p for p in sys.path if os.path.realpath(p or os.getcwd()) != os.path.realpath({repo!r})]
+import torch
+
+@torch.library.custom_op("aoti_debug_aoti_test::shift", mutates_args=())
+def shift(x: torch.Tensor) -> torch.Tensor:
+    return x + 0.5
+
+@shift.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+runner = torch._inductor.aoti_load_package({pkg!r})
+torch.save([runner(x) for x in torch.load({inputs!r})], {out!r})
+print("isolated", sorted(m for m in sys.modules if m.startswith("aoti_debug") and sys.modules[m] is not None))
+"""
+
+
+def _wrapper_source(pkg: str) -> str:
+    with zipfile.ZipFile(pkg) as z:
+        (name,) = [n for n in z.namelist() if n.endswith(".wrapper.cpp")]
+        return z.read(name).decode()
+
+
+@pytest.mark.parametrize("level", ["names", "print", "stats", "save"])
+def test_package_runs_where_aoti_debug_is_not_importable(packages, workdir, tmp_path, level):
+    """The package of each level links the runtime object built once (its wrapper has only
+    the glue) and records in a fresh interpreter that cannot import aoti_debug, with an
+    empty Inductor cache (so not even the object's build folder is there)."""
+    from aoti_debug.codegen import cpp_runtime, native_object
+
+    pkg = packages.get(level)
+    source = _wrapper_source(pkg)
+    assert cpp_runtime.linked_objects(source) == [native_object.object_spec(native_object.variant(level)).name]
+    assert "entry_launch" not in source  # the runtime is linked, not compiled into the wrapper
+    out, dump = str(tmp_path / "out.pt"), str(tmp_path / "dump")
+    code = ISOLATED.format(repo=REPO, pkg=pkg, inputs=str(workdir / "inputs.pt"), out=out)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR")}
+    # No torch.backends autoload either: where aoti_debug is not installed, there is none.
+    env.update(AOTI_DEBUG_DIR=dump, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "empty-cache"),
+               TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "isolated []" in proc.stdout
+    model = make_model()
+    for x, got in zip(inputs(), torch.load(out)):
+        torch.testing.assert_close(got, eager(model, x)["out"])
+    if level == "names":
+        assert not os.path.exists(dump)
+        assert [m for m in map(NAMES_RE.match, proc.stderr.splitlines()) if m and m["phase"] == "after"]
+        return
+    recs = records(only_run(dump))
+    assert {r["wrapper"] for r in recs} == {"cpp"}
+    assert any(r["kernel"] == "aoti_torch_cpu_addmm_out" and r["phase"] == "after" for r in recs)
+    assert any("file" in r for r in recs) == (level == "save")
 
 
 # --------------------------------------------------------------------------- alignment

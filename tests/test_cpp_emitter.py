@@ -87,13 +87,17 @@ void wrapper(AtenTensorHandle arg0_1, AtenTensorHandle buf1, AtenTensorHandle bu
 """
 
 
-@pytest.mark.parametrize("block", ["library", "names", "stats", "print", "save"])
+@pytest.mark.parametrize("block", ["library", "linked", "names", "stats", "print", "save"])
 def test_emitted_lines_compile_against_the_runtime(tmp_path, block):
     if CXX is None:
         pytest.skip("needs a C++ compiler: g++ or c++ is not on the PATH")
-    level = "stats" if block == "library" else block
-    header = (cpp_runtime.library_block("cpu", "/nonexistent/libaoti_debug_rt.so") if block == "library"
-              else cpp_runtime.inline_block("cpu", level))
+    level = "stats" if block in ("library", "linked") else block
+    if block == "library":
+        header = cpp_runtime.library_block("cpu", "/nonexistent/libaoti_debug_rt.so")
+    elif block == "linked":
+        header = cpp_runtime.linked_block("cpu", level, "aoti_debug_0-obj-0/aoti_debug_rt-records.o")
+    else:
+        header = cpp_runtime.inline_block("cpu", level)
     before, after = _lines(level)
     src = tmp_path / "tu.cpp"
     src.write_text(_TU.format(header=header, before=before, after=after))

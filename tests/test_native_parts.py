@@ -56,7 +56,8 @@ PARTS = sorted(n for n in os.listdir(cpp_runtime.NATIVE_DIR) if n.endswith(".h")
 
 def test_every_part_is_listed():
     listed = {n for n, _ in cpp_runtime.PARTS} | {cpp_runtime.INTERFACE, cpp_runtime.GLUE_CUDA,
-                                                   cpp_runtime.GLUE_INLINE, cpp_runtime.GLUE_LIBRARY}
+                                                   cpp_runtime.GLUE_INLINE, cpp_runtime.GLUE_LIBRARY,
+                                                   cpp_runtime.GLUE_LINKED}
     assert listed == set(PARTS)
 
 

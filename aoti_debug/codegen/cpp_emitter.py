@@ -1,8 +1,10 @@
 """C++-wrapper code for one launch (cpp_wrapper=True and AOTInductor).
 
 Once per root wrapper, its header gets the runtime's interface and glue: under
-AOTInductor the runtime itself, the parts the level needs (``cpp_runtime.inline_block``);
-a JIT cpp_wrapper module a glue that loads the runtime library built once
+AOTInductor a glue that calls the runtime object built once and linked into the package
+(``cpp_runtime.linked_block``, ``native_object``), or where that cannot be linked the
+runtime itself, the parts the level needs (``cpp_runtime.inline_block``); a JIT
+cpp_wrapper module a glue that loads the runtime library built once
 (``cpp_runtime.library_block``, ``native_library``). Each instrumented launch then gets
 one line per phase, a block with a constant site and a call that passes the values
 with their C++ types::
@@ -23,14 +25,16 @@ in a string literal goes through ``emit.cpp_string``.
 
 from __future__ import annotations
 
+import logging
 import re
 
-from . import cpp_runtime, native_library, python_emitter
+from . import cpp_runtime, native_library, native_object, python_emitter
 from .cpp_runtime import LEVEL_CODES, NAMESPACE
 from .emit import cpp_string
 from .launch import Launch, LaunchArg
 
 NS_PREFIX = f"::{NAMESPACE}"
+log = logging.getLogger("aoti_debug")
 
 
 def _root(wrapper):
@@ -57,7 +61,12 @@ def _aot_mode() -> bool:
 def header_block(manager, device: str) -> str:
     """The runtime block for this graph's wrapper header."""
     if _aot_mode():
-        return cpp_runtime.inline_block(device, manager.settings.level)
+        level = manager.settings.level
+        why = native_object.linkable(device)
+        if why is None and native_object.object_path(level):
+            return cpp_runtime.linked_block(device, level, native_object.object_spec(native_object.variant(level)).name)
+        log.debug("aoti_debug: the AOTInductor runtime is inlined into the wrapper: %s", why or "no object")
+        return cpp_runtime.inline_block(device, level)
     return cpp_runtime.library_block(device, native_library.library_path() or "")
 
 

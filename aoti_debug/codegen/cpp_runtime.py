@@ -19,8 +19,12 @@ Where the parts go:
 * JIT ``cpp_wrapper``: every part is built once into a shared library
   (``native_library.py``); the wrapper gets :func:`library_block`, the interface and a
   glue that loads that library at its first launch.
-* AOTInductor: the parts the level needs, joined into one block (:func:`inline_block`):
-  the package needs nothing of aoti_debug where it runs.
+* AOTInductor: the runtime for the level's features is built once into a static object
+  (``native_object.py``, ``native/object.cpp``) that AOTInductor links into the package;
+  the wrapper gets :func:`linked_block`, the interface and a glue that calls it. Where
+  that object cannot be linked (see ``native_object.linkable``), the parts the level
+  needs, joined into one block (:func:`inline_block`). Either way the package needs
+  nothing of aoti_debug where it runs.
 
 The runtime reads ``AOTI_DEBUG_DIR``, ``AOTI_DEBUG_MAX_BYTES``, ``AOTI_DEBUG_RUN_ID``,
 ``AOTI_DEBUG_NAMES_ARGS``, ``RANK`` and ``WORLD_SIZE`` when the model runs, exactly as
@@ -72,7 +76,13 @@ INTERFACE = "interface.h"
 GLUE_CUDA = "glue_cuda.h"
 GLUE_INLINE = "glue_inline.h"
 GLUE_LIBRARY = "glue_library.h"
+GLUE_LINKED = "glue_linked.h"
 LIBRARY_SOURCE = "library.cpp"
+OBJECT_SOURCE = "object.cpp"
+#: The macro that names, in a wrapper, the runtime object its package links (a path
+#: relative to aoti_debug's folder in Inductor's cache): what the link step looks for.
+LINK_MACRO = "AOTI_DEBUG_LINKED_OBJECT"
+_LINK_RE = re.compile(rf'^#define {LINK_MACRO} "([\w.+/-]+)"$', re.M)
 
 
 def level_codes() -> dict[str, int]:
@@ -302,6 +312,22 @@ def inline_block(device: str, level: str) -> str:
     the package (nothing of aoti_debug is needed where it runs)."""
     title = f"runtime for level {level} ({', '.join(parts_for(level))})"
     return _block(device, title, _versions() + runtime_source(level).splitlines())
+
+
+def linked_block(device: str, level: str, name: str) -> str:
+    """What an AOTInductor wrapper's header gets when its package links the runtime object
+    ``name`` (built for ``level``'s features): the interface and a glue that calls it."""
+    if not _LINK_RE.fullmatch(f'#define {LINK_MACRO} "{name}"') or ".." in name.split("/"):
+        raise ValueError(f"not a runtime object name: {name!r}")
+    inc, body = _join([INTERFACE, GLUE_CUDA, GLUE_LINKED])
+    lines = [f"#define {LINK_MACRO} {cpp_string(name)}", *constants_header().splitlines(), *inc, *body]
+    return _block(device, f"runtime for level {level}, linked: {name}", lines)
+
+
+def linked_objects(code: str) -> list[str]:
+    """The runtime objects that the wrapper ``code`` needs linked (:func:`linked_block`),
+    each once (a constant-folding graph splices its parent's header in again)."""
+    return list(dict.fromkeys(m.group(1) for m in _LINK_RE.finditer(code)))
 
 
 def library_block(device: str, library: str) -> str:

@@ -87,8 +87,10 @@ def _isa_flags() -> list[str]:
 
 
 @functools.lru_cache(maxsize=1)
-def build_spec() -> Build:
-    """The compiler, flags and cache directory of this process's library.
+def toolchain_flags() -> tuple[str, tuple[str, ...]]:
+    """The compiler Inductor uses (an absolute path) and the flags every build of the
+    runtime shares: C++17, -O3, position-independent, hidden visibility, torch's C++ ABI,
+    this CPU's vector ISA, the versions run.json names, torch's headers.
 
     Raises:
         BuildError: no C++ compiler Inductor would use.
@@ -100,22 +102,49 @@ def build_spec() -> Build:
     cxx, origin = toolchain.inductor_compiler()
     if cxx is None:
         raise BuildError(f"no C++ compiler ({origin})")
-    cxx = toolchain.resolve(cxx)
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
-    include, lib = os.path.join(torch_dir, "include"), os.path.join(torch_dir, "lib")
     from .. import __version__
 
     abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
-    flags = ("-std=c++17", "-O3", "-fPIC", "-shared", "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+    flags = ("-std=c++17", "-O3", "-fPIC", "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
              *_isa_flags(), f"-DAOTI_DEBUG_PKG_VERSION={cpp_string(__version__)}",
-             f"-DAOTI_DEBUG_TORCH_VERSION={cpp_string(str(torch.__version__))}", "-I", include)
+             f"-DAOTI_DEBUG_TORCH_VERSION={cpp_string(str(torch.__version__))}",
+             "-I", os.path.join(torch_dir, "include"))
+    return toolchain.resolve(cxx), flags
+
+
+def build_key(cxx: str, *parts) -> str:
+    """A short hash of what a build depends on: the runtime's sources (its namespace), the
+    compiler and its version, ``parts`` (flags, libraries) and the platform."""
+    from . import toolchain
+
+    ident = json.dumps([cpp_runtime.abi_namespace(), os.path.realpath(cxx), toolchain.compiler_version(cxx),
+                        *parts, sys.platform])
+    return hashlib.sha256(ident.encode()).hexdigest()[:12]
+
+
+def cache_folder() -> str:
+    """aoti_debug's folder in Inductor's cache directory (what it builds lives there)."""
+    return os.path.join(_cache_root(), "aoti_debug")
+
+
+@functools.lru_cache(maxsize=1)
+def build_spec() -> Build:
+    """The compiler, flags and cache directory of this process's library.
+
+    Raises:
+        BuildError: no C++ compiler Inductor would use.
+    """
+    import torch
+
+    cxx, common = toolchain_flags()
+    flags = (*common[:3], "-shared", *common[3:])
     # The aoti_torch_* shim lives in libtorch_cpu (a dependency of torch._C, which Python
     # loads RTLD_LOCAL): link it, by the path of the torch that is already loaded.
+    lib = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "lib")
     libs = ("-L", lib, "-ltorch_cpu", f"-Wl,-rpath,{lib}")
-    ident = json.dumps([cpp_runtime.abi_namespace(), os.path.realpath(cxx), toolchain.compiler_version(cxx),
-                        flags, libs, sys.platform])
-    key = hashlib.sha256(ident.encode()).hexdigest()[:12]
-    directory = os.path.join(_cache_root(), "aoti_debug", f"{cpp_runtime.abi_namespace()}-{key}")
+    key = build_key(cxx, flags, libs)
+    directory = os.path.join(cache_folder(), f"{cpp_runtime.abi_namespace()}-{key}")
     return Build(cxx, flags, ("-fopenmp",), libs, directory)
 
 
@@ -143,8 +172,10 @@ def library_path() -> str | None:
     return spec.path
 
 
-def build(spec: Build) -> float:
-    """Build the library into ``spec.path`` unless it is there; seconds spent compiling.
+def build(spec) -> float:
+    """Build ``spec.path`` (this library, or a runtime object: native_object.py) unless it
+    is there; seconds spent compiling. ``spec`` has ``directory``, ``path``, ``compiler``,
+    ``openmp`` (its flags, empty: built without) and ``command(gen_dir, output, openmp)``.
 
     Raises:
         BuildError: the compiler failed (with and without OpenMP) or could not run.
@@ -159,12 +190,12 @@ def build(spec: Build) -> float:
         gen_dir = tempfile.mkdtemp(prefix="build-", dir=spec.directory)
         try:
             cpp_runtime.write_constants(gen_dir)
-            output = os.path.join(gen_dir, LIBRARY_FILE)
+            output = os.path.join(gen_dir, os.path.basename(spec.path))
             errors = []
             t0 = time.perf_counter()
-            for openmp in (True, False):
+            for openmp in ((True, False) if spec.openmp else (False,)):
                 cmd = spec.command(gen_dir, output, openmp)
-                log.info("aoti_debug: building the C++ runtime library once: %s", " ".join(cmd))
+                log.info("aoti_debug: building the C++ runtime once: %s", " ".join(cmd))
                 try:
                     r = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
                 except (OSError, subprocess.TimeoutExpired) as e:

@@ -26,7 +26,7 @@ from typing import Callable, Literal
 
 from ..config import CompileSettings
 from ..errors import UnsupportedTorchError
-from . import context, describe, wrapper_lines
+from . import context, describe, native_object, wrapper_lines
 from .cache_tag import update_cache_tag
 from .wrapper_lines import bracket, track_alias
 
@@ -170,6 +170,13 @@ PATCHES: tuple[Patch, ...] = tuple(
           "mode='reduce-overhead' would break the capture)"),
     Patch("torch._inductor.graph:GraphLowering", "codegen_with_cpp_wrapper", wrapper_lines.wrap_graph_codegen, True,
           "keeps instrumented C++-wrapper graphs out of CUDA graphs"),
+    # AOTInductor: the link step takes the objects listed in CUDACodeCache.aot_kernels_o
+    # (CUTLASS kernels; read for CPU packages too, copied and cleared at each link, in
+    # torch 2.11 and 2.13), and nothing else from outside. Without this entry AOTI
+    # wrappers get the runtime inline: correct, slower to compile (native_object.linkable).
+    Patch("torch._inductor.codecache:AotCodeCompiler", "compile", native_object.wrap_aot_compile, False,
+          "links the prebuilt runtime object that an AOTInductor wrapper names into its package "
+          "(through CUDACodeCache.aot_kernels_o, torch 2.11 and 2.13); absent: the runtime is compiled inline"),
 )
 
 
