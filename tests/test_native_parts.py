@@ -273,7 +273,8 @@ def test_jit_wrappers_get_only_the_glue():
     assert '#define AOTI_DEBUG_LIBRARY "/x/lib\'\\"s.so"' in block
     for marker in _MARKERS:
         assert not _defines(block, marker), marker
-    assert len(block) < 20000 and "dlopen" in block
+    # The interface, the generated constants and the glue: a small part of the runtime.
+    assert len(block) < len(cpp_runtime.inline_block("cpu", "save")) / 5 and "dlopen" in block
 
 
 # --------------------------------------------------------------------------- the library

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <string>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "constants.h"
 #include "state.h"
@@ -90,6 +92,58 @@ int64_t parse_max_bytes(Shared& S) {
 #endif
   if (!(d < 9223372036854775807.0)) return kMax;
   return static_cast<int64_t>(d);
+}
+
+// config.parse_launch_ranges: "12", "10..14", "40.." or several, comma-separated
+// (config._RANGE_RE per part: up to 18 digits, then ".." and up to 18 digits); inclusive
+// (first, last) ranges, last -1 for an open end. Unset: empty (save all). Anything else
+// warns once, naming the variable, and every launch is saved.
+std::vector<std::pair<int64_t, int64_t>> parse_save_launches(Shared& S) {
+  const char* name = schema::env::kSaveLaunches;
+  std::string raw = env_str(name);
+  std::string v = trim_space(raw);
+  std::vector<std::pair<int64_t, int64_t>> out;
+  if (v.empty()) return out;
+  auto number = [](const std::string& t, size_t& i, int64_t& x) {
+    size_t k = i;
+    x = 0;
+    while (i < t.size() && t[i] >= '0' && t[i] <= '9' && i - k < 18) x = x * 10 + (t[i++] - '0');
+    return i > k && !(i < t.size() && t[i] >= '0' && t[i] <= '9');
+  };
+  size_t start = 0;
+  while (true) {
+    size_t comma = v.find(',', start);
+    std::string part = trim_space(v.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    size_t i = 0;
+    int64_t lo = 0, hi = 0;
+    bool ok = number(part, i, lo);
+    if (ok && i == part.size()) {
+      hi = lo;
+    } else if (ok && part.compare(i, 2, "..") == 0) {
+      i += 2;
+      if (i == part.size()) hi = -1;
+      else ok = number(part, i, hi) && i == part.size() && hi >= lo;
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      warn_once(S, std::string("env-") + name, std::string(name) + "=" + env_shown(raw) +
+                " is not a list of launches such as 10..14,40..; every launch's tensors are saved");
+      return {};
+    }
+    out.emplace_back(lo, hi);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// RunSettings.saves: whether level save writes the tensor files of `launch`.
+bool saves_launch(const Shared& S, int64_t launch) {
+  if (S.save_launches.empty()) return true;
+  for (const auto& r : S.save_launches)
+    if (r.first <= launch && (r.second < 0 || launch <= r.second)) return true;
+  return false;
 }
 
 // config.parse_count: RANK / WORLD_SIZE, up to 9 digits ("+" allowed) and >= minimum;

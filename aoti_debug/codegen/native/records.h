@@ -17,6 +17,7 @@
 
 #include "constants.h"
 #include "dtypes.h"
+#include "env.h"
 #include "host_tensor.h"
 #include "interface.h"
 #include "json.h"
@@ -99,6 +100,10 @@ std::string stats_json(const Summary& sm) {
 std::string save_values(Shared& S, const Site& site, const Arg& a, const char* phase, const TypeInfo& ti,
                         const HostTensor& t, const std::string& content_key, JsonObject& rec) {
   namespace R = schema::rec;
+  if (!saves_launch(S, tl_launch)) {
+    rec.str(R::kSkipped, "launch " + std::to_string(tl_launch) + " is not in " + schema::env::kSaveLaunches);
+    return "";
+  }
   if (!content_key.empty()) {
     auto same = S.content_files.find(content_key);
     if (same != S.content_files.end()) {

@@ -39,6 +39,9 @@ struct Shared {
   int manifest_fd = -1;
   int64_t seq = 0, launch = 0, graphs = 0;
   int64_t bytes_written = 0, max_bytes = -1;
+  // AOTI_DEBUG_SAVE_LAUNCHES: inclusive (first, last) ranges, last -1 = to the end;
+  // empty: every launch's tensors are saved.
+  std::vector<std::pair<int64_t, int64_t>> save_launches;
   bool force_zip64 = false;
   std::vector<std::pair<std::string, std::string>> graph_info;  // label -> JSON object
   std::map<std::string, std::string> content_files;  // values identity -> tensor file
