@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Callable
 
 from . import cpp_runtime
 from .emit import cpp_string
@@ -36,7 +37,7 @@ log = logging.getLogger("aoti_debug")
 LIBRARY_FILE = "libaoti_debug_rt.so"
 BUILD_TIMEOUT_S = 900
 _lock = threading.Lock()
-_failed: dict[str, str] = {}  # build key -> why it failed (warned once)
+_failed: dict[str, str] = {}  # artifact path -> why it failed (warned once)
 
 
 class BuildError(RuntimeError):
@@ -153,21 +154,28 @@ def library_path() -> str | None:
     warning per process) when it cannot be built."""
     if sys.platform == "win32":
         return None  # the glue warns when the model runs: the runtime needs POSIX
+    return built(build_spec, _warn_once)
+
+
+def built(spec_of: Callable[[], Build], warn: Callable[[str, str], None]) -> str | None:
+    """The path ``spec_of()`` names, built first if it is not there; None when it cannot
+    be built (``warn(key, message)`` is told, once per key: the compiler, or the path).
+    Compile threads of this process build once, and a failed build is not tried again."""
     try:
-        spec = build_spec()
+        spec = spec_of()
     except BuildError as e:
-        _warn_once("compiler", str(e))
+        warn("compiler", str(e))
         return None
     if os.path.exists(spec.path):
         return spec.path
-    with _lock:  # compile threads of this process build once
+    with _lock:
         if spec.path in _failed:
             return None
         try:
             build(spec)
         except BuildError as e:
             _failed[spec.path] = str(e)
-            _warn_once(spec.path, str(e))
+            warn(spec.path, str(e))
             return None
     return spec.path
 

@@ -28,15 +28,12 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 
 from . import cpp_runtime, native_library
 from .native_library import BuildError
 
 log = logging.getLogger("aoti_debug")
 
-_lock = threading.Lock()
-_failed: dict[str, str] = {}  # object path -> why it failed (warned once)
 _warned: set[str] = set()
 
 
@@ -90,23 +87,7 @@ def object_spec(name: str) -> ObjectBuild:
 def object_path(level: str) -> str | None:
     """The object for ``level``, built first if it is not there; None (and one warning
     per process) when it cannot be built."""
-    try:
-        spec = object_spec(variant(level))
-    except BuildError as e:
-        _warn_once("compiler", str(e))
-        return None
-    if os.path.exists(spec.path):
-        return spec.path
-    with _lock:  # compile threads of this process build once
-        if spec.path in _failed:
-            return None
-        try:
-            native_library.build(spec)
-        except BuildError as e:
-            _failed[spec.path] = str(e)
-            _warn_once(spec.path, str(e))
-            return None
-    return spec.path
+    return native_library.built(lambda: object_spec(variant(level)), _warn_once)
 
 
 def _warn_once(key: str, message: str) -> None:

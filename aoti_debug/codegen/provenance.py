@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..format.provenance import Provenance, ValueOrigin, module_path, source_line
+from ..format.provenance import Provenance, ValueOrigin, module_of, source_line
 from .launch import Launch, base_name
 
 
@@ -93,14 +93,6 @@ def _aten(node) -> str:
     return str(op if op is not None else getattr(node, "target", ""))
 
 
-def _module(node) -> str:
-    stack = (getattr(node, "meta", {}) or {}).get("nn_module_stack") or {}
-    if not stack:
-        return ""
-    path = list(stack.values())[-1]
-    return module_path(path[0] if isinstance(path, (tuple, list)) else str(path))
-
-
 def _instance(node) -> str:
     """The Dynamo graph node this node was decomposed from (one call of one ATen op
     decomposes into several post-grad nodes that share it)."""
@@ -122,7 +114,7 @@ def value_origin(node, output: bool = False, exact: bool = True) -> ValueOrigin:
     source, code = source_line(meta.get("stack_trace") or "")
     instance = _instance(node)
     inner = output and bool(instance) and (not exact or _inner(node, instance))
-    return ValueOrigin(node=str(node.name), aten=_aten(node), module=_module(node),
+    return ValueOrigin(node=str(node.name), aten=_aten(node), module=module_of(getattr(node, "meta", {})),
                        instance=instance, source=source, code=code, inner=inner)
 
 

@@ -356,8 +356,8 @@ def diff(
         raise ValueError(f"rounding_factor must be positive, not {rounding_factor}")
     started = time.perf_counter()
     ra, rb = _as_reader(a), _as_reader(b)
-    reference = reference_mode(rb)
-    if reference_mode(ra) and not reference:
+    reference = reference_mode(rb.info)
+    if reference_mode(ra.info) and not reference:
         ra.close()
         rb.close()
         raise DumpError(f"{ra.path} is an eager reference: give it second (aoti-debug diff COMPILED REFERENCE)")

@@ -11,6 +11,7 @@ from .result import NOT_COMPARED, DiffResult
 from .births import Birth
 from .show import RunSummary, ShowResult, format_bytes, graph_title
 from .metrics import default_tolerance
+from .value_align import reference_mode
 
 FORMATS = ("table", "csv", "json", "markdown", "html")
 
@@ -98,8 +99,8 @@ def _diff_rows(result: DiffResult, clip: bool, show_all: bool = True) -> list[di
 
 def _writer(info) -> str:
     """``python writer``, or ``eager reference (fp64)`` for a run of ``aoti-debug run --reference``."""
-    modes = {g.get("reference") for g in info.graphs.values() if isinstance(g, dict) and g.get("reference")}
-    return f"eager reference ({', '.join(sorted(modes))})" if modes else f"{info.writer} writer"
+    mode = reference_mode(info)
+    return f"eager reference ({mode})" if mode else f"{info.writer} writer"
 
 
 def _tolerance_line(result: DiffResult) -> str:

@@ -45,7 +45,7 @@ from typing import Iterator
 
 from ..config import KernelFilter
 from ..format.reader import RunReader
-from ..format.schema import Record
+from ..format.schema import Record, RunInfo
 from .align import Pair, PairedLaunch
 
 _NUMBERED = re.compile(r"_\d+$")
@@ -53,9 +53,10 @@ _NUMBERED = re.compile(r"_\d+$")
 UNMATERIALISED = "unmaterialised"
 
 
-def reference_mode(reader: RunReader) -> str | None:
-    """``eager`` or ``fp64`` when the run is an eager reference (``aoti_debug.eager``)."""
-    modes = {g.get("reference") for g in reader.info.graphs.values()
+def reference_mode(info: RunInfo) -> str | None:
+    """``eager`` or ``fp64`` when the run with header ``info`` is an eager reference
+    (``aoti_debug.eager``), else None."""
+    modes = {g.get("reference") for g in info.graphs.values()
              if isinstance(g, dict) and g.get("wrapper") == "eager"}
     modes.discard(None)
     return "fp64" if "fp64" in modes else ("eager" if modes else None)
@@ -244,7 +245,7 @@ class ValueAligner:
         self.a = a
         self.b = b
         self.kernels = kernels or KernelFilter()
-        self.reference = reference_mode(b)
+        self.reference = reference_mode(b.info)
         """B's reference mode (``eager``/``fp64``) when B is an eager reference, else None."""
         b_scan = _Scan(b, self._wanted if not self.reference else lambda r: True, bool(self.reference))
         a_scan = _Scan(a, self._wanted, bool(self.reference))

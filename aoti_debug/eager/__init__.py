@@ -23,6 +23,7 @@ import contextlib
 from typing import Iterator
 
 from .. import config
+from ..codegen.cache_tag import reset_dynamo
 from ..errors import ConfigError
 
 MODES = config.REFERENCE_MODES
@@ -67,7 +68,7 @@ def enable_reference(mode: str = "eager", level: str | int = "save", kernels: st
     reference_hook.install(_Backend(mode, settings.level, settings.kernels))
     _active = (mode, settings.level, str(settings.kernels))
     if reset:
-        _reset_dynamo()
+        reset_dynamo()
 
 
 def disable_reference() -> None:
@@ -82,7 +83,7 @@ def disable_reference() -> None:
     session.flush()
     reference_hook.uninstall()
     _active = None
-    _reset_dynamo()
+    reset_dynamo()
 
 
 @contextlib.contextmanager
@@ -141,15 +142,3 @@ class _Backend:
         from .recorder import backend
 
         return backend(self.mode, self.level, self.kernels)(gm, example_inputs)
-
-
-def _reset_dynamo() -> None:
-    """Drop compiled frames: a function compiled before the switch must recompile."""
-    import sys
-
-    dynamo = sys.modules.get("torch._dynamo")
-    if dynamo is not None:
-        try:
-            dynamo.reset()
-        except Exception:
-            pass

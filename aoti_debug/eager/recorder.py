@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable
 
 import torch
 from torch import fx
 
 from ..config import KernelFilter
 from ..format.protocol import Site, SiteArg
-from ..format.provenance import Provenance, ValueOrigin, module_path, source_line
+from ..format.provenance import Provenance, ValueOrigin, module_of, source_line
 from ..runtime import hooks
 from ..runtime.session import warn_once
 
@@ -56,14 +56,6 @@ def _target_name(node: fx.Node) -> str:
         return target
     name = getattr(target, "__name__", None) or str(target)
     return name.rsplit(".", 1)[-1]
-
-
-def _module(node: fx.Node) -> str:
-    stack = node.meta.get("nn_module_stack") or {}
-    if not stack:
-        return ""
-    path = list(stack.values())[-1]
-    return module_path(path[0] if isinstance(path, (tuple, list)) else str(path))
 
 
 def _widen(value: Any) -> Any:
@@ -90,7 +82,7 @@ def rmse(a: torch.Tensor, ref: torch.Tensor) -> float:
     return float(torch.sqrt(torch.mean(d * d)))
 
 
-def _storages(values: Iterator[Any]) -> set[int]:
+def _storages(values: Iterable[Any]) -> set[int]:
     out = set()
     for v in values:
         if isinstance(v, torch.Tensor) and v.layout == torch.strided:
@@ -220,7 +212,7 @@ class Recorder:
         site = None
         if self.kernels.matches(node.name, target):
             source, code = source_line(node.meta.get("stack_trace") or "")
-            origin = ValueOrigin(node=node.name, aten=target, module=_module(node), instance=node.name,
+            origin = ValueOrigin(node=node.name, aten=target, module=module_of(node.meta), instance=node.name,
                                  source=source, code=code)
             inputs = [a for a in node.all_input_nodes if a.op == "placeholder"]
             prov = Provenance(nodes=(node.name,), aten=(target,), module=origin.module, source=source, code=code,
@@ -238,7 +230,7 @@ class Recorder:
             return
         try:
             reads = [env[a] for a in node.all_input_nodes]
-            if value.layout == torch.strided and _storages(iter([value])) & _storages(iter(reads)):
+            if value.layout == torch.strided and _storages([value]) & _storages(reads):
                 return  # a view of what the node read: no kernel makes it
             site = self._site(node)
             if site is None:

@@ -53,6 +53,16 @@ def module_path(raw: str) -> str:
     return path.strip(".")
 
 
+def module_of(meta: dict) -> str:
+    """The module path of an FX node, from its ``meta``: the innermost entry of its
+    ``nn_module_stack`` as users write it (:func:`module_path`); "" without one."""
+    stack = (meta or {}).get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1]
+    return module_path(path[0] if isinstance(path, (tuple, list)) else str(path))
+
+
 def source_line(stack_trace: str) -> tuple[str, str]:
     """(``file:line in func``, the code on that line) of the innermost frame of an FX
     node's ``stack_trace``; empty strings when it has none."""
