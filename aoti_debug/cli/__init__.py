@@ -13,8 +13,9 @@ def main() -> None:
     """Intermediate-value debugger for PyTorch Inductor and AOTInductor.
 
     Instrument a compiled model (run), look at what it dumped (show), compare two
-    dumps and find the first divergent kernel (diff), or name the kernel behind a
-    crash (locate).
+    dumps and find the first divergent kernel (diff), tell the kernel where an error is
+    born from those that pass it on (replay), cut a launch out as a standalone repro
+    (repro), or name the kernel behind a crash (locate).
     """
 
 
@@ -27,6 +28,7 @@ def _register() -> None:
     from .show import show; main.add_command(show)  # noqa: E702
     main.add_command(locate)
     from .doctor import doctor; main.add_command(doctor)  # noqa: E702
+    from .replay import replay, repro; main.add_command(replay); main.add_command(repro)  # noqa: E702
 
 
 _register()

@@ -64,10 +64,20 @@ def output_options(fn):
     ends as one line and exit 2 (:func:`internal_error`), not as a traceback.
     """
 
-    @click.option("--format", "-f", "fmt", type=click.Choice(FORMAT_CHOICES), default="table", show_default=True,
-                  help="Output format.")
-    @click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None,
-                  help="Write the report to FILE instead of standard output.")
+    fmt = click.option("--format", "-f", "fmt", type=click.Choice(FORMAT_CHOICES), default="table",
+                       show_default=True, help="Output format.")
+    return fmt(output_option(guarded(fn)))
+
+
+def output_option(fn):
+    """``--output FILE``: the report goes to FILE instead of standard output."""
+    return click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None,
+                        help="Write the report to FILE instead of standard output.")(fn)
+
+
+def guarded(fn):
+    """Library errors as one line and exit 2; anything unexpected too (:func:`internal_error`)."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:

@@ -55,9 +55,12 @@ class _Progress:
 @click.option("--rounding-factor", type=click.FloatRange(min=1.0), default=None, metavar="X",
               help="Against an fp64 reference (run --reference fp64): a value is rounding while its error "
                    "is at most X times eager's own error, else suspect (default 8).")
+@click.option("--replay", "replay_first", type=click.IntRange(min=1), default=None, metavar="K",
+              help="Then replay A's first K divergent launches on B's inputs (as aoti-debug replay): "
+                   "which kernel is the culprit, which only propagate the error.")
 @output_options
 def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, full, progress, plot, rounding_factor,
-         fmt, output):
+         replay_first, fmt, output):
     """Compare DUMP_A against DUMP_B (the reference) and name the first divergence.
 
     Each DUMP is a run directory or a dump root holding exactly one run. Records are
@@ -87,6 +90,7 @@ def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, fu
       aoti-debug diff dumps/before dumps/after --format markdown -o diff.md
       aoti-debug diff dumps/before dumps/after --plot error.svg
       aoti-debug diff dumps/compiled dumps/fp64-reference
+      aoti-debug diff dumps/compiled dumps/fp64-reference --replay 3
     """
     from ..compare import diff as compare
     from ..compare.render import render_diff
@@ -122,4 +126,15 @@ def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, fu
             click.echo(f"plot written to {plot_diff(result, plot)}", err=True)
         except AotiDebugError as e:
             raise BadInput(str(e)) from None
+    if replay_first is not None:
+        from ..replay import replay
+        from ..replay.engine import divergent_launches
+
+        launches = divergent_launches(result, replay_first)
+        if launches:
+            replayed = replay(dump_a, dump_b, launches=launches, atol=atol, rtol=rtol,
+                              **({} if rounding_factor is None else {"rounding_factor": rounding_factor}))
+            click.echo("\n" + str(replayed), err=output is not None or fmt != "table")
+        else:
+            click.echo("replay: no output of A differs from B's", err=True)
     sys.exit(result.exit_code)

@@ -253,6 +253,15 @@ class _Runner:
 ALIGNMENTS = ("auto", "launch", "value")
 
 
+def choose_aligner(ra: RunReader, rb: RunReader, kfilter: KernelFilter, align: str = "auto") -> Aligner | ValueAligner:
+    """The aligner ``diff(align=...)`` pairs A's records with B's by (see :func:`diff`)."""
+    by_value = align == "value" or (align == "auto" and reference_mode(rb.info) is not None)
+    aligner = ValueAligner(ra, rb, kfilter) if by_value else Aligner(ra, rb, kfilter)
+    if align == "auto" and not by_value and _values_fit(ra, rb, aligner):
+        aligner = ValueAligner(ra, rb, kfilter)
+    return aligner
+
+
 def _filters(reader: RunReader) -> set[str]:
     """The kernel filters a run recorded with (run.json's, and each graph's)."""
     found = {str(reader.info.kernels or "")}
@@ -370,10 +379,7 @@ def diff(
     launches = 0
     total = ra.manifest_bytes
     try:
-        by_value = align == "value" or (align == "auto" and reference is not None)
-        aligner = ValueAligner(ra, rb, kfilter) if by_value else Aligner(ra, rb, kfilter)
-        if align == "auto" and not by_value and _values_fit(ra, rb, aligner):
-            aligner = ValueAligner(ra, rb, kfilter)
+        aligner = choose_aligner(ra, rb, kfilter, align)
         mode = "value" if isinstance(aligner, ValueAligner) else "launch"
         with Prefetcher() as prefetcher, _one_intra_op_thread():
             planned = _Lookahead(aligner.launches(), lambda p: _plan(p, ra, rb, use_checksums, ignored),

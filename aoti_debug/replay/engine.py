@@ -1,0 +1,498 @@
+"""Replay: run A's own kernel for a launch on B's (the reference's) inputs.
+
+When a compiled run A and its reference B part ways, the first divergent output may
+come from a kernel that is wrong (its error is *born* there) or from a correct kernel
+fed inputs that already differed (the error is *inherited*). Replay tells them apart:
+the launch is cut out of A's generated code (:mod:`.program`), fed B's values of its
+inputs, and its outputs compared with B's:
+
+* **own error**: the replayed outputs against B's; what the kernel adds by itself;
+* **total error**: A's recorded outputs against B's; own plus inherited.
+
+``culprit`` when the own error is beyond tolerance (against an fp64 reference: the
+verdict of :mod:`aoti_debug.compare.verdict`, ``suspect``, decides), ``propagator``
+when only the total error is, ``agrees`` when neither is.
+
+B's value of an input is found the way ``diff`` pairs values (by launch, or by
+provenance across fusion and against an eager reference); an input that is the
+unchanged output of an earlier launch of A (same checksum, dtype and shape) takes the
+counterpart of that output. An input B has no value for is fed A's own, and said so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections import defaultdict
+from typing import Any, Iterable, Sequence
+
+from ..config import KernelFilter
+from ..errors import DumpError, RecordError
+from ..format.reader import RunReader
+from ..format.schema import Record
+from ..compare import verdict as _verdict
+from ..compare.diff import choose_aligner
+from ..compare.metrics import Metrics, TensorComparator, tolerance
+from ..compare.value_align import reference_mode
+from .program import Program, ReplayError, program, wrapper_aliases
+
+CULPRIT, PROPAGATOR, AGREES, UNJUDGED = "culprit", "propagator", "agrees", "unjudged"
+
+
+@dataclasses.dataclass
+class OutputReplay:
+    """One output of a replayed launch."""
+
+    arg: str
+    own: Metrics | None
+    """The replayed value (on B's inputs) against B's."""
+    total: Metrics | None
+    """A's recorded value against B's (None when A has no values for it)."""
+    own_failed: bool
+    total_failed: bool | None
+    own_ratio: float | None = None
+    """Against an fp64 reference: the own error over eager's own (:func:`verdict.judge`)."""
+    total_ratio: float | None = None
+    b_launch: int | None = None
+
+
+@dataclasses.dataclass
+class LaunchReplay:
+    """One launch of A, replayed."""
+
+    launch: int
+    graph: str
+    kernel: str
+    verdict: str
+    outputs: list[OutputReplay] = dataclasses.field(default_factory=list)
+    from_b: list[str] = dataclasses.field(default_factory=list)
+    """Inputs fed B's values."""
+    own: list[str] = dataclasses.field(default_factory=list)
+    """Inputs fed A's own values (B has none for them)."""
+    inherited: list[str] = dataclasses.field(default_factory=list)
+    """Of :attr:`own`, those an earlier launch of A made: they may carry error from
+    upstream, so the own error cannot be told from the inherited one."""
+    module: str | None = None
+    source: str | None = None
+    note: str = ""
+
+
+@dataclasses.dataclass
+class ReplayResult:
+    path_a: str
+    path_b: str
+    reference: str | None
+    launches: list[LaunchReplay]
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def culprits(self) -> list[LaunchReplay]:
+        return [r for r in self.launches if r.verdict == CULPRIT]
+
+    @property
+    def exit_code(self) -> int:
+        """1: a culprit was found; 0: none; 2: nothing could be replayed."""
+        if self.culprits:
+            return 1
+        if self.problems and not any(r.verdict != UNJUDGED for r in self.launches):
+            return 2
+        return 0
+
+    def __str__(self) -> str:
+        return render(self)
+
+    def to_dict(self) -> dict:
+        def metrics(m: Metrics | None):
+            if m is None:
+                return None
+            return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                    for k, v in dataclasses.asdict(m).items()}
+
+        return {
+            "a": self.path_a, "b": self.path_b, "reference": self.reference, "problems": self.problems,
+            "launches": [{
+                **{k: getattr(r, k) for k in ("launch", "graph", "kernel", "verdict", "from_b", "own", "module",
+                                              "source", "note")},
+                "outputs": [{"arg": o.arg, "own": metrics(o.own), "total": metrics(o.total),
+                             "own_failed": o.own_failed, "total_failed": o.total_failed,
+                             "own_ratio": _finite(o.own_ratio), "total_ratio": _finite(o.total_ratio),
+                             "b_launch": o.b_launch} for o in r.outputs],
+            } for r in self.launches],
+        }
+
+
+def _finite(v: float | None) -> float | str | None:
+    if v is None or math.isfinite(v):
+        return v
+    return "nan" if math.isnan(v) else "inf"
+
+
+# ------------------------------------------------------------------------------ pairing
+def _content(r: Record) -> tuple | None:
+    if r.kind != "tensor" or not r.checksum or r.uninitialised:
+        return None
+    return (r.checksum, r.dtype, r.numel)  # a reshaping view keeps the row-major checksum
+
+
+_VIEW = re.compile(r"^reinterpret_tensor\((\w+), \(([\d, ]*)\), \(([\d, ]*)\), (\d+)\)$")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.replace(" ", "").split(",") if x]
+
+
+@dataclasses.dataclass
+class Counterparts:
+    """Where B's values of the target launches' records are."""
+
+    paired: Counterparts = dataclasses.field(default_factory=dict)
+    """A's record (by ``seq``) -> B's record of the same value."""
+    views: dict[int, tuple[Record, Record, list[int], list[int], int]] = dataclasses.field(default_factory=dict)
+    """A's input read through ``reinterpret_tensor(buf, size, stride, offset)`` of an
+    output B has: -> (A's record of that output, B's, size, stride, offset)."""
+    made_by_a: set[int] = dataclasses.field(default_factory=set)
+    """A's inputs that an earlier launch of A wrote (they may carry inherited error)."""
+
+    def get(self, seq: int) -> Record | None:
+        return self.paired.get(seq)
+
+
+def _counterparts(ra: RunReader, rb: RunReader, targets: dict[int, list[Record]]) -> Counterparts:
+    """B's record for each record of the target launches."""
+    last = max(targets)
+    found = Counterparts()
+    paired = found.paired
+    for launch in choose_aligner(ra, rb, KernelFilter()).launches():
+        for p in launch.pairs:
+            if p.a is not None and p.b is not None and p.a.launch <= last:
+                paired[p.a.seq] = p.b
+    # An input that is the unchanged output of an earlier launch of A takes that
+    # output's counterpart (value pairing keys a node's value where it is made); one
+    # read through a view of such an output, the same view of it.
+    made: dict[tuple, int] = {}
+    written: dict[tuple[str, str], Record] = {}
+    aliases: dict[str, dict[str, str]] = {}
+
+    def writer_of(graph: str, name: str) -> Record | None:
+        """The last record of A that wrote ``name`` (through the wrapper's aliases)."""
+        if graph not in aliases:
+            aliases[graph] = wrapper_aliases(ra.info.graphs, graph)
+        for _ in range(8):
+            rec = written.get((graph, name))
+            if rec is not None or name not in aliases[graph]:
+                return rec
+            name = aliases[graph][name]
+        return None
+
+    for r in ra.records():
+        if r.launch > last:
+            continue
+        if r.launch in targets and r.phase == "before" and r.kind == "tensor":
+            view = _VIEW.match(r.expr or "")
+            base = writer_of(r.graph, view.group(1) if view else r.arg)
+            origin = ra.provenance(r)
+            if base is not None or origin is None or origin.input(r.arg) is None:
+                found.made_by_a.add(r.seq)  # not a graph input or weight
+            key = _content(r)
+            producer = made.get(key) if key is not None else None
+            if r.seq not in paired and producer is not None and producer in paired:
+                paired[r.seq] = paired[producer]
+            elif r.seq not in paired and view and base is not None and base.seq in paired:
+                found.views[r.seq] = (base, paired[base.seq], _ints(view.group(2)), _ints(view.group(3)),
+                                      int(view.group(4)))
+        if r.phase == "after" and r.kind == "tensor":
+            written[(r.graph, r.arg)] = r
+            if _content(r) is not None:
+                made[_content(r)] = r.seq
+    return found
+
+
+def divergent_launches(result, k: int) -> list[int]:
+    """A's first ``k`` launches with an output that differs from B's, by a ``DiffResult``."""
+    found = sorted({rc.a.launch for rc in result.records
+                    if rc.a is not None and rc.a.phase == "after" and rc.status == "fail"})
+    return found[:k]
+
+
+# ------------------------------------------------------------------------------ replay
+def _torch_dtype(name: str):
+    import torch
+
+    dtype = getattr(torch, name or "", None)
+    if not isinstance(dtype, torch.dtype):
+        raise ReplayError(f"unknown dtype {name!r}")
+    return dtype
+
+
+def _device(rec: Record):
+    import torch
+
+    device = torch.device(rec.device or "cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ReplayError(f"{rec.kernel} ran on {device}, and this machine has no CUDA device: replay it there")
+    return device
+
+
+def materialise(rec: Record, value: Any):
+    """A tensor with ``rec``'s dtype, shape, strides and device holding ``value`` (any
+    tensor of its element count; zeros where ``value`` is None)."""
+    import torch
+
+    shape, stride = list(rec.shape or []), list(rec.stride or [])
+    out = torch.empty_strided(shape, stride, dtype=_torch_dtype(rec.dtype), device=_device(rec))
+    if value is None:
+        return out.zero_()
+    value = value.reshape(shape) if list(value.shape) != shape else value
+    try:
+        out.copy_(value)
+    except RuntimeError:  # overlapping strides (an expanded view): keep the values, dense
+        out = value.to(device=out.device, dtype=out.dtype).contiguous()
+    return out
+
+
+def _scalar(rec: Record) -> Any:
+    if rec.kind == "none":
+        return None
+    v = rec.value
+    if isinstance(v, str) and v in ("nan", "inf", "-inf"):
+        return float(v)
+    if rec.dtype == "bool" and isinstance(v, (int, bool)):
+        return bool(v)
+    if rec.dtype == "int" or rec.kind == "symint":
+        try:
+            return int(v)
+        except (TypeError, ValueError):
+            raise ReplayError(f"{rec.arg} of {rec.kernel} is the symbolic {v!r}: not replayable") from None
+    return v
+
+
+class _Replayer:
+    def __init__(self, ra: RunReader, rb: RunReader, atol, rtol, factor: float):
+        self.ra, self.rb = ra, rb
+        self.atol, self.rtol, self.factor = atol, rtol, factor
+        self.comparator = TensorComparator()
+        self.programs: dict[tuple[str, int, str], Any] = {}
+
+    def _load(self, reader: RunReader, rec: Record | None):
+        if rec is None or not rec.file:
+            return None
+        try:
+            return reader.load_tensor(rec, mmap=False)
+        except RecordError:
+            return None
+
+    def inputs(self, prog: Program, paired: Counterparts, lr: LaunchReplay) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for v in prog.values.values():
+            if v.before is None:
+                if v.name in prog.params:  # an output the kernel writes: fresh memory
+                    values[v.name] = materialise(v.after, None) if v.after.kind == "tensor" else _scalar(v.after)
+                continue
+            rec = v.before
+            if rec.kind != "tensor":
+                values[v.name] = _scalar(rec)
+                continue
+            if rec.uninitialised:
+                values[v.name] = materialise(rec, None)
+                continue
+            b = paired.get(rec.seq)
+            tb = self._load(self.rb, b)
+            if tb is not None and tb.numel() == (rec.numel if rec.numel is not None else tb.numel()):
+                values[v.name] = materialise(rec, tb)
+                lr.from_b.append(rec.arg)
+                continue
+            view = paired.views.get(rec.seq)
+            tb = self._load(self.rb, view[1]) if view is not None else None
+            if tb is not None and tb.numel() == view[0].numel:
+                base = materialise(view[0], tb)
+                values[v.name] = materialise(rec, base.as_strided(view[2], view[3], view[4]))
+                lr.from_b.append(rec.arg)
+                continue
+            ta = self._load(self.ra, rec)
+            if ta is None:
+                why = rec.skipped or ("level " + self.ra.info.level if not rec.file else rec.error or "unreadable")
+                raise ReplayError(f"input {rec.arg} of launch {rec.launch} has no values in either dump ({why}): "
+                                  f"re-run A with `aoti-debug run --level save --save-launches {rec.launch}`")
+            values[v.name] = materialise(rec, ta)
+            lr.own.append(rec.arg)
+            if rec.seq in paired.made_by_a:
+                lr.inherited.append(rec.arg)
+        for name, elements in prog.lists.items():
+            values[name] = [values.pop(e) for e in elements]
+        return values
+
+    def judge(self, arg: str, out_a: Record, replayed: Any, paired: Counterparts) -> OutputReplay | None:
+        b = paired.get(out_a.seq)
+        tb = self._load(self.rb, b)
+        if b is None or tb is None or not hasattr(replayed, "shape"):
+            return None
+        atol, rtol = tolerance(out_a.dtype, self.atol, self.rtol)
+
+        def measure(t):
+            t = t.detach().to("cpu")
+            if t.dtype != tb.dtype:
+                t = t.to(tb.dtype)
+            if t.shape != tb.shape:
+                t = t.reshape(tb.shape)
+            m = self.comparator.compare(t, tb, atol, rtol)
+            if _verdict.applies(b):
+                verdict, ratio = _verdict.judge(m, b, self.factor)
+                return m, verdict == _verdict.SUSPECT, ratio
+            return m, not m.passed, None
+
+        own, own_failed, own_ratio = measure(replayed)
+        ta = self._load(self.ra, out_a)
+        total = total_failed = total_ratio = None
+        if ta is not None:
+            total, total_failed, total_ratio = measure(ta)
+        return OutputReplay(arg, own, total, own_failed, total_failed, own_ratio, total_ratio, b.launch)
+
+    def replay(self, records: list[Record], paired: Counterparts) -> LaunchReplay:
+        first = records[0]
+        lr = LaunchReplay(first.launch, first.graph, first.kernel, UNJUDGED)
+        origin = self.ra.provenance(first)
+        if origin is not None:
+            lr.module, lr.source = origin.module or None, origin.source or None
+        try:
+            key = (first.graph, first.site if first.site is not None else -1, first.kernel)
+            if key not in self.programs:
+                prog = program(self.ra.info.graphs, records)
+                self.programs[key] = (prog, prog.load())
+            prog, fn = self.programs[key]
+            values = self.inputs(prog, paired, lr)
+            outputs = fn(*[values[p] for p in prog.params])
+            if first.device and first.device.startswith("cuda"):
+                import torch
+
+                torch.cuda.synchronize()
+        except ReplayError as e:
+            lr.note = str(e)
+            return lr
+        except Exception as e:  # the kernel itself failed on these inputs
+            lr.note = f"the kernel raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            return lr
+        for rec in records:
+            if rec.phase != "after" or rec.kind != "tensor" or rec.volatile:
+                continue
+            result = self.judge(rec.arg, rec, outputs.get(rec.arg), paired)
+            if result is not None:
+                lr.outputs.append(result)
+        if not lr.outputs:
+            lr.note = "B has no values for any of its outputs (fused away in B, or B has no tensor files)"
+        elif any(o.own_failed for o in lr.outputs) and lr.inherited:
+            lr.note = (f"beyond tolerance, but fed A's own {', '.join(lr.inherited)} (made by an earlier launch, "
+                       f"without a counterpart in B): its own error cannot be told from what it inherited")
+        elif any(o.own_failed for o in lr.outputs):
+            lr.verdict = CULPRIT
+        elif any(o.total_failed for o in lr.outputs):
+            lr.verdict = PROPAGATOR
+        else:
+            lr.verdict = AGREES
+        return lr
+
+
+def _as_reader(path) -> RunReader:
+    return path if isinstance(path, RunReader) else RunReader(str(path))
+
+
+def launch_records(reader: RunReader, launches: Iterable[int]) -> dict[int, list[Record]]:
+    wanted = set(launches)
+    found: dict[int, list[Record]] = defaultdict(list)
+    for r in reader.records():
+        if r.launch in wanted:
+            found[r.launch].append(r)
+    return found
+
+
+def replay(a, b, *, launches: Sequence[int] | None = None, first: int | None = None, atol: float | None = None,
+           rtol: float | None = None, rounding_factor: float = _verdict.ROUNDING_FACTOR) -> ReplayResult:
+    """Replay launches of run A on run B's values (see the module's docstring).
+
+    Args:
+        launches: A's launch numbers; by default (and with ``first``) the first
+            ``first`` (1) launches whose outputs differ from B's.
+
+    Raises:
+        DumpError: a path is not a usable dump, or a launch is not in A.
+    """
+    ra, rb = _as_reader(a), _as_reader(b)
+    try:
+        if reference_mode(ra.info) and not reference_mode(rb.info):
+            raise DumpError(f"{ra.path} is an eager reference: give it second (aoti-debug replay COMPILED REFERENCE)")
+        problems: list[str] = []
+        if launches is None:
+            from ..compare.diff import diff
+
+            compared = diff(ra.path, rb.path, atol=atol, rtol=rtol, keep_passing=False,
+                            rounding_factor=rounding_factor)
+            launches = divergent_launches(compared, first or 1)
+            if not launches:
+                problems.append("no output of A differs from B's: nothing to replay")
+        records = launch_records(ra, launches)
+        missing = [n for n in launches if n not in records]
+        if missing:
+            raise DumpError(f"{ra.path} has no launch {', '.join(map(str, missing))} "
+                            f"(it has launches 1..{max((r.launch for r in ra.records()), default=0)})")
+        if ra.info.level != "save" or rb.info.level != "save":
+            low = "A" if ra.info.level != "save" else "B"
+            problems.append(f"run {low} was recorded at level {(ra if low == 'A' else rb).info.level}: replay needs "
+                            f"tensor files (record at level save, or --save-launches for A)")
+        replayer = _Replayer(ra, rb, atol, rtol, rounding_factor)
+        paired = _counterparts(ra, rb, records) if records else {}
+        results = [replayer.replay(sorted(records[n], key=lambda r: r.seq), paired) for n in sorted(records)]
+        for r in results:
+            if r.verdict == UNJUDGED and r.note:
+                problems.append(f"launch {r.launch} ({r.kernel}): {r.note}")
+        return ReplayResult(ra.path, rb.path, reference_mode(rb.info), results, problems)
+    finally:
+        ra.close()
+        rb.close()
+
+
+# ------------------------------------------------------------------------------ text
+def _g(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.3g}"
+
+
+def render(result: ReplayResult) -> str:
+    ref = f"eager reference ({result.reference})" if result.reference else "run B"
+    lines = [f"replay of {result.path_a} on the inputs of {ref} {result.path_b}"]
+    against_fp64 = result.reference == "fp64"
+    for r in result.launches:
+        where = f" in {r.module}" if r.module else ""
+        lines.append(f"launch {r.launch} {r.kernel} ({r.graph}){where}: {r.verdict.upper()}")
+        if r.from_b or r.own:
+            fed = f"  inputs from B: {', '.join(r.from_b) or '-'}"
+            if r.own:
+                fed += f"; A's own (B has none): {', '.join(r.own)}"
+            lines.append(fed)
+        if r.outputs:
+            head = ("    output", "own rms err", "own max abs", "total rms err", "total max abs")
+            if against_fp64:
+                head += ("own x eager", "total x eager")
+            rows = [head]
+            for o in r.outputs:
+                row = (f"    {o.arg}", _g(o.own.rmse if o.own else None), _g(o.own.max_abs if o.own else None),
+                       _g(o.total.rmse if o.total else None), _g(o.total.max_abs if o.total else None))
+                if against_fp64:
+                    row += (_g(o.own_ratio), _g(o.total_ratio))
+                rows.append(row)
+            widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+            lines.extend("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+        if r.note:
+            lines.append(f"  {r.note}")
+    culprits = result.culprits
+    if culprits:
+        c = culprits[0]
+        lines.append(f"culprit: launch {c.launch} {c.kernel}{' in ' + c.module if c.module else ''}"
+                     f"{' at ' + c.source if c.source else ''}: its error is born there "
+                     f"(beyond tolerance on B's own inputs)")
+    elif any(r.verdict == PROPAGATOR for r in result.launches):
+        lines.append("no culprit among these: each kernel is right on B's inputs and passes on error it was fed; "
+                     "replay earlier launches (--first K, or --launch N)")
+    for p in result.problems:
+        lines.append(f"problem: {p}")
+    return "\n".join(lines)
