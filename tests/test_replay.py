@@ -10,7 +10,8 @@ What must hold:
 - a clean compile replays with no culprit and no propagator;
 - against another compile (the clean one, launch by launch) the same GELU kernel is
   the culprit; the C++ wrapper's generated C++ kernels replay too, its shim calls say
-  why they cannot;
+  why they cannot; so does an AOTInductor package's (its kernels sit in a file beside
+  the wrapper);
 - ``aoti-debug repro`` writes a directory whose ``run.py`` runs in a fresh interpreter
   where ``aoti_debug`` cannot be imported and shows the mismatch (exit 1), and agrees
   (exit 0) for a clean launch;
@@ -26,11 +27,14 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from click.testing import CliRunner
 
+import aoti_debug
 from aoti_debug.cli import main as cli_main
 from aoti_debug.replay import AGREES, CULPRIT, PROPAGATOR, UNJUDGED, replay
-from tests.test_reference import Dumps
+from tests.conftest import dump_dir_restored, only_run
+from tests.test_reference import Dumps, wrong_tanh
 
 GELU = "cpp_fused_add_mul_pow_tanh_view"
 
@@ -167,3 +171,33 @@ def test_bad_input_is_one_line(dumps, tmp_path):
     (moved / "run.json").write_text(json.dumps(info))
     result = runner.invoke(cli_main, ["replay", str(moved), ref, "--launch", "1"])
     assert result.exit_code == 2 and "no longer exists" in result.output, result.output
+
+
+class _TanhMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.l2(torch.tanh(self.l1(x)) * 2).sum(-1) + x.mean()
+
+
+@pytest.mark.slow
+def test_aoti_package_replays_its_cpp_kernels(tmp_path):
+    """AOTInductor writes its C++ kernels beside the wrapper (``*.kernel.cpp``)."""
+    torch.manual_seed(0)
+    model, x = _TanhMLP(), torch.randn(4, 8)
+    with torch.no_grad():
+        ep = torch.export.export(model, (x,))
+        with wrong_tanh(1.01), aoti_debug.enabled(level="save"):
+            package = torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp_path / "m.pt2"))
+        with dump_dir_restored():
+            os.environ["AOTI_DEBUG_DIR"] = str(tmp_path / "aoti")
+            torch._inductor.aoti_load_package(package)(x)
+        torch._dynamo.reset()
+        with aoti_debug.reference(dtype=torch.float64, dump_dir=str(tmp_path / "ref")):
+            torch.compile(model)(x)
+    a, b = only_run(str(tmp_path / "aoti")), only_run(str(tmp_path / "ref"))
+    result = replay(a, b, launches=_launches(a))
+    culprits = [r.kernel for r in result.culprits]
+    assert len(culprits) == 1 and "tanh" in culprits[0], str(result)

@@ -45,7 +45,7 @@ def replay(dump_a, dump_b, launches, first, atol, rtol, rounding_factor, fmt, ou
     Needs A recorded at level save on this machine (its generated code must still be in
     the Inductor cache), and B at level save. Replays generated C++ and Triton kernels,
     user-defined Triton kernels, and extern kernels and fallbacks of the Python wrapper;
-    of a C++ wrapper or AOTInductor dump, its generated C++ kernels.
+    of a C++ wrapper or AOTInductor dump, its generated C++ kernels (AOTInductor writes them beside the wrapper).
 
     \b
     Exit status: 1 a culprit was found, 0 none, 2 bad input or nothing replayable.

@@ -412,8 +412,32 @@ def _cpp_call_args(text: str, kernel: str, names: set[str]) -> list[str]:
 _CPP_LITERAL = re.compile(r"^\(?\s*(-?\d+)(?:L|LL|UL|ULL)?\s*\)?$")
 
 
+def _kernel_sources(path: str, text: str):
+    """The wrapper's own text, then the kernel files AOTInductor writes beside it
+    (``<hash>.kernel.cpp``: the wrapper only declares its kernels)."""
+    yield text
+    folder = os.path.dirname(path)
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".cpp") and n != os.path.basename(path))
+    except OSError:
+        return
+    for name in names:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
+                yield f.read()
+        except OSError:
+            continue
+
+
 def _cpp_program(first: Record, path: str, text: str, values: dict[str, Value]) -> Program:
-    definition, arg_types = _cpp_definition(text, first.kernel)
+    for source_text in _kernel_sources(path, text):
+        try:
+            definition, arg_types = _cpp_definition(source_text, first.kernel)
+            break
+        except ReplayError as e:
+            missing = e
+    else:
+        raise missing
     tensors = {v.record.arg for v in values.values() if v.record.kind == "tensor"}
     call_args = _cpp_call_args(text, first.kernel, tensors)
     if len(call_args) != len(arg_types):
