@@ -73,6 +73,13 @@ class LaunchReplay:
     inherited: list[str] = dataclasses.field(default_factory=list)
     """Of :attr:`own`, those an earlier launch of A made: they may carry error from
     upstream, so the own error cannot be told from the inherited one."""
+    derived: list[str] = dataclasses.field(default_factory=list)
+    """Inputs B has no value for, made by replaying their producing launch of A on B's
+    inputs (``arg <- launch N``): a value only A materialised (an ``mm`` whose bias is
+    added in the next kernel)."""
+    chain: list[int] = dataclasses.field(default_factory=list)
+    """The launches replayed for :attr:`derived`: a culprit's error is born in them and
+    this launch together."""
     module: str | None = None
     source: str | None = None
     note: str = ""
@@ -112,8 +119,8 @@ class ReplayResult:
         return {
             "a": self.path_a, "b": self.path_b, "reference": self.reference, "problems": self.problems,
             "launches": [{
-                **{k: getattr(r, k) for k in ("launch", "graph", "kernel", "verdict", "from_b", "own", "module",
-                                              "source", "note")},
+                **{k: getattr(r, k) for k in ("launch", "graph", "kernel", "verdict", "from_b", "own", "derived",
+                                              "chain", "module", "source", "note")},
                 "outputs": [{"arg": o.arg, "own": metrics(o.own), "total": metrics(o.total),
                              "own_failed": o.own_failed, "total_failed": o.total_failed,
                              "own_ratio": _finite(o.own_ratio), "total_ratio": _finite(o.total_ratio),
@@ -153,6 +160,9 @@ class Counterparts:
     output B has: -> (A's record of that output, B's, size, stride, offset)."""
     made_by_a: set[int] = dataclasses.field(default_factory=set)
     """A's inputs that an earlier launch of A wrote (they may carry inherited error)."""
+    producers: dict[int, tuple[Record, tuple[list[int], list[int], int] | None]] = dataclasses.field(
+        default_factory=dict)
+    """A's input -> A's record of the output it is (or is a ``reinterpret_tensor`` view of)."""
 
     def get(self, seq: int) -> Record | None:
         return self.paired.get(seq)
@@ -188,12 +198,15 @@ def _counterparts(ra: RunReader, rb: RunReader, targets: dict[int, list[Record]]
     for r in ra.records():
         if r.launch > last:
             continue
-        if r.launch in targets and r.phase == "before" and r.kind == "tensor":
+        if r.phase == "before" and r.kind == "tensor":
             view = _VIEW.match(r.expr or "")
             base = writer_of(r.graph, view.group(1) if view else r.arg)
             origin = ra.provenance(r)
             if base is not None or origin is None or origin.input(r.arg) is None:
                 found.made_by_a.add(r.seq)  # not a graph input or weight
+            if base is not None:
+                found.producers[r.seq] = (base, (_ints(view.group(2)), _ints(view.group(3)), int(view.group(4)))
+                                          if view else None)
             key = _content(r)
             producer = made.get(key) if key is not None else None
             if r.seq not in paired and producer is not None and producer in paired:
@@ -273,6 +286,42 @@ class _Replayer:
         self.atol, self.rtol, self.factor = atol, rtol, factor
         self.comparator = TensorComparator()
         self.programs: dict[tuple[str, int, str], Any] = {}
+        self._records: dict[int, list[Record]] = {}
+        self._derived: dict[int, Any] = {}
+
+    def program_of(self, records: list[Record]):
+        first = records[0]
+        key = (first.graph, first.site if first.site is not None else -1, first.kernel)
+        if key not in self.programs:
+            prog = program(self.ra.info.graphs, records)
+            self.programs[key] = (prog, prog.load())
+        return self.programs[key]
+
+    def records_of(self, launch: int) -> list[Record]:
+        if launch not in self._records:
+            self._records[launch] = sorted(launch_records(self.ra, [launch]).get(launch, []), key=lambda r: r.seq)
+        return self._records[launch]
+
+    def derive(self, out: Record, paired: Counterparts, lr: LaunchReplay, depth: int):
+        """A's output ``out`` as its launch computes it from B's inputs, or None."""
+        if out.seq not in self._derived:
+            self._derived[out.seq] = None
+            sub = LaunchReplay(out.launch, out.graph, out.kernel, UNJUDGED)
+            try:
+                prog, fn = self.program_of(self.records_of(out.launch))
+                values = self.inputs(prog, paired, sub, depth + 1)
+                if not sub.inherited:
+                    self._derived[out.seq] = (fn(*[values[p] for p in prog.params]).get(out.arg), sub.chain)
+            except Exception:  # the producer cannot be replayed: the input stays A's own
+                pass
+        found = self._derived[out.seq]
+        if found is None:
+            return None
+        value, chain = found
+        for n in (*chain, out.launch):
+            if n not in lr.chain:
+                lr.chain.append(n)
+        return value
 
     def _load(self, reader: RunReader, rec: Record | None):
         if rec is None or not rec.file:
@@ -282,7 +331,7 @@ class _Replayer:
         except RecordError:
             return None
 
-    def inputs(self, prog: Program, paired: Counterparts, lr: LaunchReplay) -> dict[str, Any]:
+    def inputs(self, prog: Program, paired: Counterparts, lr: LaunchReplay, depth: int = 0) -> dict[str, Any]:
         values: dict[str, Any] = {}
         for v in prog.values.values():
             if v.before is None:
@@ -308,6 +357,13 @@ class _Replayer:
                 base = materialise(view[0], tb)
                 values[v.name] = materialise(rec, base.as_strided(view[2], view[3], view[4]))
                 lr.from_b.append(rec.arg)
+                continue
+            producer = paired.producers.get(rec.seq)
+            made = self.derive(producer[0], paired, lr, depth) if producer is not None and depth < 4 else None
+            if made is not None and hasattr(made, "as_strided"):
+                view = producer[1]
+                values[v.name] = materialise(rec, made.as_strided(*view) if view else made)
+                lr.derived.append(f"{rec.arg} <- launch {producer[0].launch}")
                 continue
             ta = self._load(self.ra, rec)
             if ta is None:
@@ -355,11 +411,7 @@ class _Replayer:
         if origin is not None:
             lr.module, lr.source = origin.module or None, origin.source or None
         try:
-            key = (first.graph, first.site if first.site is not None else -1, first.kernel)
-            if key not in self.programs:
-                prog = program(self.ra.info.graphs, records)
-                self.programs[key] = (prog, prog.load())
-            prog, fn = self.programs[key]
+            prog, fn = self.program_of(records)
             values = self.inputs(prog, paired, lr)
             outputs = fn(*[values[p] for p in prog.params])
             if first.device and first.device.startswith("cuda"):
@@ -385,6 +437,9 @@ class _Replayer:
                        f"without a counterpart in B): its own error cannot be told from what it inherited")
         elif any(o.own_failed for o in lr.outputs):
             lr.verdict = CULPRIT
+            if lr.chain:
+                lr.note = (f"born in launches {', '.join(map(str, lr.chain))} and {lr.launch} together: "
+                           f"the reference has no value between them")
         elif any(o.total_failed for o in lr.outputs):
             lr.verdict = PROPAGATOR
         else:
@@ -464,8 +519,10 @@ def render(result: ReplayResult) -> str:
     for r in result.launches:
         where = f" in {r.module}" if r.module else ""
         lines.append(f"launch {r.launch} {r.kernel} ({r.graph}){where}: {r.verdict.upper()}")
-        if r.from_b or r.own:
+        if r.from_b or r.own or r.derived:
             fed = f"  inputs from B: {', '.join(r.from_b) or '-'}"
+            if r.derived:
+                fed += f"; replayed on B's inputs: {', '.join(r.derived)}"
             if r.own:
                 fed += f"; A's own (B has none): {', '.join(r.own)}"
             lines.append(fed)

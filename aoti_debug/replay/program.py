@@ -184,7 +184,8 @@ def wrapper_aliases(graphs: dict, graph: str) -> dict[str, str]:
 _AD_NAMES = ("_aoti_debug", "_AD_SITE_", "_aoti_debug_graph")
 
 
-def _launch_lines(text: str, r: Record) -> list[str]:
+def _launch_lines(text: str, r: Record) -> tuple[int, list[str]]:
+    """The line number of the launch hook and the lines up to its done hook."""
     lines = text.splitlines()
     if r.site is not None and r.site >= 0:
         start = re.compile(rf"^\s*_aoti_debug\.launch\(_AD_SITE_{r.site}\b")
@@ -197,7 +198,7 @@ def _launch_lines(text: str, r: Record) -> list[str]:
         if start.match(line):
             for j in range(i + 1, len(lines)):
                 if stop.match(lines[j]):
-                    return lines[i + 1:j]
+                    return i + 1, lines[i + 1:j]
                 if start.match(lines[j]):
                     break
             break
@@ -276,6 +277,48 @@ def _setup_in_call(tree: ast.Module, name: str, module_names: set[str]) -> ast.s
     return None
 
 
+def _last_assignment(tree: ast.Module, name: str, before_line: int) -> ast.Assign | None:
+    found = None
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == name and node.lineno <= before_line
+                and (found is None or node.lineno > found.lineno)):
+            found = node
+    return found
+
+
+def _views(tree: ast.Module, at: int, values: dict[str, Value], module_names: set[str]) -> dict[str, list[str]]:
+    """Outputs of the launch (values it does not read) that the wrapper made as
+    ``reinterpret_tensor`` views of another buffer: name -> the statements that make
+    them again (the other buffer's allocation, where it is not a value of the launch)."""
+    names = {v.name for v in values.values()}
+    found: dict[str, list[str]] = {}
+    for v in values.values():
+        if v.before is not None and not v.before.uninitialised:
+            continue
+        view = _last_assignment(tree, v.name, at)
+        if view is None or not (isinstance(view.value, ast.Call) and isinstance(view.value.func, ast.Name)
+                                and view.value.func.id == "reinterpret_tensor" and view.value.args
+                                and isinstance(view.value.args[0], ast.Name)):
+            continue
+        base = view.value.args[0].id
+        statements = []
+        if base not in names:
+            alloc = _last_assignment(tree, base, view.lineno)
+            if alloc is None or not {n.id for n in ast.walk(alloc.value) if isinstance(n, ast.Name)} <= module_names:
+                continue
+            statements.append(ast.unparse(alloc))
+        elif values_by_name(values)[base].before is not None and not values_by_name(values)[base].before.uninitialised:
+            continue  # a view of a value with data: keep the recorded values apart
+        statements.append(ast.unparse(view))
+        found[v.name] = statements
+    return found
+
+
+def values_by_name(values: dict[str, Value]) -> dict[str, Value]:
+    return {v.name: v for v in values.values()}
+
+
 def _segment(text: str, stmt: ast.stmt) -> str:
     """A statement as the generated code wrote it (its kernel source keeps its lines)."""
     segment = ast.get_source_segment(text, stmt)
@@ -283,7 +326,8 @@ def _segment(text: str, stmt: ast.stmt) -> str:
 
 
 def _python_program(first: Record, path: str, text: str, values: dict[str, Value]) -> Program:
-    lines = [ln for ln in _launch_lines(text, first) if ln.strip() and not ln.strip().startswith("#")]
+    at, lines = _launch_lines(text, first)
+    lines = [ln for ln in lines if ln.strip() and not ln.strip().startswith("#")]
     body = _substitute(textwrap.dedent("\n".join(lines)), values)
     try:
         body_tree = ast.parse(body)
@@ -314,6 +358,13 @@ def _python_program(first: Record, path: str, text: str, values: dict[str, Value
                 raise ReplayError(f"the launch code of {first.kernel} reads {name!r}, which neither the dump "
                                   f"nor the wrapper's module defines")
             prelude.append(_segment(text, stmt))
+    # An output that is a view of another buffer (the slices a ``cat`` kernel writes
+    # into one buffer) is that view again, not memory of its own.
+    for name, statements in _views(module, at, values, module_names).items():
+        if name in params:
+            params.remove(name)
+        bound.add(name)
+        prelude.extend(s for s in statements if s not in prelude)
     in_lists = {n for names in lists.values() for n in names}
     # Values passed to the hooks but not read by the call (an input it reads only
     # through another name) are passed too: launch's signature is the launch's values.
