@@ -83,6 +83,8 @@ class LaunchReplay:
     module: str | None = None
     source: str | None = None
     note: str = ""
+    why: list[str] = dataclasses.field(default_factory=list)
+    """Why inputs without a counterpart in B could not be made by replaying their producer."""
 
 
 @dataclasses.dataclass
@@ -184,36 +186,40 @@ def _counterparts(ra: RunReader, rb: RunReader, targets: dict[int, list[Record]]
     written: dict[tuple[str, str], Record] = {}
     aliases: dict[str, dict[str, str]] = {}
 
-    def writer_of(graph: str, name: str) -> Record | None:
-        """The last record of A that wrote ``name`` (through the wrapper's aliases)."""
+    def writer_of(graph: str, name: str, view):
+        """The last record of A that wrote ``name`` (through the wrapper's aliases), and
+        the view of it that ``name`` is (None: the value itself, as its record holds it)."""
         if graph not in aliases:
             aliases[graph] = wrapper_aliases(ra.info.graphs, graph)
         for _ in range(8):
             rec = written.get((graph, name))
             if rec is not None or name not in aliases[graph]:
-                return rec
-            name = aliases[graph][name]
-        return None
+                return rec, view
+            name, alias_view = aliases[graph][name]
+            if alias_view is not None:
+                if view is not None:
+                    return None, None  # a view of a view: not composed
+                view = alias_view
+        return None, None
 
     for r in ra.records():
         if r.launch > last:
             continue
         if r.phase == "before" and r.kind == "tensor":
-            view = _VIEW.match(r.expr or "")
-            base = writer_of(r.graph, view.group(1) if view else r.arg)
+            expr = _VIEW.match(r.expr or "")
+            spec = (_ints(expr.group(2)), _ints(expr.group(3)), int(expr.group(4))) if expr else None
+            base, view = writer_of(r.graph, expr.group(1) if expr else r.arg, spec)
             origin = ra.provenance(r)
             if base is not None or origin is None or origin.input(r.arg) is None:
                 found.made_by_a.add(r.seq)  # not a graph input or weight
             if base is not None:
-                found.producers[r.seq] = (base, (_ints(view.group(2)), _ints(view.group(3)), int(view.group(4)))
-                                          if view else None)
+                found.producers[r.seq] = (base, view)
             key = _content(r)
             producer = made.get(key) if key is not None else None
             if r.seq not in paired and producer is not None and producer in paired:
                 paired[r.seq] = paired[producer]
             elif r.seq not in paired and view and base is not None and base.seq in paired:
-                found.views[r.seq] = (base, paired[base.seq], _ints(view.group(2)), _ints(view.group(3)),
-                                      int(view.group(4)))
+                found.views[r.seq] = (base, paired[base.seq], *view)
         if r.phase == "after" and r.kind == "tensor":
             written[(r.graph, r.arg)] = r
             if _content(r) is not None:
@@ -288,6 +294,7 @@ class _Replayer:
         self.programs: dict[tuple[str, int, str], Any] = {}
         self._records: dict[int, list[Record]] = {}
         self._derived: dict[int, Any] = {}
+        self._why: dict[int, str] = {}
 
     def program_of(self, records: list[Record]):
         first = records[0]
@@ -310,12 +317,16 @@ class _Replayer:
             try:
                 prog, fn = self.program_of(self.records_of(out.launch))
                 values = self.inputs(prog, paired, sub, depth + 1)
-                if not sub.inherited:
+                if sub.inherited:
+                    self._why[out.seq] = f"launch {out.launch} was itself fed A's own {', '.join(sub.inherited)}"
+                else:
                     self._derived[out.seq] = (fn(*[values[p] for p in prog.params]).get(out.arg), sub.chain)
-            except Exception:  # the producer cannot be replayed: the input stays A's own
-                pass
+            except Exception as e:  # the producer cannot be replayed: the input stays A's own
+                self._why[out.seq] = f"replaying launch {out.launch} failed: {type(e).__name__}: {e}"
         found = self._derived[out.seq]
         if found is None:
+            if out.seq in self._why:
+                lr.why.append(self._why[out.seq])
             return None
         value, chain = found
         for n in (*chain, out.launch):
@@ -374,6 +385,8 @@ class _Replayer:
             lr.own.append(rec.arg)
             if rec.seq in paired.made_by_a:
                 lr.inherited.append(rec.arg)
+                if producer is None:
+                    lr.why.append(f"no launch of A is known to have written {rec.arg}")
         for name, elements in prog.lists.items():
             values[name] = [values.pop(e) for e in elements]
         return values
@@ -434,7 +447,8 @@ class _Replayer:
             lr.note = "B has no values for any of its outputs (fused away in B, or B has no tensor files)"
         elif any(o.own_failed for o in lr.outputs) and lr.inherited:
             lr.note = (f"beyond tolerance, but fed A's own {', '.join(lr.inherited)} (made by an earlier launch, "
-                       f"without a counterpart in B): its own error cannot be told from what it inherited")
+                       f"without a counterpart in B): its own error cannot be told from what it inherited"
+                       + "".join(f"; {w}" for w in lr.why))
         elif any(o.own_failed for o in lr.outputs):
             lr.verdict = CULPRIT
             if lr.chain:

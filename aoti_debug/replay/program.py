@@ -156,10 +156,15 @@ def program(graphs: dict, records: Sequence[Record]) -> Program:
     return _python_program(first, path, text, values)
 
 
-def wrapper_aliases(graphs: dict, graph: str) -> dict[str, str]:
+View = tuple  # (size, stride, storage offset), as reinterpret_tensor takes them
+
+
+def wrapper_aliases(graphs: dict, graph: str) -> dict[str, tuple[str, View | None]]:
     """Names the graph's Python wrapper binds to another value: ``buf31 = buf30[0]`` (an
-    element of an extern kernel's tuple), ``buf5 = buf2`` (a reused buffer) -> what they
-    name, as records name it (``buf30[0]``). Empty for a C++ wrapper or a lost source."""
+    element of an extern kernel's tuple), ``buf5 = buf2`` (a reused buffer),
+    ``buf20 = reinterpret_tensor(buf19, (2, 12, 256), (3072, 256, 1), 0)`` (a view of
+    one) -> what they name, as records name it (``buf30[0]``), and the view. Empty for a
+    C++ wrapper or a lost source."""
     try:
         path, wrapper = _source_of(graphs, graph)
         if wrapper == "cpp" or not path.endswith(".py"):
@@ -168,15 +173,23 @@ def wrapper_aliases(graphs: dict, graph: str) -> dict[str, str]:
             tree = ast.parse(f.read())
     except (ReplayError, OSError, SyntaxError, ValueError):
         return {}
-    found: dict[str, str] = {}
+    found: dict[str, tuple[str, View | None]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            value = node.value
+            value, target = node.value, node.targets[0].id
             if isinstance(value, ast.Name):
-                found[node.targets[0].id] = value.id
+                found[target] = (value.id, None)
             elif (isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name)
                   and isinstance(value.slice, ast.Constant) and isinstance(value.slice.value, int)):
-                found[node.targets[0].id] = f"{value.value.id}[{value.slice.value}]"
+                found[target] = (f"{value.value.id}[{value.slice.value}]", None)
+            elif (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+                  and value.func.id == "reinterpret_tensor" and len(value.args) == 4
+                  and isinstance(value.args[0], ast.Name)):
+                try:
+                    size, stride, offset = (ast.literal_eval(a) for a in value.args[1:])
+                    found[target] = (value.args[0].id, (list(size), list(stride), int(offset)))
+                except (ValueError, TypeError, SyntaxError):
+                    continue
     return found
 
 
@@ -233,7 +246,12 @@ def _substitute(body: str, values: dict[str, Value]) -> str:
                 element = _ELEMENT.match(rec.arg)
                 exprs.append((rec.expr, _identifier(element.group(1)) if element else v.name))
     for expr, name in sorted(set(exprs), key=lambda e: -len(e[0])):
-        body = body.replace(expr, name)
+        try:
+            ast.literal_eval(expr)
+            continue  # a constant the code spells out: nothing to bind
+        except (ValueError, SyntaxError):
+            pass
+        body = re.sub(rf"(?<![\w.]){re.escape(expr)}(?!\w)", lambda _m: name, body)
     return body
 
 
