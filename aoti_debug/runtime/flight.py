@@ -256,7 +256,7 @@ class FlightRecorder:
             return False
         with self._lock:
             if self._graveyard:
-                self._bury(writer, forget)
+                self.bury(writer, forget)
             if call.dropped:
                 if not call.lost:
                     call.lost = True
@@ -282,9 +282,11 @@ class FlightRecorder:
             self.write(writer, "nonfinite: next occurrence saved")
         return True
 
-    def _bury(self, writer: Any, forget: Callable[[str], None]) -> None:
-        """Delete the tensor files of records that left the ring unwritten (level save)."""
-        gone, self._graveyard = self._graveyard, []
+    def bury(self, writer: Any, forget: Callable[[str], None]) -> None:
+        """Delete the tensor files of records that left the ring unwritten (level save).
+        Only where no tensor file is being written meanwhile: :meth:`take`, or at close."""
+        with self._lock:
+            gone, self._graveyard = self._graveyard, []
         for rec in gone:
             name = rec["file"]
             self._refs[name] -= 1

@@ -385,7 +385,8 @@ class Session:
             self._thread.join(timeout=60)
         fl = self.flight
         if fl is not None and self.pid == os.getpid():
-            try:
+            try:  # the writer thread is done: the files of calls dropped unwritten can go too
+                fl.bury(self._writer, self._forget_file)
                 fl.write(self._writer, reason)
             except Exception as e:
                 warn_once("flight-exit", f"flight recorder: cannot write the ring: {e}")
