@@ -30,19 +30,8 @@ from tests.conftest import REPO, dump_dir_restored, only_run, records, run_pytho
 #: takes the square root of an input that turns negative at that call.
 NAN_AT = 1000
 
-LOOP = textwrap.dedent("""
-    import sys, torch
-    steps, nan_at = int(sys.argv[1]), int(sys.argv[2])
-    def f(x, w):
-        y = torch.sqrt(x) * 2          # NaN born here once x < 0
-        return torch.relu(y @ w).sum(0) + 1
-    w = torch.randn(8, 4)
-    g = torch.compile(f)
-    with torch.no_grad():
-        for i in range(steps):
-            x = torch.full((8, 8), nan_at - 1.5 - i)   # call i + 1; negative from call nan_at on
-            out = g(x, w)
-""")
+#: The README's recipe: examples/nan_in_long_run.py STEPS NAN_AT.
+LOOP = os.path.join(REPO, "examples", "nan_in_long_run.py")
 
 #: Records of one graph call of LOOP's model: sqrt*2 (x before, y after), mm (y, w before,
 #: out after), relu+sum+1 (2 before, 1 after).
@@ -52,7 +41,7 @@ RECORDS_PER_CALL = 8
 def _loop(tmp_path, steps: int, **env) -> tuple[subprocess.CompletedProcess, str]:
     root = str(tmp_path / "dump")
     full = {"AOTI_DEBUG_LEVEL": "stats", "AOTI_DEBUG_DIR": root, **env}
-    proc = subprocess.run([sys.executable, "-c", LOOP, str(steps), str(NAN_AT)], env={**os.environ, **full,
+    proc = subprocess.run([sys.executable, LOOP, str(steps), str(NAN_AT)], env={**os.environ, **full,
                           "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, only_run(root)

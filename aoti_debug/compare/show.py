@@ -59,7 +59,9 @@ def describe_flight(flight: dict | None) -> list[str]:
     writes = []
     for d in flight.get("dumps") or []:
         calls = d.get("graph_calls")
-        span = f" calls {calls[0]}-{calls[1]}" if isinstance(calls, list) and len(calls) == 2 else ""
+        span = ""
+        if isinstance(calls, list) and len(calls) == 2:
+            span = f", call {calls[0]}" if calls[0] == calls[1] else f", calls {calls[0]}-{calls[1]}"
         writes.append(f"{d.get('reason')} ({d.get('records', 0)} records{span})")
     lines = [head, "ring written at: " + ("; ".join(writes) if writes else "never (the process died before)")]
     fired = flight.get("fired")
