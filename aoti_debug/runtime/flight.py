@@ -164,6 +164,7 @@ class FlightRecorder:
         """(graph, site, kernel) whose next launch is saved in full."""
         self._pending: dict | None = None
         """A birth found while its launch's ``done`` hook still runs (saved there, then written)."""
+        self._pending_thread = 0
         self._copies = 0
         self._dump_when_saved = False
         self._refs: collections.Counter[str] = collections.Counter()
@@ -193,7 +194,7 @@ class FlightRecorder:
     # -- graph calls (the model's threads) --------------------------------------------------
     def enter(self, handle: Any, site: Any) -> None:
         """A launch of ``site`` of the wrapper ``handle`` starts: maybe the next graph call."""
-        if self._pending is not None:
+        if self._pending is not None and self._pending_thread == threading.get_ident():
             self._write_pending()
         if self.ring_size is not None and not self._signals_tried and \
                 threading.current_thread() is threading.main_thread():
@@ -306,6 +307,7 @@ class FlightRecorder:
         self._target = (birth["graph"], birth["site"], birth["kernel"])
         if inline and self.ring_size is not None:
             self._pending = birth  # the launch's done hook saves its live values, then writes
+            self._pending_thread = threading.get_ident()
         else:
             if inline:
                 birth["not_saved"].append("at once: without a ring the launch's records are already written")
