@@ -56,6 +56,9 @@ from ..format.schema import TENSOR_DIR, tensor_filename
 MAX_RING_RECORDS = 100_000
 #: Launches the birth watch remembers while their outputs may still come.
 _WATCH_WINDOW = 256
+#: Graph calls the model may run ahead of the records that arrived (a GPU's queue)
+#: before the oldest calls leave the ring regardless.
+_MAX_AHEAD = 4096
 #: How many writes of the ring run.json lists (the latest ones).
 _MAX_DUMPS_LISTED = 32
 #: The record key that carries a host copy from the model thread to where records are
@@ -216,9 +219,11 @@ class FlightRecorder:
             self.calls += 1
             call = GraphCall(self.calls)
             self._ring.append(call)
-            # Without a ring (a trigger alone) records are written as they come: the
-            # calls are only counted.
-            keep = self.ring_size if self.ring_size is not None else 1
+            # Calls leave the ring as their successors' records arrive (take), not as
+            # they start: on a GPU the records come well after the launches, and the
+            # ring must hold the N calls up to the record a trigger fires on. Without a
+            # ring (a trigger alone) records are written as they come: calls are counted.
+            keep = self.ring_size + _MAX_AHEAD if self.ring_size is not None else 1
             while len(self._ring) > keep:
                 self._drop(self._ring.popleft())
         self._tls.call = call
@@ -265,6 +270,8 @@ class FlightRecorder:
                 if record.get("file"):
                     self._graveyard.append(record)
                 return True
+            while self._ring and self._ring[0].number <= call.number - self.ring_size:
+                self._drop(self._ring.popleft())
             call.pending.append(record)
             self._records += 1
             if record.get("file"):
