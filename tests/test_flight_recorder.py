@@ -381,3 +381,61 @@ def test_cpp_runtime_warns_and_records_everything(tmp_path, monkeypatch):
     assert "not supported by the C++ runtime" in message
     recs = records(only_run(root))
     assert {r["wrapper"] for r in recs} == {"cpp"} and _calls(recs) == [1, 2, 3, 4]
+
+
+# -- records that arrive late (a GPU's path, simulated on the CPU) -----------------------------
+class _GatedEvent:
+    """Stands in for a CUDA event: the writer thread waits on it, so the records lag
+    behind the launches as device stats do."""
+
+    def __init__(self, gate):
+        self.gate = gate
+
+    def synchronize(self):
+        assert self.gate.wait(timeout=60)
+
+
+def test_late_records_fire_in_the_writer_and_keep_the_calls_up_to_the_birth(fresh_session, monkeypatch):
+    import threading
+
+    gate = threading.Event()
+    submit = session.Session.submit
+
+    def lagging(self, job):
+        job.event = job.event or _GatedEvent(gate)
+        return submit(self, job)
+
+    monkeypatch.setattr(session.Session, "submit", lagging)
+    monkeypatch.setenv(config.ENV_RING, "3")
+    monkeypatch.setenv(config.ENV_TRIGGER, "nonfinite")
+    g = _handle()
+    sites = _sites(g, 2)
+    born = sites[0]
+
+    def call(i):
+        for s in sites:
+            x = torch.full((4,), float(i))
+            g.launch(s, (x,))
+            g.done(s, (torch.full((4,), -1.0).sqrt() if s is born and i >= 10 else x,))  # NaN born at call 10
+
+    for i in range(1, 13):  # the birth at call 10; the model runs two calls past it meanwhile
+        call(i)
+    fl = session.current().flight
+    assert fl.fired is None and fl._records == 0  # nothing arrived yet
+    gate.set()
+    aoti_debug.flush()
+    fired = fl.fired
+    assert fired is not None and fired["graph_call"] == 10 and fired["saved"] == []
+    assert any("released" in n for n in fired["not_saved"])
+    for i in (13, 14):
+        call(i)
+    session.reset()
+    run = only_run(str(fresh_session))
+    summary = _flight(run)
+    assert summary["dumps"][0]["reason"] == "nonfinite" and summary["dumps"][0]["graph_calls"] == [8, 10]
+    nxt = summary["fired"]["next"]
+    again = [r for r in records(run) if r["launch"] == nxt["launch"]]
+    assert again and again[0]["kernel_call"] == 12  # call 13: the first launch of the site after the stats came
+    assert sorted(nxt["saved"]) == sorted(r["file"] for r in again)
+    y = torch.load(os.path.join(run, next(r["file"] for r in again if r["phase"] == "after")), weights_only=True)
+    assert y.isnan().all()
