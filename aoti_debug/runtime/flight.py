@@ -267,7 +267,8 @@ class FlightRecorder:
                 if not call.lost:
                     call.lost = True
                     self.calls_dropped += 1
-                if record.get("file"):
+                if record.get("file"):  # counted as kept, then buried: a kept sharer keeps the file
+                    self._refs[record["file"]] += 1
                     self._graveyard.append(record)
                 return True
             while self._ring and self._ring[0].number <= call.number - self.ring_size:
@@ -276,11 +277,12 @@ class FlightRecorder:
             self._records += 1
             if record.get("file"):
                 self._refs[record["file"]] += 1
-            while self._records > MAX_RING_RECORDS and len(self._ring) > 1:
+            # Older calls leave first (never calls started after this one: their records
+            # are still to come); then this call's oldest records.
+            while self._records > MAX_RING_RECORDS and self._ring[0] is not call:
                 self._drop(self._ring.popleft())
-            if self._records > MAX_RING_RECORDS:
-                oldest = self._ring[0]
-                gone = oldest.pending.pop(0)
+            if self._records > MAX_RING_RECORDS and call.pending:
+                gone = call.pending.pop(0)
                 self._records -= 1
                 self.records_dropped += 1
                 if gone.get("file"):
