@@ -37,6 +37,13 @@ ENV_RUN_ID = "AOTI_DEBUG_RUN_ID"
 ENV_NAMES_ARGS = "AOTI_DEBUG_NAMES_ARGS"
 ENV_REFERENCE = "AOTI_DEBUG_REFERENCE"
 ENV_SAVE_LAUNCHES = "AOTI_DEBUG_SAVE_LAUNCHES"
+ENV_RING = "AOTI_DEBUG_RING"
+ENV_TRIGGER = "AOTI_DEBUG_TRIGGER"
+#: ``AOTI_DEBUG_TRIGGER`` values: ``nonfinite`` fires at the first NaN/Inf birth (runtime/flight.py).
+TRIGGERS = ("nonfinite",)
+#: The largest ``AOTI_DEBUG_RING``: the ring's memory is bounded by its records anyway
+#: (``runtime.flight.MAX_RING_RECORDS``); more graph calls than this is a typo.
+MAX_RING = 1_000_000
 #: ``AOTI_DEBUG_REFERENCE`` values: run compiled functions eagerly in the model's dtypes,
 #: or in float64 beside them (``aoti_debug.reference``).
 REFERENCE_MODES = ("eager", "fp64")
@@ -269,6 +276,13 @@ class RunSettings:
     save_launches: tuple[tuple[int, int | None], ...] | None = None
     """Level ``save`` writes tensor files for these launches only (inclusive ranges; an
     open end runs to the last launch); the others get stats and checksums. None: all."""
+    ring: int | None = None
+    """Flight recorder: keep the records of the last ``ring`` graph calls in memory and
+    write them at exit, on a fatal signal or when a trigger fires. None: every record is
+    written as it comes."""
+    trigger: Literal["nonfinite"] | None = None
+    """``nonfinite``: at the first NaN/Inf birth, write the ring and save the tensors of
+    the launch where it was born. None: no trigger."""
 
     def saves(self, launch: int) -> bool:
         """Whether level ``save`` writes the tensor files of ``launch``."""
@@ -334,6 +348,36 @@ def parse_launch_ranges(value: str | None) -> tuple[tuple[int, int | None], ...]
     return tuple(out)
 
 
+def parse_ring(value: str | None) -> int | None:
+    """``AOTI_DEBUG_RING``: how many graph calls the flight recorder keeps; None (no ring)
+    when unset, empty or ``0``.
+
+    Raises:
+        ConfigError: anything but a whole number from 0 to :data:`MAX_RING`.
+    """
+    text = (value or "").strip(_SPACE)
+    if text == "":
+        return None
+    if not _COUNT_RE.fullmatch(text) or int(text) > MAX_RING:
+        raise ConfigError(f"{ENV_RING}={value!r} is not a number of graph calls (a whole number from 1 to "
+                          f"{MAX_RING}; 0 turns the ring off)")
+    return int(text) or None
+
+
+def parse_trigger(value: str | None) -> str | None:
+    """``AOTI_DEBUG_TRIGGER``: ``nonfinite`` (any case) or None when unset or empty.
+
+    Raises:
+        ConfigError: any other value.
+    """
+    text = (value or "").strip(_SPACE).lower()
+    if text == "":
+        return None
+    if text not in TRIGGERS:
+        raise ConfigError(f"{ENV_TRIGGER}={value!r}: expected one of {', '.join(TRIGGERS)}")
+    return text
+
+
 def parse_count(name: str, value: str | None, default: int, minimum: int) -> int:
     """``RANK`` / ``WORLD_SIZE``: a whole number >= ``minimum``; ``default`` when unset or empty.
 
@@ -375,9 +419,14 @@ def run_settings_from_env(env: Mapping[str, str] | None = None, warn: Warn | Non
                          "0 is used")
     save_launches = checked(ENV_SAVE_LAUNCHES, lambda: parse_launch_ranges(env.get(ENV_SAVE_LAUNCHES)), None,
                             "every launch's tensors are saved")
+    ring = checked(ENV_RING, lambda: parse_ring(env.get(ENV_RING)), None,
+                   "the ring is off (every record is written as it comes)")
+    trigger = checked(ENV_TRIGGER, lambda: parse_trigger(env.get(ENV_TRIGGER)), None, "no trigger is used")
     return RunSettings(
         dump_dir=_dump_dir_override or env.get(ENV_DIR) or DEFAULT_DIR,
         save_launches=save_launches,  # type: ignore[arg-type]
+        ring=ring,  # type: ignore[arg-type]
+        trigger=trigger,  # type: ignore[arg-type]
         max_bytes=max_bytes,  # type: ignore[arg-type]
         run_id=env.get(ENV_RUN_ID) or None,
         rank=rank,  # type: ignore[arg-type]
@@ -396,9 +445,21 @@ def child_env(
     names_args: bool | None = None,
     reference: str | None = None,
     save_launches: str | None = None,
+    ring: str | int | None = None,
+    trigger: str | None = None,
 ) -> dict[str, str]:
-    """Environment for a child process (``aoti-debug run`` / ``locate``)."""
+    """Environment for a child process (``aoti-debug run`` / ``locate``).
+
+    Raises:
+        ConfigError: a value the child's runtime would reject.
+    """
     env = dict(base)
+    if ring is not None:
+        parse_ring(str(ring))
+        env[ENV_RING] = str(ring)
+    if trigger is not None:
+        parse_trigger(trigger)
+        env[ENV_TRIGGER] = trigger
     if save_launches is not None:
         parse_launch_ranges(save_launches)
         env[ENV_SAVE_LAUNCHES] = save_launches

@@ -27,13 +27,19 @@ from ._common import BadInput
 @click.option("--save-launches", default=None, metavar="RANGES",
               help="At level save, write tensor files only for these launches (10..14, 40.., 7; comma-separated); "
                    "the others get stats and checksums.")
+@click.option("--ring", default=None, metavar="N",
+              help=f"Flight recorder (${config.ENV_RING}): keep the last N graph calls' records in memory and "
+                   "write them at exit, on SIGTERM/SIGINT or when --trigger fires (meant for level stats).")
+@click.option("--trigger", type=click.Choice(config.TRIGGERS), default=None,
+              help=f"${config.ENV_TRIGGER}: nonfinite writes the ring and saves the tensors of the launch where "
+                   "NaN/Inf was first born.")
 @click.option("--from-diff", "from_diff", type=click.Path(dir_okay=False), default=None, metavar="REPORT.json",
               help="Save the first divergent launch named by `aoti-debug diff --format json -o REPORT.json` "
                    "and the --context launches before it (at level save, the default).")
 @click.option("--context", type=click.IntRange(min=0), default=2, show_default=True,
               help="With --from-diff: how many launches before the first divergence to save too.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(level, kernels, dump_dir, sync, phases, reference, save_launches, from_diff, context, cmd):
+def run(level, kernels, dump_dir, sync, phases, reference, save_launches, ring, trigger, from_diff, context, cmd):
     """Run CMD with every torch.compile / AOTInductor compile instrumented.
 
     With --reference, CMD's torch.compile'd functions are not compiled: they run
@@ -50,6 +56,7 @@ def run(level, kernels, dump_dir, sync, phases, reference, save_launches, from_d
       aoti-debug run --level save --dir dumps -- python train.py --steps 2
       aoti-debug run --reference fp64 --dir ref -- python train.py --steps 2
       aoti-debug run --from-diff report.json --dir window -- python train.py --steps 2
+      aoti-debug run --level stats --ring 3 --trigger nonfinite -- python train.py
     The exit code is CMD's, or 2 when CMD cannot be started (not found, not executable).
     """
     if from_diff is not None:
@@ -65,7 +72,7 @@ def run(level, kernels, dump_dir, sync, phases, reference, save_launches, from_d
             raise click.UsageError(str(e)) from None
     try:
         env = config.child_env(os.environ, level=level, kernels=kernels, dump_dir=dump_dir, sync=sync, phases=phases,
-                               reference=reference, save_launches=save_launches)
+                               reference=reference, save_launches=save_launches, ring=ring, trigger=trigger)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     # A CMD that cannot start is bad input, worded and exiting as in `aoti-debug locate`

@@ -159,6 +159,8 @@ def _constants_body() -> str:
         f"constexpr const char* kMaxBytes = {cpp_string(config.ENV_MAX_BYTES)};",
         f"constexpr const char* kNamesArgs = {cpp_string(config.ENV_NAMES_ARGS)};",
         f"constexpr const char* kSaveLaunches = {cpp_string(config.ENV_SAVE_LAUNCHES)};",
+        f"constexpr const char* kRing = {cpp_string(config.ENV_RING)};",
+        f"constexpr const char* kTrigger = {cpp_string(config.ENV_TRIGGER)};",
         "}  // namespace env",
         *names("format.schema.Record: the keys of a manifest record", "rec",
                [f.name for f in dataclasses.fields(schema.Record) if f.name not in schema.REFERENCE_ONLY_FIELDS]),

@@ -9,7 +9,7 @@ from typing import Any
 
 from .result import NOT_COMPARED, DiffResult
 from .births import Birth
-from .show import RunSummary, ShowResult, format_bytes, graph_title
+from .show import RunSummary, ShowResult, describe_flight, format_bytes, graph_title
 from .metrics import default_tolerance
 from .value_align import reference_mode
 
@@ -296,6 +296,7 @@ def _run_lines(run: RunSummary) -> list[str]:
     births = run.births
     lines += [h for h in (_headline(run, births.first_nan, "NaN", len(births.nan) - 1),
                           _headline(run, births.first_inf, "Inf", len(births.inf) - 1)) if h]
+    lines += describe_flight(info.flight)
     if run.first_nan is None and run.first_inf is None:
         lines.append("first NaN/Inf: none")
     else:

@@ -44,6 +44,45 @@ def graph_title(label: str, info: dict | None) -> str:
     return f"{label} ({kind} of {cid})" if kind == "backward" else f"{label} ({kind} {cid})"
 
 
+def describe_flight(flight: dict | None) -> list[str]:
+    """run.json ``flight`` (the flight recorder, docs/format.md) in words; [] without one."""
+    if not isinstance(flight, dict):
+        return []
+    ring = flight.get("ring")
+    trigger = flight.get("trigger")
+    head = f"flight recorder: ring of {ring} graph call(s)" if ring else "flight recorder: no ring"
+    head += f", trigger {trigger}" if trigger else ", no trigger"
+    head += (f"; {flight.get('graph_calls', 0)} graph call(s) seen, {flight.get('calls_written', 0)} written, "
+             f"{flight.get('calls_dropped', 0)} dropped unwritten")
+    if flight.get("records_dropped"):
+        head += f", {flight['records_dropped']} record(s) dropped (the ring's record limit)"
+    writes = []
+    for d in flight.get("dumps") or []:
+        calls = d.get("graph_calls")
+        span = ""
+        if isinstance(calls, list) and len(calls) == 2:
+            span = f", call {calls[0]}" if calls[0] == calls[1] else f", calls {calls[0]}-{calls[1]}"
+        writes.append(f"{d.get('reason')} ({d.get('records', 0)} records{span})")
+    lines = [head, "ring written at: " + ("; ".join(writes) if writes else "never (the process died before)")]
+    fired = flight.get("fired")
+    if isinstance(fired, dict):
+        name = "NaN" if fired.get("value") == "nan" else "Inf"
+        lines.append(f"trigger {fired.get('trigger')} fired: {name} born in launch {fired.get('launch')} "
+                     f"{fired.get('graph')} {fired.get('kernel')} call {fired.get('kernel_call')} (graph call "
+                     f"{fired.get('graph_call')}, seq {fired.get('seq')}): {fired.get('value')}="
+                     f"{fired.get(fired.get('value') or 'nan')} in {fired.get('arg')}, inputs "
+                     f"{fired.get('inputs_held')}")
+        saved = fired.get("saved") or []
+        nxt = fired.get("next")
+        lines.append(f"saved at once: {', '.join(saved) or 'nothing'}; next occurrence: "
+                     + (f"launch {nxt.get('launch')}, {', '.join(nxt.get('saved') or []) or 'nothing saved'}"
+                        if isinstance(nxt, dict) else "not reached"))
+        lines += [f"not saved: {n}" for n in fired.get("not_saved") or []]
+    elif trigger:
+        lines.append(f"trigger {trigger} did not fire")
+    return lines
+
+
 @dataclasses.dataclass
 class KernelSummary:
     """One kernel of one graph: how often it ran and the range of what it wrote."""
@@ -183,7 +222,7 @@ class RunSummary:
             "first_nonfinite": self.first_nonfinite.to_dict() if self.first_nonfinite else None,
             "first_nan": self.first_nan.to_dict() if self.first_nan else None,
             "first_inf": self.first_inf.to_dict() if self.first_inf else None,
-            "births": self.births.to_dict(),
+            "births": self.births.to_dict(), "flight": self.info.flight,
             "notes": self.notes, "problems": self.problems, "summary": str(self),
         }
 

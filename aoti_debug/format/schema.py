@@ -213,9 +213,17 @@ class RunInfo:
     (forward/backward/inference) and Dynamo's ``compile_id``, where known."""
     warnings: list[str] = dataclasses.field(default_factory=list)
     """What went wrong while recording this run, one message per kind of problem."""
+    flight: dict | None = None
+    """The flight recorder, when one was in use (``AOTI_DEBUG_RING``/``AOTI_DEBUG_TRIGGER``):
+    ring size, graph calls seen, written and dropped, each time the ring was written and
+    why, and what the trigger fired on (docs/format.md "Flight recorder"). Absent
+    otherwise: the manifest then holds every record."""
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if d["flight"] is None:
+            del d["flight"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunInfo":

@@ -230,6 +230,7 @@ INFO_FIELDS: dict[str, _Rule] = {
     "writer": (_choice(WRAPPERS), _one_of(WRAPPERS)),
     "graphs": (lambda v: type(v) is dict, "an object (graph label -> graph)"),
     "warnings": (_texts, "a list of strings"),
+    "flight": (lambda v: v is None or type(v) is dict, "an object (the flight recorder) or null"),
 }
 INFO_REQUIRED = ("format_version", "run_id", "level", "pid", "start_time")
 

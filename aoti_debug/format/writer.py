@@ -164,6 +164,12 @@ class RunWriter:
         self._manifest.write(json.dumps(record, separators=(",", ":")) + "\n")
         self._manifest.flush()
 
+    def append_many(self, records: list[dict]) -> None:
+        """Several records in one write, flushed (the flight recorder's ring)."""
+        if records:
+            self._manifest.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
+            self._manifest.flush()
+
     def append_site(self, graph: str, site: int, kernel: str, provenance: str) -> None:
         """One line of ``sites.jsonl``: a launch site's provenance (``format.provenance``),
         ``provenance`` being its JSON text as the emitter wrote it. One write, flushed."""

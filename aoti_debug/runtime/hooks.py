@@ -77,6 +77,13 @@ def _flatten(arg: str, value: Any) -> list[tuple[str, Any]]:
     return [(arg, value)]
 
 
+def _named(args: Sequence[SiteArg], values: Sequence[Any] | None) -> list[tuple[str, str, Any]] | None:
+    """``(record arg name, role, value)`` of each flattened value a hook was given."""
+    if values is None:
+        return None
+    return [(name, a.role, v) for a, value in zip(args, values) for name, v in _flatten(a.arg, value)]
+
+
 def _capturing() -> bool:
     return _has_cuda() and torch.cuda.is_current_stream_capturing()
 
@@ -92,6 +99,8 @@ class GraphHandle:
         self.info = dict(info or {})
         """``kind`` (forward/backward/inference) and ``compile_id``, for run.json."""
         self._tls = threading.local()
+        self.top_sites = False
+        """Some site is in the top-level graph: the flight recorder counts graph calls by them."""
 
     @property
     def _launch(self) -> int:
@@ -120,7 +129,9 @@ class GraphHandle:
     def site(self, raw: tuple) -> Site | None:
         """The emitted site literal as a :class:`Site` (once per site, at module import)."""
         try:
-            return make_site(raw)
+            site = make_site(raw)
+            self.top_sites |= not site.subgraph
+            return site
         except Exception as e:
             # Never fails the import of the wrapper: its launches warn and run unrecorded.
             warn_once(f"site-{type(e).__name__}", f"a launch site of {self.origin} is malformed: {e}")
@@ -143,6 +154,11 @@ class GraphHandle:
                 if sess.settings.names_args:
                     self._describe(site, values, sys._getframe(1).f_lineno)
                 return
+            fl = sess.flight
+            if fl is not None:
+                fl.enter(self, site)
+                # The trigger may save this launch's inputs in its done hook.
+                tls.inputs = values if fl.armed else None
             self._record(sess, site, site.before, values, "before")
         except Exception as e:
             warn_once(f"hook-{type(e).__name__}", f"instrumentation of {_kernel(site)} failed: {e}")
@@ -161,6 +177,12 @@ class GraphHandle:
                 _emit(names_line("after", tls.launch, tls.label, site.kernel, tls.call))
                 return
             self._record(sess, site, site.after, values, "after", extra)
+            fl = sess.flight
+            if fl is not None:
+                tls = self._tls
+                inputs, tls.inputs = getattr(tls, "inputs", None), None
+                if fl.pending_for(tls.label, tls.launch):
+                    fl.save_birth(sess._writer, _named(site.before, inputs), _named(site.after, values))
         except Exception as e:
             warn_once(f"hook-{type(e).__name__}", f"instrumentation of {_kernel(site)} failed: {e}")
 
@@ -215,6 +237,10 @@ class GraphHandle:
                     tensors.append((rec, v))
             else:
                 self._scalar(sess, rec, v, a.kind_hint)
+        fl = sess.flight
+        if fl is not None and tensors and fl.target_is(tls.label, site):
+            # The launch where the trigger's NaN/Inf was born, again: save both its sides.
+            fl.capture(tensors, last=phase == "after" or not site.after)
         if tensors:
             self._tensors(sess, tensors)
 

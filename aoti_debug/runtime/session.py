@@ -31,6 +31,7 @@ from .. import config
 from ..format.schema import RunInfo
 from ..format.writer import (RunWriter, claim_run_directory, clean_run_id, default_run_id, new_run_info,
                              run_directory)
+from .flight import FlightRecorder, GraphCall
 
 #: Host memory that may be queued for writing before the model thread waits.
 MAX_BYTES_IN_FLIGHT = 1 << 30
@@ -152,13 +153,15 @@ def _dlclose(lib: Any) -> None:
 class Job:
     """One manifest line to write, with what must happen before it (wait, save)."""
 
-    __slots__ = ("record", "event", "finish", "nbytes")
+    __slots__ = ("record", "event", "finish", "nbytes", "call")
 
     def __init__(self, record: dict, event: Any = None, finish: Callable[[dict], None] | None = None, nbytes: int = 0):
         self.record = record
         self.event = event
         self.finish = finish
         self.nbytes = nbytes
+        self.call: GraphCall | None = None
+        """The graph call it belongs to, with a flight recorder (set by :meth:`Session.submit`)."""
 
 
 class Session:
@@ -190,6 +193,13 @@ class Session:
         #: The directory asked for; :meth:`writer` may claim ``<id>-2`` instead.
         self.path = run_directory(run_settings.dump_dir, self.run_id, run_settings.rank, run_settings.world_size)
         self.info: RunInfo | None = None
+        self._info_lock = threading.Lock()
+        #: The flight recorder (``AOTI_DEBUG_RING`` / ``AOTI_DEBUG_TRIGGER``), or None.
+        self.flight: FlightRecorder | None = None
+        if run_settings.ring is not None or run_settings.trigger is not None:
+            self.flight = FlightRecorder(run_settings.ring, run_settings.trigger, warn_once)
+            self.flight.on_fatal = self.write_flight
+            self.flight.publish = self._publish_flight
 
     # -- counters (several Python threads may run compiled graphs at once) -----------
     def next_seq(self, n: int = 1) -> int:
@@ -232,6 +242,8 @@ class Session:
                 with self._count_lock:
                     self.seq = max(self.seq, _last_seq.get(self.path, 0))
             self.info = new_run_info(self.run_id, level, st.rank, st.world_size, device=device)
+            if self.flight is not None:
+                self.info.flight = self.flight.summary()
             self._writer = RunWriter(self.path, self.info)
         except Exception as e:  # unwritable directory, full disk, bad path
             self._writer_failed = True
@@ -242,10 +254,31 @@ class Session:
         w = self._writer
         if w is not None and self.info is not None:
             self.info.graphs[label] = origin
-            try:
+            self._write_info()
+
+    def _write_info(self) -> None:
+        w = self._writer
+        if w is None:
+            return
+        try:
+            with self._info_lock:  # the flight recorder rewrites it from the writer thread too
                 w.write_info()
-            except Exception as e:
-                warn_once("run-json", f"cannot update run.json: {e}")
+        except Exception as e:
+            warn_once("run-json", f"cannot update run.json: {e}")
+
+    def _publish_flight(self) -> None:
+        if self.info is not None and self.flight is not None:
+            self.info.flight = self.flight.summary()
+            self._write_info()
+
+    def write_flight(self, reason: str) -> None:
+        """Write the flight recorder's ring now (a fatal signal, the exit): the records
+        already queued are finished first (at most 10 s), then the ring is appended."""
+        fl = self.flight
+        if fl is None or self.pid != os.getpid():
+            return
+        self.flush(timeout=10)
+        fl.write(self._writer, reason)
 
     def write_site(self, graph: str, site: int, kernel: str, provenance: str) -> None:
         """A launch site's provenance, once per (graph, site) in this run."""
@@ -266,6 +299,17 @@ class Session:
 
     # -- background writer -----------------------------------------------------------
     def submit(self, job: Job) -> None:
+        fl = self.flight
+        if fl is not None:
+            job.call = fl.current()
+            if job.event is None and not job.nbytes:
+                # Values already on the host (CPU): finish the record here while the launch's
+                # values are live, so that a trigger can save them. Only with the writer idle,
+                # which keeps the manifest in order and the ring's file bookkeeping in one thread.
+                with self._cond:
+                    if not self._queue:
+                        self._process(job, inline=True)
+                        return
         with self._cond:
             while self._in_flight and self._in_flight + job.nbytes > MAX_BYTES_IN_FLIGHT:
                 self._cond.wait()
@@ -296,7 +340,7 @@ class Session:
                 self._in_flight -= job.nbytes
                 self._cond.notify_all()
 
-    def _process(self, job: Job) -> None:
+    def _process(self, job: Job, inline: bool = False) -> None:
         record = job.record
         try:
             if job.event is not None:
@@ -307,6 +351,14 @@ class Session:
             record["error"] = f"{type(e).__name__}: {e}"
             warn_once(f"record-{type(e).__name__}", f"could not record {record.get('kernel')}/{record.get('arg')}: {e}")
         w = self._writer
+        fl = self.flight
+        if fl is not None:
+            try:
+                if fl.take(record, job.call, w, inline, self._forget_file):
+                    return
+            except Exception as e:
+                record.pop("_flight_copy", None)
+                warn_once(f"flight-{type(e).__name__}", f"flight recorder failed, writing the record: {e}")
         if w is None:
             return
         try:
@@ -319,13 +371,26 @@ class Session:
         with self._cond:
             self._cond.wait_for(lambda: not self._queue, timeout=timeout)
 
-    def close(self) -> None:
+    def _forget_file(self, name: str) -> None:
+        """A tensor file the flight recorder deleted: no later record may share it."""
+        for key in [k for k, v in self.content_files.items() if v == name]:
+            del self.content_files[key]
+
+    def close(self, reason: str = "close") -> None:
         self.flush()
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=60)
+        fl = self.flight
+        if fl is not None and self.pid == os.getpid():
+            try:  # the writer thread is done: the files of calls dropped unwritten can go too
+                fl.bury(self._writer, self._forget_file)
+                fl.write(self._writer, reason)
+            except Exception as e:
+                warn_once("flight-exit", f"flight recorder: cannot write the ring: {e}")
+            fl.uninstall_signal_handlers()
         if self._writer is not None:
             self._writer.close()
             if self.pid == _claims_pid:
@@ -403,6 +468,16 @@ def _close_at_exit() -> None:
     s = _session
     if s is not None and s.pid == os.getpid():
         try:
-            s.close()
+            s.close(_exit_reason())
         except Exception:
             pass
+
+
+def _exit_reason() -> str:
+    """``exit``, or ``exception: <type>: <message>`` when an uncaught exception ends the
+    process (a CUDA error raised from the model's code): the flight recorder's last write."""
+    exc = getattr(sys, "last_value", None)
+    if exc is None:
+        return "exit"
+    first = (str(exc).splitlines() or [""])[0][:200]
+    return f"exception: {type(exc).__name__}: {first}"

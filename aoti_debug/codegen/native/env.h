@@ -138,6 +138,21 @@ std::vector<std::pair<int64_t, int64_t>> parse_save_launches(Shared& S) {
   return out;
 }
 
+// AOTI_DEBUG_RING / AOTI_DEBUG_TRIGGER (config.parse_ring, parse_trigger): the flight
+// recorder lives in the Python runtime (runtime/flight.py) only. Here a value that asks
+// for it warns once, naming the variable, and every record is written as it comes.
+void warn_flight_unsupported(Shared& S) {
+  for (const char* name : {schema::env::kRing, schema::env::kTrigger}) {
+    std::string raw = env_str(name);
+    std::string v = trim_space(raw);
+    if (name == schema::env::kRing && !v.empty() && v[0] == '+') v.erase(0, 1);
+    if (v.empty() || (name == schema::env::kRing && v.find_first_not_of('0') == std::string::npos)) continue;
+    warn_once(S, std::string("env-") + name, std::string(name) + "=" + env_shown(raw) +
+              " is not supported by the C++ runtime (cpp_wrapper, AOTInductor) yet: the flight recorder is "
+              "off and every record is written as it comes");
+  }
+}
+
 // RunSettings.saves: whether level save writes the tensor files of `launch`.
 bool saves_launch(const Shared& S, int64_t launch) {
   if (S.save_launches.empty()) return true;

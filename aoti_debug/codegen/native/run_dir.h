@@ -246,6 +246,7 @@ void ensure_run(Shared& S, const Site& site, const DeviceOps* dev) {
   S.world_size = env_int(S, "WORLD_SIZE", 1, 1, "world size 1");
   S.max_bytes = parse_max_bytes(S);
   S.save_launches = parse_save_launches(S);
+  warn_flight_unsupported(S);
   S.force_zip64 = env_str("AOTI_DEBUG_ZIP64") == "1";
   std::string id = clean_run_id(rid);
   S.run_id = id.empty() ? default_run_id(S.world_size) : id;

@@ -1,0 +1,443 @@
+"""The flight recorder (runtime/flight.py): ``AOTI_DEBUG_RING=N`` keeps the last N graph
+calls' records in memory and writes them at exit, on SIGTERM/SIGINT and when
+``AOTI_DEBUG_TRIGGER=nonfinite`` fires at the first NaN/Inf birth, saving the birth
+launch's tensors at once and at its next occurrence. run.json ``flight`` says what
+happened; ``aoti-debug show`` reads it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import aoti_debug
+from aoti_debug import config
+from aoti_debug.cli import main as cli_main
+from aoti_debug.errors import ConfigError
+from aoti_debug.format import reader
+from aoti_debug.format.protocol import PROTOCOL_VERSION, Site, SiteArg
+from aoti_debug.runtime import flight, hooks, session
+from tests.conftest import REPO, dump_dir_restored, only_run, records, run_python
+
+#: The graph call (1, 2, ...) of LOOP where NaN is first born: its model's first kernel
+#: takes the square root of an input that turns negative at that call.
+NAN_AT = 1000
+
+#: The README's recipe: examples/nan_in_long_run.py STEPS NAN_AT.
+LOOP = os.path.join(REPO, "examples", "nan_in_long_run.py")
+
+#: Records of one graph call of LOOP's model: sqrt*2 (x before, y after), mm (y, w before,
+#: out after), relu+sum+1 (2 before, 1 after).
+RECORDS_PER_CALL = 8
+
+
+def _loop(tmp_path, steps: int, **env) -> tuple[subprocess.CompletedProcess, str]:
+    root = str(tmp_path / "dump")
+    full = {"AOTI_DEBUG_LEVEL": "stats", "AOTI_DEBUG_DIR": root, **env}
+    proc = subprocess.run([sys.executable, LOOP, str(steps), str(NAN_AT)], env={**os.environ, **full,
+                          "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, only_run(root)
+
+
+def _flight(run: str) -> dict:
+    with open(os.path.join(run, "run.json")) as f:
+        return json.load(f)["flight"]
+
+
+def _calls(recs: list[dict]) -> list[int]:
+    """Graph calls (1, 2, ...) the records belong to: every kernel runs once per call."""
+    return sorted({r["kernel_call"] + 1 for r in recs})
+
+
+# -- the trigger at call 1,000 of a loop --------------------------------------------------
+@pytest.fixture(scope="module")
+def stopped_at_nan(tmp_path_factory):
+    """The loop stops at the call where NaN is born."""
+    return _loop(tmp_path_factory.mktemp("stop"), NAN_AT, AOTI_DEBUG_RING="3", AOTI_DEBUG_TRIGGER="nonfinite")[1]
+
+
+@pytest.fixture(scope="module")
+def ran_past_nan(tmp_path_factory):
+    """The loop goes on for one call after the birth: its next occurrence is saved."""
+    return _loop(tmp_path_factory.mktemp("past"), NAN_AT + 1, AOTI_DEBUG_RING="3",
+                 AOTI_DEBUG_TRIGGER="nonfinite")[1]
+
+
+def test_trigger_writes_exactly_the_last_three_calls(stopped_at_nan):
+    recs = records(stopped_at_nan)
+    assert _calls(recs) == [NAN_AT - 2, NAN_AT - 1, NAN_AT]
+    assert len(recs) == 3 * RECORDS_PER_CALL
+    assert [r["seq"] for r in recs] == sorted(r["seq"] for r in recs)  # written in seq order
+    fl = _flight(stopped_at_nan)
+    assert (fl["ring"], fl["trigger"], fl["graph_calls"]) == (3, "nonfinite", NAN_AT)
+    assert (fl["calls_written"], fl["calls_dropped"], fl["records_dropped"]) == (3, NAN_AT - 3, 0)
+    assert [d["reason"] for d in fl["dumps"]] == ["nonfinite", "exit"]
+    assert fl["dumps"][0]["graph_calls"] == [NAN_AT - 2, NAN_AT]
+
+
+def test_trigger_names_the_birth(stopped_at_nan):
+    fired = _flight(stopped_at_nan)["fired"]
+    assert fired["trigger"] == "nonfinite" and fired["value"] == "nan"
+    assert fired["kernel"].startswith("cpp_fused") and "sqrt" in fired["kernel"]
+    assert (fired["graph_call"], fired["kernel_call"], fired["nan"]) == (NAN_AT, NAN_AT - 1, 64)
+    assert fired["inputs_held"] == "finite"
+    born = [r for r in records(stopped_at_nan) if r["launch"] == fired["launch"]]
+    assert {r["phase"] for r in born} == {"before", "after"}
+    assert fired["seq"] == next(r["seq"] for r in born if r["phase"] == "after")
+
+
+def test_birth_launch_saved_at_once(stopped_at_nan):
+    fired = _flight(stopped_at_nan)["fired"]
+    born = {r["phase"]: r for r in records(stopped_at_nan) if r["launch"] == fired["launch"]}
+    assert sorted(fired["saved"]) == sorted(r["file"] for r in born.values())
+    x = torch.load(os.path.join(stopped_at_nan, born["before"]["file"]), weights_only=True)
+    y = torch.load(os.path.join(stopped_at_nan, born["after"]["file"]), weights_only=True)
+    assert torch.equal(x, torch.full((8, 8), -0.5))
+    assert y.isnan().all()
+    assert fired["next"] is None  # the loop stopped: there was no next occurrence
+    # only the birth launch has files
+    assert sorted(os.listdir(os.path.join(stopped_at_nan, "tensors"))) == sorted(
+        os.path.basename(f) for f in fired["saved"])
+
+
+def test_next_occurrence_saved_in_full(ran_past_nan):
+    recs = records(ran_past_nan)
+    fl = _flight(ran_past_nan)
+    fired, nxt = fl["fired"], fl["fired"]["next"]
+    assert nxt is not None and nxt["launch"] > fired["launch"]
+    again = [r for r in recs if r["launch"] == nxt["launch"]]
+    assert {r["phase"] for r in again} == {"before", "after"}
+    assert sorted(nxt["saved"]) == sorted(r["file"] for r in again)
+    y = torch.load(os.path.join(ran_past_nan, next(r["file"] for r in again if r["phase"] == "after")),
+                   weights_only=True)
+    assert y.isnan().all()
+    # the ring's three calls at the trigger, then the one after it: nothing else
+    assert _calls(recs) == [NAN_AT - 2, NAN_AT - 1, NAN_AT, NAN_AT + 1]
+    assert len(recs) == 4 * RECORDS_PER_CALL
+    assert [d["reason"] for d in fl["dumps"]] == ["nonfinite", "nonfinite: next occurrence saved", "exit"]
+
+
+def test_show_reads_the_dump_and_displays_what_fired(ran_past_nan):
+    res = CliRunner().invoke(cli_main, ["show", ran_past_nan])
+    assert res.exit_code == 0, res.output
+    assert "flight recorder: ring of 3 graph call(s), trigger nonfinite" in res.output
+    assert f"{NAN_AT + 1} graph call(s) seen, 4 written, {NAN_AT - 3} dropped unwritten" in res.output
+    assert "trigger nonfinite fired: NaN born in launch" in res.output
+    assert "next occurrence: launch" in res.output
+    js = json.loads(CliRunner().invoke(cli_main, ["show", ran_past_nan, "--format", "json"]).output)
+    assert js["runs"][0]["flight"]["fired"]["value"] == "nan"
+    run = reader.open_run(ran_past_nan)
+    assert len(list(run.records())) == 4 * RECORDS_PER_CALL and run.info.flight["ring"] == 3
+    run.close()
+
+
+# -- the ring without a trigger -------------------------------------------------------------
+def _handle(level: str = "stats"):
+    return hooks.graph(None, level, False, protocol=PROTOCOL_VERSION)
+
+
+def _sites(handle, n: int, subgraph: str = "") -> list[Site]:
+    out = []
+    for i in range(n):
+        raw = (subgraph, f"k{i}", f"k{i}", (("x", "input", "tensor", "x", False, ()),),
+               (("y", "output", "tensor", "y", False, ()),), None, i, "")
+        out.append(handle.site(raw))
+    return out
+
+
+def _call(handle, sites, x):
+    for s in sites:
+        handle.launch(s, (x,))
+        handle.done(s, (x * 2,))
+
+
+def test_ring_keeps_the_last_calls_and_writes_them_at_close(fresh_session, monkeypatch):
+    monkeypatch.setenv(config.ENV_RING, "2")
+    g = _handle()
+    sites = _sites(g, 3)
+    for i in range(10):
+        _call(g, sites, torch.full((4,), float(i)))
+    run = only_run(str(fresh_session))
+    assert records(run) == []  # nothing written while the ring holds it
+    session.reset()
+    recs = records(run)
+    assert len(recs) == 2 * 3 * 2 and _calls(recs) == [9, 10]
+    assert {r["stats"]["min"] for r in recs if r["phase"] == "before"} == {8.0, 9.0}
+    fl = _flight(run)
+    assert (fl["graph_calls"], fl["calls_written"], fl["calls_dropped"], fl["fired"]) == (10, 2, 8, None)
+    assert [d["reason"] for d in fl["dumps"]] == ["close"]
+
+
+def test_graph_calls_of_several_graphs_share_the_ring(fresh_session, monkeypatch):
+    """A step with two graphs (a graph break) is two graph calls; subgraph launches belong
+    to the call of their wrapper."""
+    monkeypatch.setenv(config.ENV_RING, "2")
+    a, b = _handle(), _handle()
+    sa, sb = _sites(a, 2), _sites(b, 1)
+    body = _sites(b, 1, subgraph="body")[0]
+    for i in range(4):
+        _call(a, sa, torch.full((4,), float(i)))
+        _call(b, sb, torch.full((4,), float(i)))
+        for _ in range(3):  # a loop body: no new graph call
+            b.launch(body, (torch.ones(2),))
+            b.done(body, (torch.ones(2),))
+    session.reset()
+    run = only_run(str(fresh_session))
+    recs = records(run)
+    assert _flight(run)["graph_calls"] == 8
+    # the last step: graph a's call (2 launches) and graph b's (1 launch + 3 body passes)
+    assert {r["graph"] for r in recs} == {"graph0", "graph1", "graph1/body"}
+    assert len(recs) == (2 + 1 + 3) * 2
+    assert {r["stats"]["min"] for r in recs if r["phase"] == "before" and r["graph"] != "graph1/body"} == {3.0}
+
+
+def test_ring_memory_is_bounded_in_records(fresh_session, monkeypatch):
+    monkeypatch.setenv(config.ENV_RING, "100")
+    monkeypatch.setattr(flight, "MAX_RING_RECORDS", 6)
+    g = _handle()
+    sites = _sites(g, 4)  # 8 records a call: older calls leave, then the call's oldest records
+    for i in range(5):
+        _call(g, sites, torch.full((4,), float(i)))
+    fl = session.current().flight
+    assert fl._records == 6 and len(fl._ring) == 1
+    session.reset()
+    run = only_run(str(fresh_session))
+    summary = _flight(run)
+    assert summary["calls_dropped"] == 4 and summary["records_dropped"] == 5 * 2  # each call alone is 8 > 6
+    recs = records(run)
+    assert len(recs) == 6 and _calls(recs) == [5] and recs[-1]["kernel"] == "k3"
+
+
+def test_save_level_keeps_files_of_kept_records_only(fresh_session, monkeypatch):
+    monkeypatch.setenv(config.ENV_RING, "2")
+    g = _handle("save")
+    sites = _sites(g, 2)
+    w = torch.arange(4.0)  # the same values every call: later records share its file
+    for i in range(6):
+        for s in sites:
+            g.launch(s, (w,))
+            g.done(s, (torch.full((4,), float(i)),))
+    session.reset()
+    run = only_run(str(fresh_session))
+    recs = records(run)
+    assert _calls(recs) == [5, 6]
+    named = {r["file"] for r in recs}
+    on_disk = {f"tensors/{n}" for n in os.listdir(os.path.join(run, "tensors"))}
+    assert named == on_disk and len(on_disk) == 3  # w once, and the two kept calls' outputs
+    assert all(torch.load(os.path.join(run, f), weights_only=True).shape == (4,) for f in named)
+
+
+# -- exits: an uncaught exception, SIGTERM -----------------------------------------------------
+FOREVER = textwrap.dedent("""
+    import sys, torch
+    mode = sys.argv[1]
+    def f(x, w):
+        return torch.relu(torch.sqrt(x) @ w) + 1
+    w = torch.randn(8, 4)
+    g = torch.compile(f)
+    i = 0
+    with torch.no_grad():
+        while True:
+            g(torch.full((8, 8), 2.0 + i), w)
+            i += 1
+            if i == 20:
+                if mode == "raise":
+                    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+                print("ready", flush=True)
+""")
+
+
+def _forever(tmp_path, mode: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": REPO, "AOTI_DEBUG_LEVEL": "stats", "AOTI_DEBUG_DIR": str(tmp_path / "dump"),
+           "AOTI_DEBUG_RING": "2"}
+    return subprocess.Popen([sys.executable, "-c", FOREVER, mode], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_sigterm_writes_the_ring_and_still_kills(tmp_path):
+    p = _forever(tmp_path, "wait")
+    try:
+        assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=120) == -signal.SIGTERM
+    finally:
+        p.kill()
+    run = only_run(str(tmp_path / "dump"))
+    fl = _flight(run)
+    assert [d["reason"] for d in fl["dumps"]] == ["signal SIGTERM"]
+    recs = records(run)
+    last, kept = fl["graph_calls"], _calls(recs)
+    # the last two calls with records: the newest may be the one the signal cut short,
+    # or the one before it when the call just started had recorded nothing yet
+    assert last >= 20 and fl["calls_written"] == 2 and len(kept) == 2
+    assert kept[1] == kept[0] + 1 and kept[1] in (last - 1, last)
+    assert fl["calls_dropped"] == kept[0] - 1
+    assert {r["kernel"] for r in recs if r["kernel_call"] + 1 == kept[0]} == {r["kernel"] for r in recs}
+
+
+def test_uncaught_exception_writes_the_ring(tmp_path):
+    p = _forever(tmp_path, "raise")
+    _out, err = p.communicate(timeout=300)
+    assert p.returncode == 1 and "illegal memory access" in err
+    run = only_run(str(tmp_path / "dump"))
+    fl = _flight(run)
+    assert [d["reason"] for d in fl["dumps"]] == [
+        "exception: RuntimeError: CUDA error: an illegal memory access was encountered"]
+    assert fl["graph_calls"] == 20 and _calls(records(run)) == [19, 20]
+
+
+# -- settings ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("value, ring", [("3", 3), (" +7 ", 7), ("0", None), ("", None), (None, None)])
+def test_parse_ring(value, ring):
+    assert config.parse_ring(value) == ring
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "2.5", "1e3", str(config.MAX_RING + 1)])
+def test_bad_ring_is_an_error(value):
+    with pytest.raises(ConfigError, match="AOTI_DEBUG_RING"):
+        config.parse_ring(value)
+
+
+def test_parse_trigger():
+    assert config.parse_trigger("NonFinite") == "nonfinite" and config.parse_trigger("") is None
+    with pytest.raises(ConfigError, match="AOTI_DEBUG_TRIGGER='nan'"):
+        config.parse_trigger("nan")
+
+
+def test_bad_env_values_warn_once_and_turn_it_off(fresh_session, monkeypatch, capfd):
+    monkeypatch.setenv(config.ENV_RING, "lots")
+    monkeypatch.setenv(config.ENV_TRIGGER, "loss")
+    g = _handle()
+    sites = _sites(g, 2)
+    for i in range(3):
+        _call(g, sites, torch.ones(3))
+    aoti_debug.flush()
+    err = capfd.readouterr().err
+    assert err.count("AOTI_DEBUG_RING='lots'") == 1 and "the ring is off" in err
+    assert err.count("AOTI_DEBUG_TRIGGER='loss'") == 1 and "no trigger is used" in err
+    assert session.current().flight is None
+    run = only_run(str(fresh_session))
+    assert len(records(run)) == 3 * 2 * 2  # every record, as it came
+    with open(os.path.join(run, "run.json")) as f:
+        assert "flight" not in json.load(f)
+
+
+def test_cli_run_passes_ring_and_trigger():
+    code = "import os; print(os.environ['AOTI_DEBUG_RING'], os.environ['AOTI_DEBUG_TRIGGER'])"
+    res = subprocess.run([sys.executable, "-m", "aoti_debug.cli", "run", "--level", "stats", "--ring", "5",
+                          "--trigger", "nonfinite", "--", sys.executable, "-c", code],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": REPO})
+    assert res.returncode == 0 and res.stdout.split() == ["5", "nonfinite"], res.stderr
+    bad = CliRunner().invoke(cli_main, ["run", "--ring", "x", "--", "true"])
+    assert bad.exit_code == 2 and "AOTI_DEBUG_RING='x'" in bad.output
+
+
+# -- the birth watch on its own ----------------------------------------------------------------
+def _rec(seq, launch, phase, nan=0, inf=0, kernel_call=1, **extra):
+    return {"seq": seq, "launch": launch, "graph": "graph0", "kernel": "k", "kernel_call": kernel_call,
+            "phase": phase, "arg": f"a{seq}", "site": launch, "stats": {"nan": nan, "inf": inf}, **extra}
+
+
+def test_watch_fires_on_a_birth_not_on_what_is_passed_on():
+    w = flight.BirthWatch()
+    assert w.observe(_rec(1, 1, "before", nan=3), 1) is None
+    assert w.observe(_rec(2, 1, "after", nan=3), 1) is None  # inherited NaN
+    assert w.observe(_rec(3, 2, "before", inf=1), 1) is None
+    birth = w.observe(_rec(4, 2, "after", nan=2, inf=1), 1)  # inf - inf: a NaN birth
+    assert birth is not None and (birth["value"], birth["launch"], birth["inputs_held"]) == ("nan", 2, "Inf")
+
+
+def test_watch_takes_an_inf_made_at_a_kernels_first_call_as_by_design():
+    w = flight.BirthWatch()
+    assert w.observe(_rec(1, 1, "after", inf=10, kernel_call=0), 1) is None  # a causal mask
+    assert w.observe(_rec(2, 4, "after", inf=10, kernel_call=1, site=1), 2) is None  # the mask again
+    assert w.observe(_rec(3, 5, "before", uninitialised=True, nan=1), 2) is None
+    birth = w.observe(_rec(4, 5, "after", inf=1, kernel_call=3), 2)  # an overflow elsewhere
+    assert birth is not None and birth["value"] == "inf" and birth["inputs_held"] == "none"
+
+
+# -- the C++ runtime -------------------------------------------------------------------------
+def test_cpp_runtime_warns_and_records_everything(tmp_path, monkeypatch):
+    monkeypatch.setenv(config.ENV_RING, "2")
+    monkeypatch.setenv(config.ENV_TRIGGER, "nonfinite")
+    root = str(tmp_path / "cpp")
+    torch._dynamo.reset()
+    x, w = torch.randn(6, 8), torch.randn(8, 4)
+    with dump_dir_restored(), torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=root), \
+            torch._inductor.config.patch(cpp_wrapper=True):
+        fn = torch.compile(lambda x, w: torch.relu(x @ w) * 0.5)
+        for _ in range(4):
+            fn(x, w)
+        aoti_debug.flush()
+    keys = {k for k, _ in session.failures()}
+    assert {"cpp:env-AOTI_DEBUG_RING", "cpp:env-AOTI_DEBUG_TRIGGER"} <= keys
+    message = dict(session.failures())["cpp:env-AOTI_DEBUG_RING"]
+    assert "not supported by the C++ runtime" in message
+    recs = records(only_run(root))
+    assert {r["wrapper"] for r in recs} == {"cpp"} and _calls(recs) == [1, 2, 3, 4]
+
+
+# -- records that arrive late (a GPU's path, simulated on the CPU) -----------------------------
+class _GatedEvent:
+    """Stands in for a CUDA event: the writer thread waits on it, so the records lag
+    behind the launches as device stats do."""
+
+    def __init__(self, gate):
+        self.gate = gate
+
+    def synchronize(self):
+        assert self.gate.wait(timeout=60)
+
+
+def test_late_records_fire_in_the_writer_and_keep_the_calls_up_to_the_birth(fresh_session, monkeypatch):
+    import threading
+
+    gate = threading.Event()
+    submit = session.Session.submit
+
+    def lagging(self, job):
+        job.event = job.event or _GatedEvent(gate)
+        return submit(self, job)
+
+    monkeypatch.setattr(session.Session, "submit", lagging)
+    monkeypatch.setenv(config.ENV_RING, "3")
+    monkeypatch.setenv(config.ENV_TRIGGER, "nonfinite")
+    g = _handle()
+    sites = _sites(g, 2)
+    born = sites[0]
+
+    def call(i):
+        for s in sites:
+            x = torch.full((4,), float(i))
+            g.launch(s, (x,))
+            g.done(s, (torch.full((4,), -1.0).sqrt() if s is born and i >= 10 else x,))  # NaN born at call 10
+
+    for i in range(1, 13):  # the birth at call 10; the model runs two calls past it meanwhile
+        call(i)
+    fl = session.current().flight
+    assert fl.fired is None and fl._records == 0  # nothing arrived yet
+    gate.set()
+    aoti_debug.flush()
+    fired = fl.fired
+    assert fired is not None and fired["graph_call"] == 10 and fired["saved"] == []
+    assert any("released" in n for n in fired["not_saved"])
+    for i in (13, 14):
+        call(i)
+    session.reset()
+    run = only_run(str(fresh_session))
+    summary = _flight(run)
+    assert summary["dumps"][0]["reason"] == "nonfinite" and summary["dumps"][0]["graph_calls"] == [8, 10]
+    nxt = summary["fired"]["next"]
+    again = [r for r in records(run) if r["launch"] == nxt["launch"]]
+    assert again and again[0]["kernel_call"] == 12  # call 13: the first launch of the site after the stats came
+    assert sorted(nxt["saved"]) == sorted(r["file"] for r in again)
+    y = torch.load(os.path.join(run, next(r["file"] for r in again if r["phase"] == "after")), weights_only=True)
+    assert y.isnan().all()
