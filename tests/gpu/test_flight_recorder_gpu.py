@@ -27,7 +27,10 @@ def cuda_run(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("flight_cuda"))
     env = {**os.environ, "PYTHONPATH": REPO, "AOTI_DEBUG_LEVEL": "stats", "AOTI_DEBUG_DIR": root,
            "AOTI_DEBUG_RING": "3", "AOTI_DEBUG_TRIGGER": "nonfinite"}
-    proc = subprocess.run([sys.executable, LOOP, str(NAN_AT + 5), str(NAN_AT), "cuda"], env=env,
+    # The device machine runs this checkout from PYTHONPATH, not installed: torch's
+    # autoload of aoti_debug is not registered there, so the child imports it first.
+    start = "import sys, runpy, aoti_debug; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    proc = subprocess.run([sys.executable, "-c", start, LOOP, str(NAN_AT + 5), str(NAN_AT), "cuda"], env=env,
                           capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = only_run(root)
