@@ -33,7 +33,7 @@ from ..format.reader import RunReader
 from ..format.schema import Record
 from ..compare import verdict as _verdict
 from ..compare.diff import choose_aligner
-from ..compare.metrics import Metrics, TensorComparator, tolerance
+from ..compare.metrics import Metrics, TensorComparator, compare_stats, tolerance
 from ..compare.value_align import reference_mode
 from .program import Program, ReplayError, program, wrapper_aliases
 
@@ -94,6 +94,7 @@ class ReplayResult:
     reference: str | None
     launches: list[LaunchReplay]
     problems: list[str] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def culprits(self) -> list[LaunchReplay]:
@@ -120,6 +121,7 @@ class ReplayResult:
 
         return {
             "a": self.path_a, "b": self.path_b, "reference": self.reference, "problems": self.problems,
+            "notes": self.notes,
             "launches": [{
                 **{k: getattr(r, k) for k in ("launch", "graph", "kernel", "verdict", "from_b", "own", "derived",
                                               "chain", "module", "source", "note")},
@@ -415,6 +417,12 @@ class _Replayer:
         total = total_failed = total_ratio = None
         if ta is not None:
             total, total_failed, total_ratio = measure(ta)
+        elif out_a.stats is not None and b.stats is not None:  # A at level stats: a lower bound
+            total = compare_stats(out_a, b, atol, rtol)
+            total_failed = not total.passed
+            if _verdict.applies(b):
+                verdict, total_ratio = _verdict.judge_stats(out_a, b, self.factor)
+                total_failed = verdict == _verdict.SUSPECT
         return OutputReplay(arg, own, total, own_failed, total_failed, own_ratio, total_ratio, b.launch)
 
     def replay(self, records: list[Record], paired: Counterparts) -> LaunchReplay:
@@ -490,6 +498,7 @@ def replay(a, b, *, launches: Sequence[int] | None = None, first: int | None = N
         if reference_mode(ra.info) and not reference_mode(rb.info):
             raise DumpError(f"{ra.path} is an eager reference: give it second (aoti-debug replay COMPILED REFERENCE)")
         problems: list[str] = []
+        notes: list[str] = []
         if launches is None:
             from ..compare.diff import diff
 
@@ -497,23 +506,24 @@ def replay(a, b, *, launches: Sequence[int] | None = None, first: int | None = N
                             rounding_factor=rounding_factor)
             launches = divergent_launches(compared, first or 1)
             if not launches:
-                problems.append("no output of A differs from B's: nothing to replay")
+                notes.append("no output of A differs from B's: nothing to replay")
         records = launch_records(ra, launches)
         missing = [n for n in launches if n not in records]
         if missing:
             raise DumpError(f"{ra.path} has no launch {', '.join(map(str, missing))} "
                             f"(it has launches 1..{max((r.launch for r in ra.records()), default=0)})")
-        if ra.info.level != "save" or rb.info.level != "save":
-            low = "A" if ra.info.level != "save" else "B"
-            problems.append(f"run {low} was recorded at level {(ra if low == 'A' else rb).info.level}: replay needs "
-                            f"tensor files (record at level save, or --save-launches for A)")
+        if rb.info.level != "save":
+            problems.append(f"run B was recorded at level {rb.info.level}: replay feeds and compares B's tensor "
+                            f"files (record it at level save)")
+        if ra.info.level != "save":
+            notes.append(f"run A was recorded at level {ra.info.level}: its total error is judged from its stats")
         replayer = _Replayer(ra, rb, atol, rtol, rounding_factor)
         paired = _counterparts(ra, rb, records) if records else {}
         results = [replayer.replay(sorted(records[n], key=lambda r: r.seq), paired) for n in sorted(records)]
         for r in results:
             if r.verdict == UNJUDGED and r.note:
                 problems.append(f"launch {r.launch} ({r.kernel}): {r.note}")
-        return ReplayResult(ra.path, rb.path, reference_mode(rb.info), results, problems)
+        return ReplayResult(ra.path, rb.path, reference_mode(rb.info), results, problems, notes)
     finally:
         ra.close()
         rb.close()
@@ -564,6 +574,8 @@ def render(result: ReplayResult) -> str:
     elif any(r.verdict == PROPAGATOR for r in result.launches):
         lines.append("no culprit among these: each kernel is right on B's inputs and passes on error it was fed; "
                      "replay earlier launches (--first K, or --launch N)")
+    for n in result.notes:
+        lines.append(f"note: {n}")
     for p in result.problems:
         lines.append(f"problem: {p}")
     return "\n".join(lines)
