@@ -42,8 +42,9 @@ def replay(dump_a, dump_b, launches, first, atol, rtol, rounding_factor, fmt, ou
     --rounding-factor times eager's own error); one that is right on B's inputs while
     A's recorded output differs is a PROPAGATOR (it inherited the error).
 
-    Needs A recorded at level save on this machine (its generated code must still be in
-    the Inductor cache), and B at level save. Replays generated C++ and Triton kernels,
+    Needs A recorded on this machine (its generated code must still be in the Inductor
+    cache) and B at level save; A at level stats is judged by its stats for the total
+    error (the own error needs B's files only). Replays generated C++ and Triton kernels,
     user-defined Triton kernels, and extern kernels and fallbacks of the Python wrapper;
     of a C++ wrapper or AOTInductor dump, its generated C++ kernels (AOTInductor writes them beside the wrapper).
 
