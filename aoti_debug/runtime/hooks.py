@@ -199,17 +199,24 @@ class GraphHandle:
             warn_once("cuda-graph", "a CUDA graph is being captured: instrumented launches are not recorded inside it")
             return
         tls = self._tls
-        sess.write_site(tls.label, site.id, site.kernel, site.provenance)
+        launch, call, label = tls.launch, tls.call, tls.label
+        kernel, op, site_id, wrapper = site.kernel, site.op, site.id, self.wrapper
+        sess.write_site(label, site_id, kernel, site.provenance)
         base_index = 0 if phase == "before" else len(site.before)
         tensors: list[tuple[dict, torch.Tensor]] = []
-        flat = [(i, a, name, v) for i, (a, value) in enumerate(zip(args, values))
-                for name, v in _flatten(a.arg, value)]
+        jobs: list[Job] = []
+        flat = []
+        for i, (a, value) in enumerate(zip(args, values)):
+            if isinstance(value, (list, tuple)):
+                flat.extend((i, a, name, v) for name, v in _flatten(a.arg, value))
+            else:
+                flat.append((i, a, a.arg, value))
         first_seq = sess.next_seq(len(flat))
         for k, (i, a, name, v) in enumerate(flat):
-            rec = record(seq=first_seq + k, launch=tls.launch, graph=tls.label, wrapper=self.wrapper,
-                         kernel=site.kernel, op=site.op, kernel_call=tls.call, phase=phase, arg=name, role=a.role,
-                         index=base_index + i, expr=a.expr if a.expr and a.expr != a.arg else None,
-                         volatile=a.volatile_reason(name), site=site.id)
+            rec = record(seq=first_seq + k, launch=launch, graph=label, wrapper=wrapper, kernel=kernel, op=op,
+                         kernel_call=call, phase=phase, arg=name, role=a.role, index=base_index + i,
+                         expr=a.expr if a.expr and a.expr != a.arg else None,
+                         volatile=a.volatile_reason(name) if a.volatile else None, site=site_id)
             if extra is not None and k < len(extra) and extra[k]:
                 rec.update(extra[k])
             if isinstance(v, torch.Tensor):
@@ -217,15 +224,17 @@ class GraphHandle:
                     # Memory no launch had written yet: what it holds is not data. (After
                     # the launch an in-place arg holds what it wrote, as in the C++ runtime.)
                     rec.update(_tensor_meta(v), uninitialised=True)
-                    sess.submit(Job(rec))
+                    jobs.append(Job(rec))
                 else:
                     tensors.append((rec, v))
             else:
-                self._scalar(sess, rec, v, a.kind_hint)
+                jobs.append(self._scalar(rec, v, a.kind_hint))
         if tensors:
-            self._tensors(sess, tensors)
+            self._tensors(sess, tensors, jobs)
+        if jobs:
+            sess.submit_all(jobs)
 
-    def _scalar(self, sess, rec: dict, v: Any, kind_hint: str) -> None:
+    def _scalar(self, rec: dict, v: Any, kind_hint: str) -> Job:
         if v is None:
             rec["kind"] = "none"
         elif isinstance(v, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -238,11 +247,12 @@ class GraphHandle:
             rec["value"] = type(v).__name__
         if self.level == "print":
             _emit(f"[aoti_debug] {rec['phase']:<6} {rec['kernel']} launch={rec['launch']} {rec['arg']} = {rec.get('value')}")
-        sess.submit(Job(rec))
+        return Job(rec)
 
-    def _tensors(self, sess, items: list[tuple[dict, torch.Tensor]]) -> None:
+    def _tensors(self, sess, items: list[tuple[dict, torch.Tensor]], jobs: list[Job]) -> None:
         """Stats for all tensors of one launch side in one batch: CPU tensors in one call
-        of the runtime library, device tensors with one device->host copy."""
+        of the runtime library, device tensors with one device->host copy. Appends the
+        records' jobs to ``jobs``."""
         for rec, t in items:
             rec.update(_tensor_meta(t))
         rest = self._native_stats(items)
@@ -271,7 +281,7 @@ class GraphHandle:
             payload = payloads[i]
             nbytes = payload[0].numel() * payload[0].element_size() if payload else 0
             finish = _finisher(sess, job_stats, payload) if job_stats is not None or payload is not None else None
-            sess.submit(Job(rec, event, finish, nbytes))
+            jobs.append(Job(rec, event, finish, nbytes))
 
     def _native_stats(self, items: list[tuple[dict, torch.Tensor]]) -> list[int]:
         """Fills the stats and checksum of the CPU tensors the runtime library reads (one
@@ -282,7 +292,8 @@ class GraphHandle:
         if lib is None:
             return list(range(len(items)))
         try:
-            done = lib.summarize([t for _, t in items])
+            done = lib.summarize([t for _, t in items], [rec["shape"] for rec, _ in items],
+                                 [rec["stride"] for rec, _ in items])
         except Exception as e:
             warn_once(f"native-stats-{type(e).__name__}", f"the runtime library could not summarise CPU tensors, "
                                                           f"using torch ops: {e}")
@@ -366,9 +377,20 @@ def _kernel(site: Any) -> str:
     return getattr(site, "kernel", None) or "a kernel"
 
 
+_dtype_names: dict[torch.dtype, str] = {}
+_device_names: dict[torch.device, str] = {}
+
+
 def _tensor_meta(t: torch.Tensor) -> dict:
-    return {"kind": "tensor", "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
-            "stride": list(t.stride()), "device": str(t.device), "numel": t.numel()}
+    dtype, device = t.dtype, t.device
+    dtype_name = _dtype_names.get(dtype)
+    if dtype_name is None:
+        dtype_name = _dtype_names[dtype] = str(dtype).replace("torch.", "")
+    device_name = _device_names.get(device)
+    if device_name is None:
+        device_name = _device_names[device] = str(device)
+    return {"kind": "tensor", "dtype": dtype_name, "shape": list(t.shape), "stride": list(t.stride()),
+            "device": device_name, "numel": t.numel()}
 
 
 def _metadata(v: Any, kind_hint: str) -> dict:

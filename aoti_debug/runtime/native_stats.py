@@ -24,6 +24,7 @@ from typing import Sequence
 
 import torch
 
+from ..format.writer import EncodedDict
 from .session import warn_once
 from .stats import format_checksum, stats_fields
 
@@ -37,6 +38,10 @@ _WIDTH = 8
 #: Exact types whose ``data_ptr`` is the values' memory (subclasses may wrap others).
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _STRIDED = torch.strided
+#: Bytes of stats JSON text per tensor the library may write (it needs under 250).
+_TEXT_BYTES = 320
+#: Sides larger than this are summarised with the GIL released (other Python threads run).
+NOGIL_BYTES = 1 << 20
 
 
 class Library:
@@ -46,44 +51,60 @@ class Library:
         """Raises OSError (cannot load) or AttributeError (not this runtime's library)."""
         self.path = path
         lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL)
-        fn = getattr(lib, SUMMARIES_SYMBOL)
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
+        # The same function twice: called with the GIL held for small sides (releasing it
+        # for a few microseconds of work hands it to the writer thread, and taking it back
+        # can wait a whole switch interval, 5 ms), and releasing it for large ones.
+        fn = ctypes.PyDLL(path, mode=os.RTLD_LOCAL, handle=lib._handle)[SUMMARIES_SYMBOL]
+        fn_nogil = lib[SUMMARIES_SYMBOL]
+        for f in (fn, fn_nogil):
+            f.restype = ctypes.c_int
+            f.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
+                          ctypes.c_char_p, ctypes.c_size_t]
         name = getattr(lib, DTYPE_NAME_SYMBOL)
         name.restype = ctypes.c_char_p
         name.argtypes = [ctypes.c_int32]
-        #: torch dtype -> the c10::ScalarType code the library reads it as: from the
-        #: library's own table, so the codes are written down in one place.
-        self.codes: dict[torch.dtype, int] = {}
+        #: torch dtype -> (the c10::ScalarType code the library reads it as, bytes per
+        #: element, complex): from the library's own table, so codes live in one place.
+        self.codes: dict[torch.dtype, tuple[int, int, bool]] = {}
         for code in range(_MAX_CODE):
             raw = name(code)
             dtype = getattr(torch, raw.decode(), None) if raw else None
             if isinstance(dtype, torch.dtype):
-                self.codes[dtype] = code
+                self.codes[dtype] = (code, dtype.itemsize, dtype.is_complex)
         self._lib = lib
         self._fn = fn
+        self._fn_nogil = fn_nogil
 
-    def summarize(self, tensors: Sequence[torch.Tensor]) -> list[tuple[dict, str] | None]:
+    def summarize(self, tensors: Sequence[torch.Tensor], shapes: Sequence[Sequence[int]] | None = None,
+                  strides: Sequence[Sequence[int]] | None = None) -> list[tuple[dict, str] | None]:
         """``(stats, checksum)`` as a record holds them for each tensor, in one call; None
-        for a tensor the library does not read (the caller summarises it otherwise)."""
+        for a tensor the library does not read (the caller summarises it otherwise).
+        ``shapes``/``strides``: the tensors' own, where the caller has read them already."""
         out: list[tuple[dict, str] | None] = [None] * len(tensors)
         codes = self.codes
         spec: list[int] = []
         rows: list[int] = []
         keep = []
+        nbytes = 0
         for j, t in enumerate(tensors):
-            code = codes.get(t.dtype)
-            if code is None or type(t) not in _PLAIN or not t.is_cpu or t.layout is not _STRIDED:
+            kind = codes.get(t.dtype)
+            if kind is None or type(t) not in _PLAIN or not t.is_cpu or t.layout is not _STRIDED:
                 continue
-            if t.is_conj() or t.is_neg():
+            code, itemsize, is_complex = kind
+            if (is_complex and t.is_conj()) or t.is_neg():
                 # A lazily conjugated/negated view: its memory does not hold its values.
                 t = t.resolve_conj().resolve_neg()
                 keep.append(t)
+                shape, stride = t.shape, t.stride()
+            else:
+                shape = shapes[j] if shapes is not None else t.shape
+                stride = strides[j] if strides is not None else t.stride()
+            nbytes += itemsize * t.numel()
             spec.append(t.data_ptr())
             spec.append(code)
-            spec.append(t.dim())
-            spec.extend(t.shape)
-            spec.extend(t.stride())
+            spec.append(len(shape))
+            spec.extend(shape)
+            spec.extend(stride)
             rows.append(j)
         n = len(rows)
         if not n:
@@ -91,7 +112,10 @@ class Library:
         packed = array.array("q", spec)
         stats = array.array("d", bytes(8 * _WIDTH * n))
         sums = array.array("Q", bytes(8 * n))
-        rc = self._fn(packed.buffer_info()[0], len(packed), n, stats.buffer_info()[0], sums.buffer_info()[0])
+        text = ctypes.create_string_buffer(_TEXT_BYTES * n)
+        fn = self._fn_nogil if nbytes > NOGIL_BYTES else self._fn
+        rc = fn(packed.buffer_info()[0], len(packed), n, stats.buffer_info()[0], sums.buffer_info()[0], text,
+                len(text))
         del keep
         if rc != 0:
             warn_once(f"native-stats-{rc}", f"the runtime library could not summarise CPU tensors (code {rc}); "
@@ -99,11 +123,14 @@ class Library:
             return out
         values = stats.tolist()
         checks = sums.tolist()
+        lines = text.value.decode("ascii").split("\n")
         for i, j in enumerate(rows):
             at = _WIDTH * i
             if values[at + 7]:
                 continue  # not read there after all: the caller's path
-            out[j] = (stats_fields(*values[at:at + 7]), format_checksum(checks[i]))
+            fields = EncodedDict(stats_fields(*values[at:at + 7]))
+            fields.json = lines[i]  # the same values as the library's records spell them
+            out[j] = (fields, format_checksum(checks[i]))
         return out
 
 

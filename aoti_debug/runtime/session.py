@@ -275,6 +275,18 @@ class Session:
         if self._thread is None:
             self._start()
 
+    def submit_all(self, jobs: list[Job]) -> None:
+        """Queue the records of one launch side. When all are complete (nothing to wait
+        for or save: CPU stats) and nothing is queued before them, they are written at
+        once, in this thread, in one write: no handoff to the writer thread."""
+        if self._writer is not None and all(j.event is None and j.finish is None for j in jobs):
+            with self._cond:
+                if not self._queue:
+                    self._append([j.record for j in jobs])
+                    return
+        for job in jobs:
+            self.submit(job)
+
     def _start(self) -> None:
         with self._cond:
             if self._thread is not None:
@@ -306,11 +318,14 @@ class Session:
         except Exception as e:
             record["error"] = f"{type(e).__name__}: {e}"
             warn_once(f"record-{type(e).__name__}", f"could not record {record.get('kernel')}/{record.get('arg')}: {e}")
+        self._append([record])
+
+    def _append(self, records: list[dict]) -> None:
         w = self._writer
         if w is None:
             return
         try:
-            w.append(record)
+            w.append_all(records)
         except Exception as e:
             warn_once("manifest", f"cannot append to manifest in {self.path!r}: {e}")
 

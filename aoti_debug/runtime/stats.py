@@ -154,6 +154,8 @@ def stats_fields(mn: float, mx: float, mean: float, std: float, absmax: float, n
     """A record's ``stats`` from the first seven summary values: what
     ``summary_to_stats(values).to_dict()`` gives, without the dataclass (this runs once
     per tensor of every recorded launch)."""
+    if (mn - mn) + (mx - mx) + (mean - mean) + (std - std) + (absmax - absmax) == 0.0:  # all finite
+        return {"min": mn, "max": mx, "mean": mean, "std": std, "absmax": absmax, "nan": int(nan), "inf": int(inf)}
     return {"min": _field(mn), "max": _field(mx), "mean": _field(mean), "std": _field(std),
             "absmax": _field(absmax), "nan": int(nan), "inf": int(inf)}
 

@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "constants.h"
@@ -20,12 +22,16 @@ namespace {
 // Per tensor, `spec` holds data pointer, dtype (c10::ScalarType), ndim, ndim sizes and
 // ndim strides (in elements). `stats` gets 8 doubles per tensor: min, max, mean, std,
 // absmax, nan, inf and a status (0 summarised, 1 dtype not read here), NaN where no
-// finite value exists; `checksums` one checksum each. Returns -1 when `spec` is shorter
-// than its tensors need or an ndim is out of range (nothing after it is written), else 0.
-int cpu_summaries(const int64_t* spec, size_t spec_len, size_t count, double* stats, uint64_t* checksums) {
+// finite value exists; `checksums` one checksum each; `text` one line per tensor, the
+// stats as JSON exactly as the C++ runtime's records spell them (stats_json; empty for
+// a tensor not summarised), NUL-terminated. Returns -1 when `spec` is shorter than its
+// tensors need or an ndim is out of range, -3 when `text_cap` is too small (nothing
+// after it is written), else 0.
+int cpu_summaries(const int64_t* spec, size_t spec_len, size_t count, double* stats, uint64_t* checksums,
+                  char* text, size_t text_cap) {
   constexpr int64_t kMaxDim = 64;
   std::vector<unsigned char> buf;
-  size_t at = 0;
+  size_t at = 0, text_at = 0;
   for (size_t i = 0; i < count; ++i) {
     if (at + 3 > spec_len) return -1;
     const void* data = reinterpret_cast<const void*>(static_cast<intptr_t>(spec[at]));
@@ -56,7 +62,13 @@ int cpu_summaries(const int64_t* spec, size_t spec_len, size_t count, double* st
     out[6] = static_cast<double>(sm.inf);
     out[7] = ok ? 0.0 : 1.0;
     checksums[i] = sm.checksum;
+    std::string line = ok ? stats_json(sm) : std::string();
+    if (text_at + line.size() + 2 > text_cap) return -3;
+    std::memcpy(text + text_at, line.data(), line.size());
+    text_at += line.size();
+    text[text_at++] = '\n';
   }
+  if (text_cap) text[text_at < text_cap ? text_at : text_cap - 1] = '\0';
   return 0;
 }
 

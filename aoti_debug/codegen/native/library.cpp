@@ -28,10 +28,10 @@ AOTI_DEBUG_EXPORT void aoti_debug_rt_done(AOTI_DEBUG_NS::Graph* graph, AOTI_DEBU
 // Stats and checksum of CPU tensors for the Python runtime (runtime/native_stats.py);
 // the layout of `spec`, `stats` and `checksums`: cpu_summary.h. Never throws.
 AOTI_DEBUG_EXPORT int aoti_debug_rt_cpu_summaries(const int64_t* spec, size_t spec_len, size_t count, double* stats,
-                                                  uint64_t* checksums) {
+                                                  uint64_t* checksums, char* text, size_t text_cap) {
   try {
-    return AOTI_DEBUG_NS::cpu_summaries(spec, spec_len, count, stats, checksums);
-  } catch (...) {  // std::bad_alloc gathering a strided tensor
+    return AOTI_DEBUG_NS::cpu_summaries(spec, spec_len, count, stats, checksums, text, text_cap);
+  } catch (...) {  // std::bad_alloc gathering a strided tensor or formatting
     return -2;
   }
 }
