@@ -161,6 +161,18 @@ class EncodedDict(dict):
     __slots__ = ("json",)
 
 
+_key_texts: dict[str, str] = {}
+
+
+def _key_text(key: str) -> str:
+    text = _key_texts.get(key)
+    if text is None:
+        text = _encode(key) + ":"
+        if len(_key_texts) < 1024:
+            _key_texts[key] = text
+    return text
+
+
 def encode_record(rec: dict) -> str:
     """One manifest line's JSON: ``json.dumps(rec, separators=(",", ":"))`` in meaning (the
     same keys and values), with the text of the parts that repeat at every call of a
@@ -182,8 +194,8 @@ def encode_record(rec: dict) -> str:
             _texts.clear()
         texts = _texts[key] = (_encode({k: rec[k] for k in _HEAD})[1:-1],
                                _encode({k: rec[k] for k in _BODY if k in rec})[1:-1])
-    tail = "".join([("," + _encode(k) + ":" + v.json) if type(v) is EncodedDict else
-                    ("," + _encode(k) + ":" + _encode(v)) for k, v in rec.items() if k not in _KEPT])
+    tail = "".join([("," + _key_text(k) + (v.json if type(v) is EncodedDict else _encode(v)))
+                    for k, v in rec.items() if k not in _KEPT])
     return f'{{"seq":{seq},"launch":{launch},{texts[0]},"kernel_call":{call},{texts[1]}{tail}}}'
 
 

@@ -261,9 +261,7 @@ class GraphHandle:
         if self.level == "save" and not saving:
             for rec, _t in items:
                 rec["skipped"] = f"launch {rec['launch']} is not in {config.ENV_SAVE_LAUNCHES}"
-        payloads: list[Any] = []
-        for i, (rec, t) in enumerate(items):
-            payloads.append(self._host_copy(sess, rec, t) if saving else None)
+        payloads = [self._host_copy(sess, rec, t) for rec, t in items] if saving else None
         event = None
         if any(items[i][1].device.type != "cpu" for i in rest):
             event = torch.cuda.Event() if _has_cuda() else None
@@ -275,10 +273,13 @@ class GraphHandle:
             for i, (rec, _t) in enumerate(items):
                 if i in host_stats:
                     _fill_stats(rec, host_stats[i])
-                _emit(_print_line(rec))
+            _emit("\n".join([_print_line(rec) for rec, _t in items]))  # one write for the side
+        if payloads is None and not host_stats:  # CPU stats: the records are complete
+            jobs.extend([Job(rec) for rec, _t in items])
+            return
         for i, (rec, _t) in enumerate(items):
             job_stats = host_stats.get(i)
-            payload = payloads[i]
+            payload = payloads[i] if payloads is not None else None
             nbytes = payload[0].numel() * payload[0].element_size() if payload else 0
             finish = _finisher(sess, job_stats, payload) if job_stats is not None or payload is not None else None
             jobs.append(Job(rec, event, finish, nbytes))
