@@ -133,8 +133,9 @@ void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase,
     std::snprintf(ck, sizeof(ck), "%016llx", static_cast<unsigned long long>(sm.checksum));
     rec.raw(R::kStats, st);
     rec.str(R::kChecksum, ck);
-    // Identity of the values (as hooks._content_key): dtype, shape, checksum, exact stats.
-    content_key = std::string(ti->name) + "|" + shape_text(t.shape) + "|" + ck + "|" + st;
+    // Identity of the values (as hooks._content_key): dtype, shape, checksum, exact stats;
+    // only level save points at files by it.
+    if (site.level == schema::kSave) content_key = std::string(ti->name) + "|" + shape_text(t.shape) + "|" + ck + "|" + st;
   } else {
     rec.raw(R::kStats, "null");
   }
