@@ -156,6 +156,15 @@ def test_what_the_library_does_not_read_goes_back_to_the_caller(library):
     assert_same(results[1], plain)
 
 
+def test_a_library_answering_in_another_layout_is_not_trusted(library, monkeypatch, capfd):
+    """A wrapper compiled from other sources may name a library whose function writes
+    less (no JSON lines): nothing it wrote is used, the caller's path takes over."""
+    monkeypatch.setattr(library, "_fn", lambda *args: 0)  # returns success, writes nothing
+    session._warned.discard("native-stats-abi")
+    assert library.summarize([torch.ones(3), torch.zeros(2)]) == [None, None]
+    assert "answered in another layout" in capfd.readouterr().err
+
+
 def test_stats_fields_is_summary_to_stats_to_dict():
     inf, nan = float("inf"), float("nan")
     for values in ([1.0, 2.0, 1.5, 0.5, 2.0, 0, 0], [nan] * 5 + [3, 1], [-1.0, 1e308, inf, nan, 1e308, 0, 2],

@@ -121,12 +121,18 @@ class Library:
             warn_once(f"native-stats-{rc}", f"the runtime library could not summarise CPU tensors (code {rc}); "
                                             f"using torch ops")
             return out
+        lines = text.value.decode("ascii", "replace").split("\n")
+        if len(lines) != n + 1:
+            # Not the function this runtime was written against (a wrapper compiled with
+            # other sources names another library): nothing it wrote is trusted.
+            warn_once("native-stats-abi", f"the runtime library {self.path!r} answered in another layout; "
+                                          f"CPU stats use torch ops")
+            return out
         values = stats.tolist()
         checks = sums.tolist()
-        lines = text.value.decode("ascii").split("\n")
         for i, j in enumerate(rows):
             at = _WIDTH * i
-            if values[at + 7]:
+            if values[at + 7] or not lines[i]:
                 continue  # not read there after all: the caller's path
             fields = EncodedDict(stats_fields(*values[at:at + 7]))
             fields.json = lines[i]  # the same values as the library's records spell them
