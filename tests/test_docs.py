@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from aoti_debug import config
 from aoti_debug.cli import main
-from aoti_debug.codegen import python_emitter
+from aoti_debug.codegen import native_library, python_emitter
 from aoti_debug.codegen.launch import Launch, LaunchArg
 from aoti_debug.codegen.manager import Manager
 from aoti_debug.format.protocol import Site, SiteArg
@@ -59,6 +59,7 @@ def test_python_emitter_golden():
                 cls.lines.append(line)
 
     root = Root()
+    native = native_library.stats_library_path()  # the runtime library, for CPU stats at this level
     before = python_emitter.emit(m, root, launch, "before")
     after = python_emitter.emit(m, root, launch, "after")
     site = ("('', 'triton_poi_fused_add_0', 'triton_poi_fused_add_0', "
@@ -69,7 +70,8 @@ def test_python_emitter_golden():
     assert after == ["_aoti_debug.done(_AD_SITE_0, (buf0,))  # 'triton_poi_fused_add_0'"]
     assert Root.imports.lines == [
         "from aoti_debug.runtime.hooks import graph as _aoti_debug_graph",
-        "_aoti_debug = _aoti_debug_graph(globals().get('__file__'), 'save', False, info=(), protocol=3)",
+        f"_aoti_debug = _aoti_debug_graph(globals().get('__file__'), 'save', False, info=(), native={native!r}, "
+        "protocol=4)",
         f"_AD_SITE_0 = _aoti_debug.site({site})",
     ]
     odd = Launch(kernel="k'\"\\n\n", op="k", kind="cpp", args=[])

@@ -55,7 +55,7 @@ PARTS = sorted(n for n in os.listdir(cpp_runtime.NATIVE_DIR) if n.endswith(".h")
 
 
 def test_every_part_is_listed():
-    listed = {n for n, _ in cpp_runtime.PARTS} | {cpp_runtime.INTERFACE, cpp_runtime.GLUE_CUDA,
+    listed = {n for n, _ in cpp_runtime.PARTS} | {cpp_runtime.INTERFACE, cpp_runtime.CPU_SUMMARY, cpp_runtime.GLUE_CUDA,
                                                    cpp_runtime.GLUE_INLINE, cpp_runtime.GLUE_LIBRARY,
                                                    cpp_runtime.GLUE_LINKED}
     assert listed == set(PARTS)
@@ -289,7 +289,8 @@ def test_library_exports_its_entry_points_and_shares_state(library):
     lib = ctypes.CDLL(library, mode=os.RTLD_LOCAL)
     lib.aoti_debug_rt_abi.restype = ctypes.c_char_p
     assert lib.aoti_debug_rt_abi().decode() == cpp_runtime.abi_namespace()
-    for name in ("aoti_debug_rt_launch", "aoti_debug_rt_done", "aoti_debug_runtime_warnings"):
+    for name in ("aoti_debug_rt_launch", "aoti_debug_rt_done", "aoti_debug_runtime_warnings",
+                 "aoti_debug_rt_cpu_summaries", "aoti_debug_rt_dtype_name"):
         assert hasattr(lib, name), name
     if shutil.which("nm"):
         symbols = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True).stdout
@@ -298,8 +299,8 @@ def test_library_exports_its_entry_points_and_shares_state(library):
         # process-wide state as STB_GNU_UNIQUE objects (shared with AOTI .so files of the same sources)
         assert any("6sharedEvE1s" in s for s in unique) and any("6claimsEvE1c" in s for s in unique), unique
         c_names = sorted(s for s in ours if not s.startswith("_Z"))
-        assert c_names == ["aoti_debug_rt_abi", "aoti_debug_rt_done", "aoti_debug_rt_launch",
-                           "aoti_debug_runtime_warnings"]
+        assert c_names == ["aoti_debug_rt_abi", "aoti_debug_rt_cpu_summaries", "aoti_debug_rt_done",
+                           "aoti_debug_rt_dtype_name", "aoti_debug_rt_launch", "aoti_debug_runtime_warnings"]
 
 
 def test_concurrent_builders_make_one_library(tmp_path):

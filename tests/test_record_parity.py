@@ -115,3 +115,21 @@ def test_both_dumps_pass_the_reader(dumps):
             tensor = next(r for r in recs if r.kind == "tensor" and r.file)
             assert run.load_tensor(tensor).shape == tuple(tensor.shape)
         run.close()
+
+
+def test_same_values_have_the_same_stats_to_the_bit(dumps):
+    """One implementation of CPU stats and checksum for both runtimes (the runtime
+    library's): a value both wrappers recorded (same kernel, call, phase and arg, same
+    checksum) has the very same stats, mean and std included."""
+    _level, py_dir, cpp_dir = dumps
+
+    def by_key(run_dir):
+        return {(r["kernel"], r["kernel_call"], r["phase"], r["arg"]): r for r in records(run_dir)
+                if r["kind"] == "tensor" and not r.get("uninitialised")}
+
+    py, cpp = by_key(py_dir), by_key(cpp_dir)
+    same = [k for k in set(py) & set(cpp) if py[k]["checksum"] == cpp[k]["checksum"]]
+    assert len(same) >= 2, (sorted(py), sorted(cpp))  # the extern mm is named differently per wrapper
+    assert any(py[k]["stats"]["std"] not in (None, 0.0) for k in same)
+    for k in same:
+        assert py[k]["stats"] == cpp[k]["stats"], k

@@ -73,6 +73,8 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("entry.h", "names"),
 )
 INTERFACE = "interface.h"
+#: Built into the JIT library only (library.cpp): the Python runtime's CPU stats.
+CPU_SUMMARY = "cpu_summary.h"
 GLUE_CUDA = "glue_cuda.h"
 GLUE_INLINE = "glue_inline.h"
 GLUE_LIBRARY = "glue_library.h"

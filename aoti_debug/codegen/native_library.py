@@ -157,6 +157,15 @@ def library_path() -> str | None:
     return built(build_spec, _warn_once)
 
 
+def stats_library_path() -> str:
+    """The runtime library for a Python wrapper's CPU stats (``runtime/native_stats.py``),
+    built first if it is not there; "" when it cannot be built (one warning per process:
+    that wrapper's CPU stats then use torch ops)."""
+    if sys.platform == "win32":
+        return ""
+    return built(build_spec, _warn_python) or ""
+
+
 def built(spec_of: Callable[[], Build], warn: Callable[[str, str], None]) -> str | None:
     """The path ``spec_of()`` names, built first if it is not there; None when it cannot
     be built (``warn(key, message)`` is told, once per key: the compiler, or the path).
@@ -224,6 +233,14 @@ def build(spec) -> float:
 
 
 _warned: set[str] = set()
+
+
+def _warn_python(key: str, message: str) -> None:
+    if "python:" + key in _warned:
+        return
+    _warned.add("python:" + key)
+    log.warning("aoti_debug: the C++ runtime library is not available (%s); Python-wrapper models compiled now "
+                "summarise CPU tensors with torch ops (slower)", message)
 
 
 def _warn_once(key: str, message: str) -> None:

@@ -22,12 +22,19 @@ HANDLE = "_aoti_debug"
 SITE_PREFIX = "_AD_SITE_"
 
 
-def header_lines(level: str, sync: bool, graph_info: dict | None = None) -> list[str]:
+#: Levels that summarise values (the runtime library summarises CPU tensors).
+STATS_LEVELS = ("save", "print", "stats")
+
+
+def header_lines(level: str, sync: bool, graph_info: dict | None = None, native: str | None = None) -> list[str]:
+    """The wrapper's import of the runtime and its graph handle. ``native``: the runtime
+    library's path ("" where it could not be built), passed at the levels that record stats."""
     info = tuple(sorted((graph_info or {}).items()))
+    library = f"native={py_literal(native)}, " if native is not None else ""
     return [
         f"from {RUNTIME_MODULE} import graph as _aoti_debug_graph",
         f"{HANDLE} = _aoti_debug_graph(globals().get('__file__'), {py_literal(level)}, {py_literal(sync)}, "
-        f"info={py_literal(info)}, protocol={py_literal(PROTOCOL_VERSION)})",
+        f"info={py_literal(info)}, {library}protocol={py_literal(PROTOCOL_VERSION)})",
     ]
 
 
@@ -45,7 +52,13 @@ def ensure_header(manager, wrapper) -> None:
     kernels = str(manager.settings.kernels or "")
     if kernels:
         info["kernels"] = kernels  # run.json: the filter this graph recorded with
-    for line in header_lines(manager.settings.level, manager.settings.sync, info):
+    level = manager.settings.level
+    native = None
+    if level in STATS_LEVELS:
+        from .native_library import stats_library_path
+
+        native = stats_library_path()  # built once per content hash, shared with cpp_wrapper
+    for line in header_lines(level, manager.settings.sync, info, native):
         root.imports.writeline(line)
 
 

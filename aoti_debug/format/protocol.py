@@ -30,8 +30,8 @@ from .schema import Record, _jsonable
 
 #: Bump when the meaning or order of a field of :class:`Site` / :class:`SiteArg`, or the
 #: calls the emitted code makes, change. 1: the untyped tuples (no version passed);
-#: 3 added the site's number and provenance.
-PROTOCOL_VERSION = 3
+#: 3 added the site's number and provenance; 4 the runtime library's path (``native=``).
+PROTOCOL_VERSION = 4
 
 #: The keys a manifest record may have (what ``Record.from_dict`` reads).
 RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(Record))

@@ -137,11 +137,74 @@ def claim_run_directory(root: str, run_id: str, rank: int, world_size: int,
                   f"numbered siblings are all held by other runs")
 
 
+#: json.dumps(record, separators=(",", ":")) without building an encoder per record.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+#: The keys of a tensor record that repeat from one call of a launch to the next, in the
+#: order records have them (``protocol.record``, then the tensor's metadata), around
+#: ``kernel_call``: their JSON text is kept per distinct value (:func:`encode_record`).
+_HEAD = ("graph", "wrapper", "kernel", "op")
+_BODY = ("phase", "arg", "role", "index", "site", "expr", "volatile", "kind", "dtype", "shape", "stride", "device",
+         "numel")
+_KEPT = frozenset(("seq", "launch", "kernel_call", *_HEAD, *_BODY))
+_ABSENT = object()
+_texts: dict[tuple, tuple[str, str]] = {}
+_MAX_TEXTS = 1 << 16
+
+
+class EncodedDict(dict):
+    """A dict that carries its own JSON text (``json``), which :func:`encode_record`
+    writes as it is: the runtime library spells a CPU tensor's stats once, as the C++
+    runtime's records do. Replace one rather than change it (a changed one would still
+    be written as it was)."""
+
+    __slots__ = ("json",)
+
+
+_key_texts: dict[str, str] = {}
+
+
+def _key_text(key: str) -> str:
+    text = _key_texts.get(key)
+    if text is None:
+        text = _encode(key) + ":"
+        if len(_key_texts) < 1024:
+            _key_texts[key] = text
+    return text
+
+
+def encode_record(rec: dict) -> str:
+    """One manifest line's JSON: ``json.dumps(rec, separators=(",", ":"))`` in meaning (the
+    same keys and values), with the text of the parts that repeat at every call of a
+    launch (kernel, arg, dtype, shape...) kept, so a record costs the encoding of its
+    stats and the few keys that change (keys a record gets late, such as ``model_dtype``
+    or ``error``, come after ``numel``). Anything else is encoded whole."""
+    try:
+        seq, launch, call = rec["seq"], rec["launch"], rec["kernel_call"]
+        key = (rec["graph"], rec["wrapper"], rec["kernel"], rec["op"], rec["phase"], rec["arg"], rec["role"],
+               rec["index"], rec.get("site", _ABSENT), rec.get("expr", _ABSENT), rec.get("volatile", _ABSENT),
+               rec["kind"], rec["dtype"], tuple(rec["shape"]), tuple(rec["stride"]), rec["device"], rec["numel"])
+        texts = _texts.get(key)
+    except (KeyError, TypeError):  # not a tensor record, or an unhashable value
+        return _encode(rec)
+    if type(seq) is not int or type(launch) is not int or type(call) is not int:
+        return _encode(rec)
+    if texts is None:
+        if len(_texts) >= _MAX_TEXTS:
+            _texts.clear()
+        texts = _texts[key] = (_encode({k: rec[k] for k in _HEAD})[1:-1],
+                               _encode({k: rec[k] for k in _BODY if k in rec})[1:-1])
+    tail = "".join([("," + _key_text(k) + (v.json if type(v) is EncodedDict else _encode(v)))
+                    for k, v in rec.items() if k not in _KEPT])
+    return f'{{"seq":{seq},"launch":{launch},{texts[0]},"kernel_call":{call},{texts[1]}{tail}}}'
+
+
 class RunWriter:
     """Owns one run directory: creates it, keeps ``run.json`` current, appends records.
 
-    Every manifest line is written with one ``write`` and flushed, so a run that is
-    killed leaves a manifest that is valid up to its last complete line.
+    The manifest lines of one launch side are written with one ``write`` (no buffer in
+    the process), so a run that is killed leaves a manifest that is valid up to its last
+    complete line.
     """
 
     def __init__(self, path: str, info: RunInfo):
@@ -149,7 +212,10 @@ class RunWriter:
         self.info = info
         os.makedirs(os.path.join(path, TENSOR_DIR), exist_ok=True)
         self.write_info()
-        self._manifest = open(os.path.join(path, MANIFEST_FILE), "a", encoding="utf-8")
+        # A raw descriptor: a file object's write and flush cost several times the
+        # system call, and every launch side appends (the C++ runtime does the same).
+        self._manifest = os.open(os.path.join(path, MANIFEST_FILE),
+                                 os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
 
     def write_info(self) -> None:
         tmp = os.path.join(self.path, f".{RUN_FILE}.{os.getpid()}.tmp")
@@ -161,14 +227,19 @@ class RunWriter:
         return os.path.join(self.path, TENSOR_DIR, filename)
 
     def append(self, record: dict) -> None:
-        self._manifest.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._manifest.flush()
+        self.append_all([record])
 
-    def append_many(self, records: list[dict]) -> None:
-        """Several records in one write, flushed (the flight recorder's ring)."""
-        if records:
-            self._manifest.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
-            self._manifest.flush()
+    def append_all(self, records: list[dict]) -> None:
+        """Several records (one launch side) in one ``write`` (the JSON encoder gives
+        ASCII: non-ASCII characters are escaped)."""
+        data = "".join([encode_record(r) + "\n" for r in records]).encode("ascii")
+        while data:
+            if self._manifest < 0:
+                raise OSError(errno.EBADF, "the manifest is closed")
+            n = os.write(self._manifest, data)  # retries EINTR itself (PEP 475)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, "no room left for the manifest")
+            data = data[n:]
 
     def append_site(self, graph: str, site: int, kernel: str, provenance: str) -> None:
         """One line of ``sites.jsonl``: a launch site's provenance (``format.provenance``),
@@ -180,7 +251,9 @@ class RunWriter:
 
     def close(self) -> None:
         try:
-            self._manifest.close()
+            fd, self._manifest = self._manifest, -1  # a closed number may be reused: never write to it
+            if fd >= 0:
+                os.close(fd)
         except OSError:
             pass
 

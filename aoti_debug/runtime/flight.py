@@ -418,7 +418,7 @@ class FlightRecorder:
             calls = [c.number for c in self._ring if c.pending]
             if writer is not None and recs:
                 try:
-                    writer.append_many(recs)
+                    writer.append_all(recs)
                 except Exception as e:
                     self._warn("flight-write", f"flight recorder: cannot append the ring to the manifest: {e}")
                     return 0

@@ -36,10 +36,13 @@ import torch
 from .. import config
 from ..format.protocol import PROTOCOL_VERSION, Site, SiteArg, jsonable, make_site, record
 from ..format.schema import arg_line, graph_line, names_line, site_line, tensor_filename
-from . import fused_stats
+from . import fused_stats, native_stats
 from . import session as _session
 from .session import Job, warn_once
-from .stats import device_summary, format_checksum, summary_to_stats
+from .stats import device_summary, format_checksum, stats_fields
+
+#: A handle's runtime library before its first record side asked for it.
+_UNSET: Any = object()
 
 #: Graph labels are handed out under this lock (the counters under the session's own).
 _labels = threading.Lock()
@@ -91,13 +94,17 @@ def _capturing() -> bool:
 class GraphHandle:
     """One compiled graph's view of the session: labels and the launch/done hooks."""
 
-    def __init__(self, origin: str | None, level: str, sync: bool, wrapper: str = "python", info: dict | None = None):
+    def __init__(self, origin: str | None, level: str, sync: bool, wrapper: str = "python", info: dict | None = None,
+                 native: str | None = None):
         self.origin = origin
         self.level = level
         self.sync = sync
         self.wrapper = wrapper
         self.info = dict(info or {})
         """``kind`` (forward/backward/inference) and ``compile_id``, for run.json."""
+        self.native = native
+        """The runtime library for CPU stats (``native_stats.for_graph``)."""
+        self._library = _UNSET
         self._tls = threading.local()
         self.top_sites = False
         """Some site is in the top-level graph: the flight recorder counts graph calls by them."""
@@ -214,17 +221,24 @@ class GraphHandle:
             warn_once("cuda-graph", "a CUDA graph is being captured: instrumented launches are not recorded inside it")
             return
         tls = self._tls
-        sess.write_site(tls.label, site.id, site.kernel, site.provenance)
+        launch, call, label = tls.launch, tls.call, tls.label
+        kernel, op, site_id, wrapper = site.kernel, site.op, site.id, self.wrapper
+        sess.write_site(label, site_id, kernel, site.provenance)
         base_index = 0 if phase == "before" else len(site.before)
         tensors: list[tuple[dict, torch.Tensor]] = []
-        flat = [(i, a, name, v) for i, (a, value) in enumerate(zip(args, values))
-                for name, v in _flatten(a.arg, value)]
+        jobs: list[Job] = []
+        flat = []
+        for i, (a, value) in enumerate(zip(args, values)):
+            if isinstance(value, (list, tuple)):
+                flat.extend((i, a, name, v) for name, v in _flatten(a.arg, value))
+            else:
+                flat.append((i, a, a.arg, value))
         first_seq = sess.next_seq(len(flat))
         for k, (i, a, name, v) in enumerate(flat):
-            rec = record(seq=first_seq + k, launch=tls.launch, graph=tls.label, wrapper=self.wrapper,
-                         kernel=site.kernel, op=site.op, kernel_call=tls.call, phase=phase, arg=name, role=a.role,
-                         index=base_index + i, expr=a.expr if a.expr and a.expr != a.arg else None,
-                         volatile=a.volatile_reason(name), site=site.id)
+            rec = record(seq=first_seq + k, launch=launch, graph=label, wrapper=wrapper, kernel=kernel, op=op,
+                         kernel_call=call, phase=phase, arg=name, role=a.role, index=base_index + i,
+                         expr=a.expr if a.expr and a.expr != a.arg else None,
+                         volatile=a.volatile_reason(name) if a.volatile else None, site=site_id)
             if extra is not None and k < len(extra) and extra[k]:
                 rec.update(extra[k])
             if isinstance(v, torch.Tensor):
@@ -232,19 +246,21 @@ class GraphHandle:
                     # Memory no launch had written yet: what it holds is not data. (After
                     # the launch an in-place arg holds what it wrote, as in the C++ runtime.)
                     rec.update(_tensor_meta(v), uninitialised=True)
-                    sess.submit(Job(rec))
+                    jobs.append(Job(rec))
                 else:
                     tensors.append((rec, v))
             else:
-                self._scalar(sess, rec, v, a.kind_hint)
+                jobs.append(self._scalar(rec, v, a.kind_hint))
         fl = sess.flight
-        if fl is not None and tensors and fl.target_is(tls.label, site):
+        if fl is not None and tensors and fl.target_is(label, site):
             # The launch where the trigger's NaN/Inf was born, again: save both its sides.
             fl.capture(tensors, last=phase == "after" or not site.after)
         if tensors:
-            self._tensors(sess, tensors)
+            self._tensors(sess, tensors, jobs)
+        if jobs:
+            sess.submit_all(jobs)
 
-    def _scalar(self, sess, rec: dict, v: Any, kind_hint: str) -> None:
+    def _scalar(self, rec: dict, v: Any, kind_hint: str) -> Job:
         if v is None:
             rec["kind"] = "none"
         elif isinstance(v, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -257,40 +273,95 @@ class GraphHandle:
             rec["value"] = type(v).__name__
         if self.level == "print":
             _emit(f"[aoti_debug] {rec['phase']:<6} {rec['kernel']} launch={rec['launch']} {rec['arg']} = {rec.get('value')}")
-        sess.submit(Job(rec))
+        return Job(rec)
 
-    def _tensors(self, sess, items: list[tuple[dict, torch.Tensor]]) -> None:
-        """Stats for all tensors of one launch side in one batch: one device->host copy."""
-        summaries = []
-        packed, dev0 = None, items[0][1].device
-        if fused_stats.enabled_for(dev0) and all(t.device == dev0 for _, t in items):
-            try:  # one Triton launch per dtype for the whole side
-                packed = fused_stats.summarize([t for _, t in items], packed=True)
-            except Exception as e:
-                warn_once("fused-stats", f"batched stats failed, using torch ops: {e}")
+    def _tensors(self, sess, items: list[tuple[dict, torch.Tensor]], jobs: list[Job]) -> None:
+        """Stats for all tensors of one launch side in one batch: CPU tensors in one call
+        of the runtime library, device tensors with one device->host copy. Appends the
+        records' jobs to ``jobs``."""
         for rec, t in items:
             rec.update(_tensor_meta(t))
-            if packed is not None:
-                continue
-            try:
-                summaries.append(device_summary(t))
-            except Exception as e:
-                summaries.append(None)
-                rec["error"] = f"stats: {type(e).__name__}: {e}"
-                warn_once(f"stats-{t.dtype}", f"cannot summarise a {t.dtype} tensor on {t.device}: {e}")
-        by_device: dict[torch.device, list[int]] = {}
-        for i, s in enumerate(summaries):
-            if s is not None:
-                by_device.setdefault(s[0].device, []).append(i)
-        host_stats: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        rest = self._native_stats(items)
+        host_stats = self._device_stats(items, rest) if rest else {}
+        saving = self.level == "save" and sess.settings.saves(self._launch)
+        if self.level == "save" and not saving:
+            for rec, _t in items:
+                rec["skipped"] = f"launch {rec['launch']} is not in {config.ENV_SAVE_LAUNCHES}"
+        payloads = [self._host_copy(sess, rec, t) for rec, t in items] if saving else None
         event = None
+        if any(items[i][1].device.type != "cpu" for i in rest):
+            event = torch.cuda.Event() if _has_cuda() else None
+            if event is not None:
+                event.record()
+        if self.level == "print":
+            if event is not None:
+                event.synchronize()
+            for i, (rec, _t) in enumerate(items):
+                if i in host_stats:
+                    _fill_stats(rec, host_stats[i])
+            _emit("\n".join([_print_line(rec) for rec, _t in items]))  # one write for the side
+        if payloads is None and not host_stats:  # CPU stats: the records are complete
+            jobs.extend([Job(rec) for rec, _t in items])
+            return
+        for i, (rec, _t) in enumerate(items):
+            job_stats = host_stats.get(i)
+            payload = payloads[i] if payloads is not None else None
+            nbytes = payload[0].numel() * payload[0].element_size() if payload else 0
+            finish = _finisher(sess, job_stats, payload) if job_stats is not None or payload is not None else None
+            jobs.append(Job(rec, event, finish, nbytes))
+
+    def _native_stats(self, items: list[tuple[dict, torch.Tensor]]) -> list[int]:
+        """Fills the stats and checksum of the CPU tensors the runtime library reads (one
+        call for the side); the positions of the others."""
+        lib = self._library
+        if lib is _UNSET:
+            lib = self._library = native_stats.for_graph(self.native)
+        if lib is None:
+            return list(range(len(items)))
+        try:
+            done = lib.summarize([t for _, t in items], [rec["shape"] for rec, _ in items],
+                                 [rec["stride"] for rec, _ in items])
+        except Exception as e:
+            warn_once(f"native-stats-{type(e).__name__}", f"the runtime library could not summarise CPU tensors, "
+                                                          f"using torch ops: {e}")
+            return list(range(len(items)))
+        rest = []
+        for i, d in enumerate(done):
+            if d is None:
+                rest.append(i)
+            else:
+                rec = items[i][0]
+                rec["stats"], rec["checksum"] = d
+        return rest
+
+    def _device_stats(self, items: list[tuple[dict, torch.Tensor]], rows: list[int]) -> dict[int, tuple]:
+        """Stats of ``items[i]`` for ``i`` in ``rows`` with torch ops or the fused kernel, as
+        ``{i: (host stats, host checksum)}`` (device tensors: copies still in flight)."""
+        summaries: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        packed, dev0 = None, items[rows[0]][1].device
+        if fused_stats.enabled_for(dev0) and all(items[i][1].device == dev0 for i in rows):
+            try:  # one Triton launch per dtype for the whole side
+                packed = fused_stats.summarize([items[i][1] for i in rows], packed=True)
+            except Exception as e:
+                warn_once("fused-stats", f"batched stats failed, using torch ops: {e}")
+        host_stats: dict[int, tuple] = {}
         if packed is not None:
             host = packed  # cpu: only under TRITON_INTERPRET (tests)
             if dev0.type != "cpu":
                 host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
                 host.copy_(packed, non_blocking=True)
             hs, hc = fused_stats.unpack(host)
-            host_stats = {i: (hs[i], hc[i]) for i in range(len(items))}
+            return {i: (hs[j], hc[j]) for j, i in enumerate(rows)}
+        for i in rows:
+            rec, t = items[i]
+            try:
+                summaries[i] = device_summary(t)
+            except Exception as e:
+                rec["error"] = f"stats: {type(e).__name__}: {e}"
+                warn_once(f"stats-{t.dtype}", f"cannot summarise a {t.dtype} tensor on {t.device}: {e}")
+        by_device: dict[torch.device, list[int]] = {}
+        for i, s in summaries.items():
+            by_device.setdefault(s[0].device, []).append(i)
         for device, idx in by_device.items():
             stats = torch.stack([summaries[i][0] for i in idx])
             sums = torch.stack([summaries[i][1] for i in idx])
@@ -303,29 +374,7 @@ class GraphHandle:
                 hc.copy_(sums, non_blocking=True)
             for j, i in enumerate(idx):
                 host_stats[i] = (hs[j], hc[j])
-        saving = self.level == "save" and sess.settings.saves(self._launch)
-        if self.level == "save" and not saving:
-            for rec, _t in items:
-                rec["skipped"] = f"launch {rec['launch']} is not in {config.ENV_SAVE_LAUNCHES}"
-        payloads: list[Any] = []
-        for i, (rec, t) in enumerate(items):
-            payloads.append(self._host_copy(sess, rec, t) if saving else None)
-        if any(t.device.type != "cpu" for _, t in items):
-            event = torch.cuda.Event() if _has_cuda() else None
-            if event is not None:
-                event.record()
-        if self.level == "print":
-            if event is not None:
-                event.synchronize()
-            for i, (rec, _t) in enumerate(items):
-                if i in host_stats:
-                    _fill_stats(rec, host_stats[i])
-                _emit(_print_line(rec))
-        for i, (rec, _t) in enumerate(items):
-            job_stats = host_stats.get(i)
-            payload = payloads[i]
-            nbytes = payload[0].numel() * payload[0].element_size() if payload else 0
-            sess.submit(Job(rec, event, _finisher(sess, job_stats, payload), nbytes))
+        return host_stats
 
     def _host_copy(self, sess, rec: dict, t: torch.Tensor):
         """A host copy of ``t`` as it is now (async for device tensors), or None."""
@@ -355,9 +404,20 @@ def _kernel(site: Any) -> str:
     return getattr(site, "kernel", None) or "a kernel"
 
 
+_dtype_names: dict[torch.dtype, str] = {}
+_device_names: dict[torch.device, str] = {}
+
+
 def _tensor_meta(t: torch.Tensor) -> dict:
-    return {"kind": "tensor", "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
-            "stride": list(t.stride()), "device": str(t.device), "numel": t.numel()}
+    dtype, device = t.dtype, t.device
+    dtype_name = _dtype_names.get(dtype)
+    if dtype_name is None:
+        dtype_name = _dtype_names[dtype] = str(dtype).replace("torch.", "")
+    device_name = _device_names.get(device)
+    if device_name is None:
+        device_name = _device_names[device] = str(device)
+    return {"kind": "tensor", "dtype": dtype_name, "shape": list(t.shape), "stride": list(t.stride()),
+            "device": device_name, "numel": t.numel()}
 
 
 def _metadata(v: Any, kind_hint: str) -> dict:
@@ -384,7 +444,7 @@ def _fill_stats(rec: dict, hs_hc) -> None:
     if "stats" in rec:  # level print filled them before the record was queued
         return
     hs, hc = hs_hc
-    rec["stats"] = summary_to_stats(hs.tolist()).to_dict()
+    rec["stats"] = stats_fields(*hs.tolist()[:7])
     rec["checksum"] = format_checksum(int(hc))
 
 
@@ -465,13 +525,15 @@ class _Unrecorded(GraphHandle):
 
 
 def graph(origin: str | None, level: str, sync: bool, wrapper: str = "python", info: tuple = (),
-          protocol: int | None = None, **newer: Any) -> GraphHandle:
+          protocol: int | None = None, native: str | None = None, **newer: Any) -> GraphHandle:
     """The handle for one generated module (called once, at module import).
 
     Args:
         info: ``(key, value)`` pairs describing the graph (``kind``, ``compile_id``).
         protocol: the :data:`~aoti_debug.format.protocol.PROTOCOL_VERSION` the emitter
             spoke; None from wrappers of protocol 1, which did not pass it.
+        native: the runtime library that summarises CPU tensors (``native_stats``),
+            ``""`` where the compile could not build it, None for torch ops.
         newer: arguments a later protocol may pass; such a wrapper is not recorded.
     """
     if protocol != PROTOCOL_VERSION:
@@ -480,4 +542,4 @@ def graph(origin: str | None, level: str, sync: bool, wrapper: str = "python", i
                   f"{protocol or 1}, this runtime reads {PROTOCOL_VERSION}): its launches are not recorded; "
                   f"recompile it (e.g. clear the Inductor cache) to record them")
         return _Unrecorded(origin, level, sync, wrapper)
-    return GraphHandle(origin, level, sync, wrapper, dict(info))
+    return GraphHandle(origin, level, sync, wrapper, dict(info), native)

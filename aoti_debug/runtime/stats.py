@@ -139,6 +139,27 @@ def summary_to_stats(values: list[float]) -> Stats:
     return Stats(min=_f(mn), max=_f(mx), mean=_f(mean), std=_f(std), absmax=_f(absmax), nan=int(nan), inf=int(inf))
 
 
+_INF = float("inf")
+
+
+def _field(v: float) -> float | str | None:
+    if v != v:
+        return None
+    if v == _INF or v == -_INF:  # a mean or std that overflowed: schema._jsonable's spelling
+        return "inf" if v > 0 else "-inf"
+    return float(v)
+
+
+def stats_fields(mn: float, mx: float, mean: float, std: float, absmax: float, nan: float, inf: float) -> dict:
+    """A record's ``stats`` from the first seven summary values: what
+    ``summary_to_stats(values).to_dict()`` gives, without the dataclass (this runs once
+    per tensor of every recorded launch)."""
+    if (mn - mn) + (mx - mx) + (mean - mean) + (std - std) + (absmax - absmax) == 0.0:  # all finite
+        return {"min": mn, "max": mx, "mean": mean, "std": std, "absmax": absmax, "nan": int(nan), "inf": int(inf)}
+    return {"min": _field(mn), "max": _field(mx), "mean": _field(mean), "std": _field(std),
+            "absmax": _field(absmax), "nan": int(nan), "inf": int(inf)}
+
+
 def tensor_stats(t: torch.Tensor) -> tuple[Stats, str]:
     """Stats and checksum read back to the host (synchronises; tests and the reader use it)."""
     s, c = device_summary(t)

@@ -51,20 +51,60 @@ std::string describe(AtenTensorHandle h, HostTensor& t) {
   return "";
 }
 
-bool is_contiguous(const HostTensor& t) {
+bool is_contiguous(const int64_t* shape, const int64_t* stride, size_t nd) {
   int64_t expected = 1;
-  for (size_t i = t.shape.size(); i-- > 0;) {
-    if (t.shape[i] != 1 && t.stride[i] != expected) return false;
-    expected *= t.shape[i];
+  for (size_t i = nd; i-- > 0;) {
+    if (shape[i] != 1 && stride[i] != expected) return false;
+    expected *= shape[i];
   }
   return true;
 }
+
+bool is_contiguous(const HostTensor& t) { return is_contiguous(t.shape.data(), t.stride.data(), t.shape.size()); }
 
 template <class E>
 inline void gather_row(unsigned char* out, const unsigned char* src, int64_t n, int64_t stride) {
   E* o = reinterpret_cast<E*>(out);
   const E* s = reinterpret_cast<const E*>(src);
   for (int64_t j = 0; j < n; ++j) o[j] = s[j * stride];
+}
+
+// The `numel` values of a CPU tensor at `p` (elements of `esize` bytes) as contiguous
+// row-major bytes: `p` itself when the layout already is, else gathered into `buf`.
+const void* cpu_values(const void* p, size_t esize, const int64_t* shape, const int64_t* stride, size_t nd,
+                       int64_t numel, std::vector<unsigned char>& buf) {
+  if (is_contiguous(shape, stride, nd)) return p;
+  buf.resize(static_cast<size_t>(numel) * esize);
+  std::vector<int64_t> idx(nd, 0);
+  const unsigned char* base = static_cast<const unsigned char*>(p);
+  unsigned char* out = buf.data();
+  int64_t inner = nd ? shape[nd - 1] : 1;
+  int64_t inner_stride = nd ? stride[nd - 1] : 0;
+  for (int64_t done = 0; done < numel; done += inner) {
+    int64_t off = 0;
+    for (size_t d = 0; d + 1 < nd; ++d) off += idx[d] * stride[d];
+    const unsigned char* src = base + off * static_cast<int64_t>(esize);
+    if (inner_stride == 1) {
+      std::memcpy(out, src, static_cast<size_t>(inner) * esize);
+    } else {
+      switch (esize) {
+        case 1: gather_row<uint8_t>(out, src, inner, inner_stride); break;
+        case 2: gather_row<uint16_t>(out, src, inner, inner_stride); break;
+        case 4: gather_row<uint32_t>(out, src, inner, inner_stride); break;
+        case 8: gather_row<uint64_t>(out, src, inner, inner_stride); break;
+        default:
+          for (int64_t j = 0; j < inner; ++j) {
+            std::memcpy(out + j * esize, src + j * inner_stride * static_cast<int64_t>(esize), esize);
+          }
+      }
+    }
+    out += inner * esize;
+    for (size_t d = nd >= 1 ? nd - 1 : 0; d-- > 0;) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return buf.data();
 }
 
 // One pinned host buffer per runtime (grown to the largest tensor up to 256 MiB; larger
@@ -106,43 +146,7 @@ std::string host_values(AtenTensorHandle h, HostTensor& t, const DeviceOps* dev)
   if (t.device_type == kDeviceCpu) {
     void* p = nullptr;
     if (aoti_torch_get_data_ptr(h, &p) || !p) return "cannot read the tensor's data pointer";
-    if (is_contiguous(t)) {
-      t.data = p;
-      return "";
-    }
-    // Gather a strided CPU tensor in row-major order.
-    t.gathered.resize(t.nbytes);
-    size_t nd = t.shape.size();
-    std::vector<int64_t> idx(nd, 0);
-    const unsigned char* base = static_cast<const unsigned char*>(p);
-    unsigned char* out = t.gathered.data();
-    int64_t inner = nd ? t.shape[nd - 1] : 1;
-    int64_t inner_stride = nd ? t.stride[nd - 1] : 0;
-    for (int64_t done = 0; done < t.numel; done += inner) {
-      int64_t off = 0;
-      for (size_t d = 0; d + 1 < nd; ++d) off += idx[d] * t.stride[d];
-      const unsigned char* src = base + off * static_cast<int64_t>(esize);
-      if (inner_stride == 1) {
-        std::memcpy(out, src, static_cast<size_t>(inner) * esize);
-      } else {
-        switch (esize) {
-          case 1: gather_row<uint8_t>(out, src, inner, inner_stride); break;
-          case 2: gather_row<uint16_t>(out, src, inner, inner_stride); break;
-          case 4: gather_row<uint32_t>(out, src, inner, inner_stride); break;
-          case 8: gather_row<uint64_t>(out, src, inner, inner_stride); break;
-          default:
-            for (int64_t j = 0; j < inner; ++j) {
-              std::memcpy(out + j * esize, src + j * inner_stride * static_cast<int64_t>(esize), esize);
-            }
-        }
-      }
-      out += inner * esize;
-      for (size_t d = nd >= 1 ? nd - 1 : 0; d-- > 0;) {
-        if (++idx[d] < t.shape[d]) break;
-        idx[d] = 0;
-      }
-    }
-    t.data = t.gathered.data();
+    t.data = cpu_values(p, esize, t.shape.data(), t.stride.data(), t.shape.size(), t.numel, t.gathered);
     return "";
   }
   // A contiguous CUDA tensor: one copy into the reusable pinned buffer (several times the

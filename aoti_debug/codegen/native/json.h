@@ -19,22 +19,26 @@ namespace {
 
 void json_str(std::string& out, const char* s) {
   out.push_back('"');
-  for (const unsigned char* p = reinterpret_cast<const unsigned char*>(s); *p; ++p) {
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(s);
+  for (;;) {
+    // Characters that need no escape are copied a run at a time (kernel names are long).
+    const unsigned char* run = p;
+    while (*p >= 0x20 && *p != '"' && *p != '\\') ++p;
+    out.append(reinterpret_cast<const char*>(run), static_cast<size_t>(p - run));
     unsigned char c = *p;
+    if (!c) break;
+    ++p;
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
       case '\n': out += "\\n"; break;
       case '\r': out += "\\r"; break;
       case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof(b), "\\u%04x", c);
-          out += b;
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
+      default: {
+        char b[8];
+        std::snprintf(b, sizeof(b), "\\u%04x", c);
+        out += b;
+      }
     }
   }
   out.push_back('"');

@@ -1,7 +1,10 @@
 // The runtime as a shared library, built once per content hash and compiler by
 // aoti_debug/codegen/native_library.py and loaded by JIT cpp_wrapper modules
-// (glue_library.h): every part, every level. Exports the two entry points, the ABI
-// check and (state.h) aoti_debug_runtime_warnings; everything else is internal.
+// (glue_library.h) and by the Python runtime for its CPU stats (runtime/native_stats.py):
+// every part, every level. Exports the two entry points, the ABI check, the CPU stats
+// and their dtype names, and (state.h) aoti_debug_runtime_warnings; everything else is
+// internal.
+#include "cpu_summary.h"
 #include "entry.h"
 
 #define AOTI_DEBUG_EXPORT extern "C" __attribute__((visibility("default")))
@@ -20,4 +23,22 @@ AOTI_DEBUG_EXPORT void aoti_debug_rt_done(AOTI_DEBUG_NS::Graph* graph, AOTI_DEBU
                                           const AOTI_DEBUG_NS::Site* site, const AOTI_DEBUG_NS::Value* values,
                                           size_t count) {
   AOTI_DEBUG_NS::entry_done(graph, token, site, values, count);
+}
+
+// Stats and checksum of CPU tensors for the Python runtime (runtime/native_stats.py);
+// the layout of `spec`, `stats` and `checksums`: cpu_summary.h. Never throws.
+AOTI_DEBUG_EXPORT int aoti_debug_rt_cpu_summaries(const int64_t* spec, size_t spec_len, size_t count, double* stats,
+                                                  uint64_t* checksums, char* text, size_t text_cap) {
+  try {
+    return AOTI_DEBUG_NS::cpu_summaries(spec, spec_len, count, stats, checksums, text, text_cap);
+  } catch (...) {  // std::bad_alloc gathering a strided tensor or formatting
+    return -2;
+  }
+}
+
+// The torch name (without "torch.") of a c10::ScalarType code this runtime reads, or
+// null: the Python runtime builds its dtype table from this, so the codes live in one place.
+AOTI_DEBUG_EXPORT const char* aoti_debug_rt_dtype_name(int32_t code) {
+  const AOTI_DEBUG_NS::TypeInfo* ti = AOTI_DEBUG_NS::type_info(code);
+  return ti ? ti->name : nullptr;
 }

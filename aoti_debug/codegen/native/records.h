@@ -71,29 +71,6 @@ const TypeInfo* record_metadata(AtenTensorHandle h, HostTensor& t, std::string& 
   return ti;
 }
 
-// format.schema.Stats as a JSON object, keys from schema::stat.
-std::string stats_json(const Summary& sm) {
-  namespace K = schema::stat;
-  std::string o = "{";
-  auto stat = [&](const char* k, double v) {
-    if (o.size() > 1) o += ",";
-    json_str(o, k);
-    o += ":";
-    json_stat(o, v);
-  };
-  stat(K::kMin, sm.mn);
-  stat(K::kMax, sm.mx);
-  stat(K::kMean, sm.mean);
-  stat(K::kStd, sm.sd);
-  stat(K::kAbsmax, sm.absmax);
-  o += ",";
-  json_str(o, K::kNan);
-  o += ":" + std::to_string(sm.nan) + ",";
-  json_str(o, K::kInf);
-  o += ":" + std::to_string(sm.inf) + "}";
-  return o;
-}
-
 #if AOTI_DEBUG_WITH_FILES
 // Level save: the tensor file of one record, or a pointer to an identical earlier one.
 // Returns an error text ("" when fine).
@@ -156,8 +133,9 @@ void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase,
     std::snprintf(ck, sizeof(ck), "%016llx", static_cast<unsigned long long>(sm.checksum));
     rec.raw(R::kStats, st);
     rec.str(R::kChecksum, ck);
-    // Identity of the values (as hooks._content_key): dtype, shape, checksum, exact stats.
-    content_key = std::string(ti->name) + "|" + shape_text(t.shape) + "|" + ck + "|" + st;
+    // Identity of the values (as hooks._content_key): dtype, shape, checksum, exact stats;
+    // only level save points at files by it.
+    if (site.level == schema::kSave) content_key = std::string(ti->name) + "|" + shape_text(t.shape) + "|" + ck + "|" + st;
   } else {
     rec.raw(R::kStats, "null");
   }

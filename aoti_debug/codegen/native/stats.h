@@ -21,6 +21,7 @@
 #include "constants.h"
 #include "dtypes.h"
 #include "interface.h"
+#include "json.h"
 #include "threads.h"
 
 namespace AOTI_DEBUG_NS {
@@ -31,6 +32,30 @@ struct Summary {
   int64_t nan = 0, inf = 0;
   uint64_t checksum = 0;
 };
+
+// format.schema.Stats as a JSON object, keys from schema::stat: what both runtimes
+// write into a record (the Python runtime gets it through cpu_summary.h).
+std::string stats_json(const Summary& sm) {
+  namespace K = schema::stat;
+  std::string o = "{";
+  auto stat = [&](const char* k, double v) {
+    if (o.size() > 1) o += ",";
+    json_str(o, k);
+    o += ":";
+    json_stat(o, v);
+  };
+  stat(K::kMin, sm.mn);
+  stat(K::kMax, sm.mx);
+  stat(K::kMean, sm.mean);
+  stat(K::kStd, sm.sd);
+  stat(K::kAbsmax, sm.absmax);
+  o += ",";
+  json_str(o, K::kNan);
+  o += ":" + std::to_string(sm.nan) + ",";
+  json_str(o, K::kInf);
+  o += ":" + std::to_string(sm.inf) + "}";
+  return o;
+}
 
 // Neumaier-compensated sum of block partials.
 struct Sum {

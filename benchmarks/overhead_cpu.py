@@ -1,7 +1,9 @@
-"""Step-time overhead of the C++ wrapper's levels: ours vs PyTorch's built-in printer.
+"""Step-time overhead of each level on CPU, per wrapper: ours vs PyTorch's built-in printer.
 
-A small transformer is compiled with ``torch.compile(..., cpp_wrapper=True)`` once per
-configuration, each in its own process (the C++ runtime's state is per process):
+A model (a small transformer, or GPT-2 from ``transformers``: 2 layers, random weights,
+no download, as tests/real_models.py builds it) is compiled with ``torch.compile`` for
+the C++ wrapper (``cpp_wrapper=True``) and/or the Python wrapper, once per configuration,
+each in its own process (the runtimes' state is per process):
 
 * ``base``           uninstrumented
 * ``ours:<level>``   aoti_debug at save / print / names / stats (AOTI_DEBUG_SYNC off)
@@ -11,16 +13,19 @@ configuration, each in its own process (the C++ runtime's state is per process):
 All processes compile first, then run in lockstep: round after round, each process in
 turn runs a few steps while the others wait, so load from anything else on the machine
 falls on every configuration alike. Prints the median step time of each configuration
-as a ratio to ``base``.
+as a ratio to ``base`` of the same wrapper, and ours against the built-in.
 
-    python benchmarks/overhead_cpp.py                  # preset "small" (CPU-friendly)
-    python benchmarks/overhead_cpp.py --preset tiny --rounds 20
+    python benchmarks/overhead_cpu.py                  # transformer preset "small", cpp_wrapper
+    python benchmarks/overhead_cpu.py --preset tiny --rounds 20
+    python benchmarks/overhead_cpu.py --model gpt2 --wrapper python,cpp
 
 stdout and stderr of the timed steps go to /dev/null: the terminal is not the cost.
 Each step gets a new input (identical steps would let our content dedup skip every
-write). Every writer works synchronously in the model thread (ours and the built-in),
-so a step's time includes writing its files. The built-in writes into ``cwd/tmp/``;
-each process gets a fresh working directory.
+write). A step ends when its records are written: the C++ runtime and the built-in
+write in the model thread, the Python runtime's writer thread is waited for
+(``aoti_debug.flush()``). The built-in writes into ``cwd/tmp/``; each process gets a
+fresh working directory. On a shared 2-core machine run it with ``OMP_NUM_THREADS=1``,
+or OpenMP's spin-waiting makes every number noise.
 """
 
 from __future__ import annotations
@@ -41,30 +46,37 @@ PRESETS = {
     "small": dict(d=256, heads=8, layers=4, batch=4, seq=128),
 }
 
+MODELS = ("transformer", "gpt2")
 CONFIGS = ["base", "ours:save", "ours:print", "ours:names", "ours:stats", "builtin:1", "builtin:2", "builtin:3"]
 
 _CHILD = r"""
 import json, os, sys, time
 sys.path.insert(0, {repo!r})
 import torch
-from examples.models import Transformer
-cfg, p = {cfg!r}, {preset!r}
+cfg, p, model_name, cpp = {cfg!r}, {preset!r}, {model!r}, {cpp!r}
 out = os.fdopen(os.dup(1), "w")  # the protocol channel; everything else printed goes to the log
 os.dup2(2, 1)
 torch.manual_seed(0)
-model = Transformer(p["d"], p["heads"], p["layers"]).eval()
-patch = dict(cpp_wrapper=True)
+if model_name == "gpt2":
+    from tests.real_models import BATCH, SEQ, VOCAB, gpt2
+    model = gpt2().module
+    new_input = lambda: torch.randint(0, VOCAB, (BATCH, SEQ))
+else:
+    from examples.models import Transformer
+    model = Transformer(p["d"], p["heads"], p["layers"]).eval()
+    new_input = lambda: torch.randn(p["batch"], p["seq"], p["d"])
+import aoti_debug
+patch = dict(cpp_wrapper=cpp)
 if cfg.startswith("builtin:"):
     patch["aot_inductor.debug_intermediate_value_printer"] = cfg.split(":")[1]
 elif cfg.startswith("ours:"):
-    import aoti_debug
     aoti_debug.enable(cfg.split(":")[1])
 devnull = os.open(os.devnull, os.O_WRONLY)
 step = 0
 with torch.no_grad(), torch._inductor.config.patch(patch):
     f = torch.compile(model)
     t0 = time.perf_counter()
-    f(torch.randn(p["batch"], p["seq"], p["d"]))
+    f(new_input())
     compile_s = time.perf_counter() - t0
     sys.stdout.flush(); sys.stderr.flush()
     os.dup2(devnull, 1); os.dup2(devnull, 2)
@@ -74,11 +86,12 @@ with torch.no_grad(), torch._inductor.config.patch(patch):
         if n == 0:
             break
         # A new input every step: identical steps would let the content dedup skip every write.
-        xs = [torch.randn(p["batch"], p["seq"], p["d"]) for _ in range(n)]
+        xs = [new_input() for _ in range(n)]
         times = []
         for x in xs:
             t = time.perf_counter()
             f(x)
+            aoti_debug.flush()  # the Python runtime's writer thread: its work is part of the step
             times.append(time.perf_counter() - t)
         step += n
         print(json.dumps(dict(times=times)), file=out, flush=True)
@@ -92,14 +105,15 @@ print(json.dumps(dict(bytes=nbytes, steps=step + 1)), file=out, flush=True)
 class Child:
     """One configuration in its own process, driven over stdin/stdout."""
 
-    def __init__(self, cfg: str, preset: dict):
+    def __init__(self, cfg: str, preset: dict, model: str, wrapper: str):
         self.cfg = cfg
+        self.wrapper = wrapper
         self.work = tempfile.mkdtemp(prefix="aoti_debug_bench_")
         env = dict(os.environ)
         env.pop("AOTI_DEBUG_LEVEL", None)
         env.pop("AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER", None)
         env["AOTI_DEBUG_DIR"] = os.path.join(self.work, "dump")
-        code = _CHILD.format(repo=REPO, cfg=cfg, preset=preset)
+        code = _CHILD.format(repo=REPO, cfg=cfg, preset=preset, model=model, cpp=wrapper == "cpp")
         self.log = open(os.path.join(self.work, "child.log"), "w")
         self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=self.work, env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
@@ -129,47 +143,59 @@ class Child:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    ap.add_argument("--model", choices=MODELS, default="transformer")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="small", help="the transformer's size")
+    ap.add_argument("--wrapper", default="cpp", help="comma-separated: cpp, python")
     ap.add_argument("--rounds", type=int, default=10, help="lockstep rounds")
     ap.add_argument("--steps", type=int, default=3, help="steps per configuration per round")
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ", ".join(CONFIGS))
     args = ap.parse_args(argv)
     preset = PRESETS[args.preset]
+    wrappers = args.wrapper.split(",")
+    if not set(wrappers) <= {"cpp", "python"}:
+        ap.error(f"--wrapper: cpp and/or python, not {args.wrapper!r}")
     import torch
 
-    print(f"torch {torch.__version__}, cpp_wrapper=True, CPU ({os.cpu_count()} cores), transformer {preset}, "
+    what = "GPT-2 (transformers, 2 layers)" if args.model == "gpt2" else f"transformer {preset}"
+    print(f"torch {torch.__version__}, wrappers {', '.join(wrappers)}, CPU ({os.cpu_count()} cores), {what}, "
           f"{args.rounds} rounds x {args.steps} steps, one warm-up round", flush=True)
     children = []
     try:
-        for cfg in args.configs.split(","):
-            child = Child(cfg, preset)
-            info = child.read()  # compiles one at a time
-            print(f"  compiled {cfg:<12} in {info['compile_s']:6.1f} s", flush=True)
-            children.append(child)
+        for wrapper in wrappers:
+            for cfg in args.configs.split(","):
+                child = Child(cfg, preset, args.model, wrapper)
+                info = child.read()  # compiles one at a time
+                print(f"  compiled {wrapper:<6} {cfg:<12} in {info['compile_s']:6.1f} s", flush=True)
+                children.append(child)
         for c in children:  # warm-up round, not timed
             c.run(args.steps)
             c.times.clear()
         for _ in range(args.rounds):
             for c in children:
                 c.run(args.steps)
-        results = {}
+        results: dict[tuple[str, str], dict] = {}
         for c in children:
             info = c.finish()
-            results[c.cfg] = dict(median=statistics.median(c.times), bytes=info["bytes"], steps=info["steps"])
+            results[c.wrapper, c.cfg] = dict(median=statistics.median(c.times), bytes=info["bytes"],
+                                             steps=info["steps"])
     finally:
         for c in children:
             if c.proc.poll() is None:
                 c.proc.kill()
-    base = results.get("base")
     print()
-    print(f"{'config':<12} {'ms/step':>9} {'x base':>8} {'MB/step':>9}")
-    for cfg, r in results.items():
+    print(f"{'wrapper':<8} {'config':<12} {'ms/step':>9} {'x base':>8} {'MB/step':>9}")
+    for (wrapper, cfg), r in results.items():
+        base = results.get((wrapper, "base"))
         ratio = r["median"] / base["median"] if base else float("nan")
-        print(f"{cfg:<12} {r['median'] * 1e3:9.3f} {ratio:8.2f} {r['bytes'] / r['steps'] / 1e6:9.2f}")
+        print(f"{wrapper:<8} {cfg:<12} {r['median'] * 1e3:9.3f} {ratio:8.2f} {r['bytes'] / r['steps'] / 1e6:9.2f}")
     print()
-    for ours, theirs in [("ours:save", "builtin:1"), ("ours:print", "builtin:2"), ("ours:names", "builtin:3")]:
-        if ours in results and theirs in results:
-            print(f"{ours:<11} is {results[theirs]['median'] / results[ours]['median']:6.2f}x the speed of {theirs}")
+    pairs = [("ours:save", "builtin:1"), ("ours:print", "builtin:2"), ("ours:stats", "builtin:2"),
+             ("ours:names", "builtin:3")]
+    for wrapper in wrappers:
+        for ours, theirs in pairs:
+            a, b = results.get((wrapper, ours)), results.get((wrapper, theirs))
+            if a and b:
+                print(f"{wrapper:<8} {ours:<11} is {b['median'] / a['median']:6.2f}x the speed of {theirs}")
     return 0
 
 
