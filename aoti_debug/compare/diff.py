@@ -22,7 +22,7 @@ from .align import Aligner, PairedLaunch, Pair
 from .value_align import UNMATERIALISED, ValueAligner, reference_mode, usable
 from .births import Births, find_births, provenance_source
 from .divergence import DivergenceFinder
-from .metrics import TensorComparator, compare_checksums, compare_scalars, compare_stats, tolerance
+from .metrics import Metrics, TensorComparator, compare_checksums, compare_scalars, compare_stats, tolerance
 from .prefetch import Prefetcher
 from . import verdict as _verdict
 from .result import NOT_COMPARED, DiffResult, FirstDivergence, RecordComparison
@@ -192,6 +192,29 @@ class _Kept:
                 self.dropped += 1
 
 
+def judged_values(comparator: TensorComparator, ta, tb, b: Record, atol: float, rtol: float,
+                  factor: float) -> tuple[Metrics, str | None, float | None]:
+    """A value of A against B's value ``tb`` (of record ``b``), in B's precision and shape;
+    against an fp64 reference also its verdict and ratio (:mod:`.verdict`), else None."""
+    if ta.dtype != tb.dtype:  # an fp64 reference: compare in its precision
+        ta = ta.to(tb.dtype)
+    if ta.shape != tb.shape:  # a reference's value before its last reshape
+        ta = ta.reshape(tb.shape)
+    m = comparator.compare(ta, tb, atol, rtol)
+    if _verdict.applies(b):
+        return (m, *_verdict.judge(m, b, factor))
+    return m, None, None
+
+
+def judged_stats(a: Record, b: Record, atol: float, rtol: float,
+                 factor: float) -> tuple[Metrics, str | None, float | None]:
+    """:func:`judged_values` from the two records' stats (a lower bound of the error)."""
+    m = compare_stats(a, b, atol, rtol)
+    if _verdict.applies(b):
+        return (m, *_verdict.judge_stats(a, b, factor))
+    return m, None, None
+
+
 class _Runner:
     """Carries out plans: loads, measures, and says pass or fail."""
 
@@ -217,9 +240,7 @@ class _Runner:
         elif plan.how == "checksum":
             m = compare_checksums(a, b)
         elif plan.how == "stats":
-            m = compare_stats(a, b, atol, rtol)
-            if _verdict.applies(b):
-                rc.verdict, rc.ratio = _verdict.judge_stats(a, b, self.factor)
+            m, rc.verdict, rc.ratio = judged_stats(a, b, atol, rtol, self.factor)
         else:
             try:
                 ta = self.ra.load_tensor(a)
@@ -231,14 +252,8 @@ class _Runner:
             except RecordError as e:
                 rc.status, rc.note = "error", f"run B: {e}"
                 return rc
-            if ta.dtype != tb.dtype:  # an fp64 reference: compare in its precision
-                ta = ta.to(tb.dtype)
-            if ta.shape != tb.shape:  # a reference's value before its last reshape
-                ta = ta.reshape(tb.shape)
-            m = self.comparator.compare(ta, tb, atol, rtol)
+            m, rc.verdict, rc.ratio = judged_values(self.comparator, ta, tb, b, atol, rtol, self.factor)
             del ta, tb
-            if _verdict.applies(b):
-                rc.verdict, rc.ratio = _verdict.judge(m, b, self.factor)
             self.bytes_read += plan.nbytes
         self.basis[m.basis] += 1
         rc.metrics = m

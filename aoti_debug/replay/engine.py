@@ -25,15 +25,15 @@ import dataclasses
 import math
 import re
 from collections import defaultdict
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from ..config import KernelFilter
 from ..errors import DumpError, RecordError
 from ..format.reader import RunReader
 from ..format.schema import Record
 from ..compare import verdict as _verdict
-from ..compare.diff import choose_aligner
-from ..compare.metrics import Metrics, TensorComparator, compare_stats, tolerance
+from ..compare.diff import choose_aligner, judged_stats, judged_values
+from ..compare.metrics import Metrics, TensorComparator, tolerance
 from ..compare.value_align import reference_mode
 from .program import Program, ReplayError, program, wrapper_aliases
 
@@ -157,7 +157,9 @@ def _ints(text: str) -> list[int]:
 class Counterparts:
     """Where B's values of the target launches' records are."""
 
-    paired: Counterparts = dataclasses.field(default_factory=dict)
+    records: dict[int, list[Record]]
+    """A's records by launch, up to the last launch asked about (:func:`launch_records`)."""
+    paired: dict[int, Record] = dataclasses.field(default_factory=dict)
     """A's record (by ``seq``) -> B's record of the same value."""
     views: dict[int, tuple[Record, Record, list[int], list[int], int]] = dataclasses.field(default_factory=dict)
     """A's input read through ``reinterpret_tensor(buf, size, stride, offset)`` of an
@@ -172,10 +174,12 @@ class Counterparts:
         return self.paired.get(seq)
 
 
-def _counterparts(ra: RunReader, rb: RunReader, targets: dict[int, list[Record]]) -> Counterparts:
-    """B's record for each record of the target launches."""
-    last = max(targets)
-    found = Counterparts()
+def _counterparts(ra: RunReader, rb: RunReader | None, records: dict[int, list[Record]]) -> Counterparts:
+    """B's record of each of A's ``records`` (:func:`launch_records`); none without B."""
+    found = Counterparts(records)
+    if rb is None or not records:
+        return found
+    last = max(records)
     paired = found.paired
     for launch in choose_aligner(ra, rb, KernelFilter()).launches():
         for p in launch.pairs:
@@ -186,7 +190,7 @@ def _counterparts(ra: RunReader, rb: RunReader, targets: dict[int, list[Record]]
     # read through a view of such an output, the same view of it.
     made: dict[tuple, int] = {}
     written: dict[tuple[str, str], Record] = {}
-    aliases: dict[str, dict[str, str]] = {}
+    aliases: dict[str, dict] = {}
 
     def writer_of(graph: str, name: str, view):
         """The last record of A that wrote ``name`` (through the wrapper's aliases), and
@@ -204,9 +208,7 @@ def _counterparts(ra: RunReader, rb: RunReader, targets: dict[int, list[Record]]
                 view = alias_view
         return None, None
 
-    for r in ra.records():
-        if r.launch > last:
-            continue
+    for r in (r for n in sorted(records) for r in records[n]):
         if r.phase == "before" and r.kind == "tensor":
             expr = _VIEW.match(r.expr or "")
             spec = (_ints(expr.group(2)), _ints(expr.group(3)), int(expr.group(4))) if expr else None
@@ -294,7 +296,6 @@ class _Replayer:
         self.atol, self.rtol, self.factor = atol, rtol, factor
         self.comparator = TensorComparator()
         self.programs: dict[tuple[str, int, str], Any] = {}
-        self._records: dict[int, list[Record]] = {}
         self._derived: dict[int, Any] = {}
         self._why: dict[int, str] = {}
 
@@ -306,18 +307,13 @@ class _Replayer:
             self.programs[key] = (prog, prog.load())
         return self.programs[key]
 
-    def records_of(self, launch: int) -> list[Record]:
-        if launch not in self._records:
-            self._records[launch] = sorted(launch_records(self.ra, [launch]).get(launch, []), key=lambda r: r.seq)
-        return self._records[launch]
-
     def derive(self, out: Record, paired: Counterparts, lr: LaunchReplay, depth: int):
         """A's output ``out`` as its launch computes it from B's inputs, or None."""
         if out.seq not in self._derived:
             self._derived[out.seq] = None
             sub = LaunchReplay(out.launch, out.graph, out.kernel, UNJUDGED)
             try:
-                prog, fn = self.program_of(self.records_of(out.launch))
+                prog, fn = self.program_of(paired.records[out.launch])
                 values = self.inputs(prog, paired, sub, depth + 1)
                 if sub.inherited:
                     self._why[out.seq] = f"launch {out.launch} was itself fed A's own {', '.join(sub.inherited)}"
@@ -400,29 +396,19 @@ class _Replayer:
             return None
         atol, rtol = tolerance(out_a.dtype, self.atol, self.rtol)
 
-        def measure(t):
-            t = t.detach().to("cpu")
-            if t.dtype != tb.dtype:
-                t = t.to(tb.dtype)
-            if t.shape != tb.shape:
-                t = t.reshape(tb.shape)
-            m = self.comparator.compare(t, tb, atol, rtol)
-            if _verdict.applies(b):
-                verdict, ratio = _verdict.judge(m, b, self.factor)
-                return m, verdict == _verdict.SUSPECT, ratio
-            return m, not m.passed, None
+        def failed(judged) -> tuple[Metrics, bool, float | None]:
+            m, verdict, ratio = judged  # against fp64 the verdict decides, as in diff
+            return m, (verdict == _verdict.SUSPECT) if verdict is not None else not m.passed, ratio
 
-        own, own_failed, own_ratio = measure(replayed)
+        own, own_failed, own_ratio = failed(judged_values(self.comparator, replayed.detach().to("cpu"), tb, b,
+                                                          atol, rtol, self.factor))
         ta = self._load(self.ra, out_a)
         total = total_failed = total_ratio = None
         if ta is not None:
-            total, total_failed, total_ratio = measure(ta)
+            total, total_failed, total_ratio = failed(judged_values(self.comparator, ta, tb, b, atol, rtol,
+                                                                    self.factor))
         elif out_a.stats is not None and b.stats is not None:  # A at level stats: a lower bound
-            total = compare_stats(out_a, b, atol, rtol)
-            total_failed = not total.passed
-            if _verdict.applies(b):
-                verdict, total_ratio = _verdict.judge_stats(out_a, b, self.factor)
-                total_failed = verdict == _verdict.SUSPECT
+            total, total_failed, total_ratio = failed(judged_stats(out_a, b, atol, rtol, self.factor))
         return OutputReplay(arg, own, total, own_failed, total_failed, own_ratio, total_ratio, b.launch)
 
     def replay(self, records: list[Record], paired: Counterparts) -> LaunchReplay:
@@ -473,13 +459,16 @@ def _as_reader(path) -> RunReader:
     return path if isinstance(path, RunReader) else RunReader(str(path))
 
 
-def launch_records(reader: RunReader, launches: Iterable[int]) -> dict[int, list[Record]]:
-    wanted = set(launches)
+def launch_records(reader: RunReader, last: int) -> dict[int, list[Record]]:
+    """A run's records of launches 1..``last``, by launch, each launch's in ``seq`` order
+    (one pass over the manifest: the launches replayed and those their inputs came from)."""
     found: dict[int, list[Record]] = defaultdict(list)
     for r in reader.records():
-        if r.launch in wanted:
+        if r.launch <= last:
             found[r.launch].append(r)
-    return found
+    for recs in found.values():
+        recs.sort(key=lambda r: r.seq)
+    return dict(found)
 
 
 def replay(a, b, *, launches: Sequence[int] | None = None, first: int | None = None, atol: float | None = None,
@@ -507,7 +496,7 @@ def replay(a, b, *, launches: Sequence[int] | None = None, first: int | None = N
             launches = divergent_launches(compared, first or 1)
             if not launches:
                 notes.append("no output of A differs from B's: nothing to replay")
-        records = launch_records(ra, launches)
+        records = launch_records(ra, max(launches, default=0))
         missing = [n for n in launches if n not in records]
         if missing:
             raise DumpError(f"{ra.path} has no launch {', '.join(map(str, missing))} "
@@ -518,8 +507,8 @@ def replay(a, b, *, launches: Sequence[int] | None = None, first: int | None = N
         if ra.info.level != "save":
             notes.append(f"run A was recorded at level {ra.info.level}: its total error is judged from its stats")
         replayer = _Replayer(ra, rb, atol, rtol, rounding_factor)
-        paired = _counterparts(ra, rb, records) if records else {}
-        results = [replayer.replay(sorted(records[n], key=lambda r: r.seq), paired) for n in sorted(records)]
+        paired = _counterparts(ra, rb, records)
+        results = [replayer.replay(records[n], paired) for n in sorted(set(launches))]
         for r in results:
             if r.verdict == UNJUDGED and r.note:
                 problems.append(f"launch {r.launch} ({r.kernel}): {r.note}")

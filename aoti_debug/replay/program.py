@@ -283,15 +283,13 @@ def _module_level(tree: ast.Module) -> tuple[list[ast.stmt], dict[str, ast.stmt]
     return setup, kernels, names
 
 
-def _setup_in_call(tree: ast.Module, name: str, module_names: set[str]) -> ast.stmt | None:
-    """``name = <expression of module names and constants>`` in a function of the
-    module (``stream0 = get_raw_stream(0)``), if there is one."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and node.targets[0].id == name:
-            read = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
-            if read <= module_names:
-                return node
+def _setup_in_call(tree: ast.Module, name: str, before_line: int, module_names: set[str]) -> ast.stmt | None:
+    """The last ``name = <expression of module names and constants>`` before
+    ``before_line`` (``stream0 = get_raw_stream(0)``, ``buf7 = empty_strided_cpu(...)``),
+    if that is what the last assignment of ``name`` there is."""
+    stmt = _last_assignment(tree, name, before_line)
+    if stmt is not None and {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)} <= module_names:
+        return stmt
     return None
 
 
@@ -309,7 +307,7 @@ def _views(tree: ast.Module, at: int, values: dict[str, Value], module_names: se
     """Outputs of the launch (values it does not read) that the wrapper made as
     ``reinterpret_tensor`` views of another buffer: name -> the statements that make
     them again (the other buffer's allocation, where it is not a value of the launch)."""
-    names = {v.name for v in values.values()}
+    by_name = {v.name: v for v in values.values()}
     found: dict[str, list[str]] = {}
     for v in values.values():
         if v.before is not None and not v.before.uninitialised:
@@ -321,20 +319,16 @@ def _views(tree: ast.Module, at: int, values: dict[str, Value], module_names: se
             continue
         base = view.value.args[0].id
         statements = []
-        if base not in names:
-            alloc = _last_assignment(tree, base, view.lineno)
-            if alloc is None or not {n.id for n in ast.walk(alloc.value) if isinstance(n, ast.Name)} <= module_names:
+        if base not in by_name:
+            alloc = _setup_in_call(tree, base, view.lineno, module_names)
+            if alloc is None:
                 continue
             statements.append(ast.unparse(alloc))
-        elif values_by_name(values)[base].before is not None and not values_by_name(values)[base].before.uninitialised:
+        elif by_name[base].before is not None and not by_name[base].before.uninitialised:
             continue  # a view of a value with data: keep the recorded values apart
         statements.append(ast.unparse(view))
         found[v.name] = statements
     return found
-
-
-def values_by_name(values: dict[str, Value]) -> dict[str, Value]:
-    return {v.name: v for v in values.values()}
 
 
 def _segment(text: str, stmt: ast.stmt) -> str:
@@ -371,7 +365,7 @@ def _python_program(first: Record, path: str, text: str, values: dict[str, Value
         elif name in module_names or hasattr(builtins, name):
             continue
         else:
-            stmt = _setup_in_call(module, name, module_names)
+            stmt = _setup_in_call(module, name, at, module_names)
             if stmt is None:
                 raise ReplayError(f"the launch code of {first.kernel} reads {name!r}, which neither the dump "
                                   f"nor the wrapper's module defines")

@@ -21,7 +21,6 @@ the repro shows the kernel's own error; without, the run's own inputs and output
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 
@@ -29,14 +28,13 @@ from ..compare import verdict as _verdict
 from ..compare.metrics import tolerance
 from ..errors import DumpError
 from ..format.reader import RunReader
-from .engine import Counterparts, LaunchReplay, _counterparts, _Replayer, launch_records
+from .engine import LaunchReplay, _counterparts, _Replayer, launch_records
 from .program import ReplayError, program
 
 #: The script written as DIR/run.py (torch only: it must run without aoti_debug).
 RUN_PY = r'''"""Reproduces launch {launch} ({kernel}) of {run}: see README.md. Needs torch only."""
 import importlib.util
 import json
-import math
 import os
 import sys
 
@@ -112,11 +110,11 @@ if __name__ == "__main__":
 '''
 
 
-def _spec(value, rec, files: dict, folder: str, name: str) -> dict:
+def _spec(value, files: dict, folder: str, name: str) -> dict:
     import torch
 
     if isinstance(value, list):
-        return {"kind": "list", "items": [_spec(v, None, files, folder, f"{name}_{i}") for i, v in enumerate(value)]}
+        return {"kind": "list", "items": [_spec(v, files, folder, f"{name}_{i}") for i, v in enumerate(value)]}
     if isinstance(value, torch.Tensor):
         rel = f"{folder}/{name}.pt"
         files[rel] = value.detach().to("cpu").contiguous()
@@ -135,12 +133,12 @@ def write_repro(dump, launch: int, out_dir: str, reference=None, force: bool = F
     ra = dump if isinstance(dump, RunReader) else RunReader(str(dump))
     rb = None if reference is None else (reference if isinstance(reference, RunReader) else RunReader(str(reference)))
     try:
-        records = launch_records(ra, [launch]).get(launch)
+        by_launch = launch_records(ra, launch)
+        records = by_launch.get(launch)
         if not records:
             raise DumpError(f"{ra.path} has no launch {launch}")
-        records.sort(key=lambda r: r.seq)
         prog = program(ra.info.graphs, records)
-        paired = _counterparts(ra, rb, {launch: records}) if rb is not None else Counterparts()
+        paired = _counterparts(ra, rb, by_launch)
         replayer = _Replayer(ra, rb if rb is not None else ra, None, None, _verdict.ROUNDING_FACTOR)
         lr = LaunchReplay(launch, records[0].graph, records[0].kernel, "")
         values = replayer.inputs(prog, paired, lr)
@@ -149,7 +147,7 @@ def write_repro(dump, launch: int, out_dir: str, reference=None, force: bool = F
                 raise ReplayError(f"{out_dir} exists and is not empty: give another -o, or --force to replace it")
             shutil.rmtree(out_dir)
         files: dict[str, torch.Tensor] = {}
-        params = [_spec(values[p], None, files, "inputs", p) for p in prog.params]
+        params = [_spec(values[p], files, "inputs", p) for p in prog.params]
         outputs, missing = [], []
         for rec in records:
             if rec.phase != "after" or rec.kind != "tensor" or rec.volatile:
@@ -192,7 +190,7 @@ def write_repro(dump, launch: int, out_dir: str, reference=None, force: bool = F
                 "module": origin.module, "source": origin.source, "aten": list(origin.aten), "nodes": list(origin.nodes)},
         }
         with open(os.path.join(out_dir, "meta.json"), "w") as f:
-            json.dump(meta, f, indent=1, default=_json_default)
+            json.dump(meta, f, indent=1, default=str)
         with open(os.path.join(out_dir, "kernel.py"), "w") as f:
             f.write(f"# {prog.kernel}: launch {launch} of {ra.path}, cut out of {prog.origin}\n")
             f.write(prog.module_source())
@@ -213,12 +211,6 @@ def write_repro(dump, launch: int, out_dir: str, reference=None, force: bool = F
 
 def _file_name(arg: str) -> str:
     return "".join(c if c.isalnum() or c in "_-." else "_" for c in arg)
-
-
-def _json_default(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    return str(v)
 
 
 def _readme(meta: dict, prog) -> str:
