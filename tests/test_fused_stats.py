@@ -242,6 +242,39 @@ def test_packed_buffer(interpreted):
     assert torch.equal(c, c2)
 
 
+def test_into_rows_of_a_ring(interpreted):
+    """Rows first..first+k-1 of a larger packed buffer (a device ring's segment) get what
+    summarize() alone returns; the other rows are untouched."""
+    ts = [torch.randn(10), torch.tensor([1, 2, 3]), torch.randn(5, 4).t(), torch.tensor([float("nan"), 1.0])]
+    ring = torch.full((9 * 16,), 7.0, dtype=torch.float64)
+    assert fused_stats.summarize(ts, into=(ring, 5)) is ring
+    s, c = fused_stats.unpack(ring)
+    s2, c2 = fused_stats.summarize(ts)
+    torch.testing.assert_close(s[5:9], s2, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(c[5:9], c2)
+    untouched = torch.full((9 * 16,), 7.0, dtype=torch.float64)
+    us, uc = fused_stats.unpack(untouched)
+    assert torch.equal(s[:5], us[:5]) and torch.equal(s[9:], us[9:])
+    assert torch.equal(c[:5], uc[:5]) and torch.equal(c[9:], uc[9:])
+
+
+def test_into_torch_path_rows(monkeypatch):
+    monkeypatch.setattr(fused_stats, "ENABLED", False)
+    ts = [torch.randn(10), torch.tensor([1, 2, 3])]
+    ring = torch.zeros(9 * 4, dtype=torch.float64)
+    fused_stats.summarize(ts, into=(ring, 2))
+    s, c = fused_stats.unpack(ring)
+    s2, c2 = fused_stats.summarize(ts)
+    torch.testing.assert_close(s[2:4], s2, rtol=0, atol=0)
+    assert torch.equal(c[2:4], c2) and not s[:2].any()
+
+
+@pytest.mark.parametrize("first", [-1, 3])
+def test_into_rows_must_fit(first):
+    with pytest.raises(ValueError, match="do not fit"):
+        fused_stats.summarize([torch.randn(3), torch.randn(2)], into=(torch.zeros(9 * 4, dtype=torch.float64), first))
+
+
 def test_kernel_failure_falls_back(interpreted, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("simulated launch failure")

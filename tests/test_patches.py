@@ -147,3 +147,21 @@ def test_patch_overwritten_from_outside_is_not_installed(monkeypatch):
     aoti_debug.enable(level="stats")
     monkeypatch.setattr(PythonWrapperCodegen, "define_kernel", lambda *a, **k: None)
     assert not inductor.installed()
+
+
+@pytest.mark.parametrize("level,sync,cpp,keeps", [
+    ("stats", False, False, True),   # device work only: captured into the CUDA graph
+    ("stats", True, False, False),   # a sync after every launch cannot be captured
+    ("stats", False, True, False),   # the C++ runtime copies values to the host
+    ("print", False, False, False),
+    ("save", False, False, False),
+    ("names", False, False, False),
+])
+def test_which_levels_keep_cuda_graphs(level, sync, cpp, keeps):
+    from aoti_debug import config
+    from aoti_debug.codegen.wrapper_lines import cudagraph_refusal
+
+    reason = cudagraph_refusal(config.CompileSettings(level=level, sync=sync), cpp_wrapper=cpp)
+    assert (reason is None) == keeps, reason
+    if reason:
+        assert f"level {level}" in reason and "without CUDA graphs" in reason

@@ -193,20 +193,36 @@ def track_alias(names: Callable[[object], tuple[str, str]]) -> Callable:
 
 
 def wrap_graph_codegen(original):
-    """Mark instrumented graphs as not cudagraph-able, with the reason logged.
+    """Mark instrumented graphs that cannot run in a CUDA graph as not cudagraph-able,
+    with the reason logged.
 
     Inductor decides after codegen, reading ``V.graph.disable_cudagraphs_reason``
     (compile_fx, torch 2.11 and 2.13); this runs around the codegen of every graph.
+    Level ``stats`` of the Python wrapper keeps CUDA graphs: its instrumentation is
+    device work only, captured into the graph (``runtime/cuda_graphs.py``).
     """
 
     @functools.wraps(original)
     def codegen(self, *args, **kwargs):
         settings = context.settings()
         if settings is not None and settings.active and not getattr(self, "disable_cudagraphs_reason", None):
-            self.disable_cudagraphs_reason = (
-                f"aoti_debug instrumentation (level {settings.level}) copies values to the host "
-                "around every launch; instrumented graphs run without CUDA graphs"
-            )
+            reason = cudagraph_refusal(settings, cpp_wrapper=bool(getattr(self, "cpp_wrapper", False)))
+            if reason:
+                self.disable_cudagraphs_reason = reason
         return original(self, *args, **kwargs)
 
     return codegen
+
+
+def cudagraph_refusal(settings, cpp_wrapper: bool) -> str | None:
+    """Why a graph instrumented with ``settings`` must run without CUDA graphs, or None."""
+    if settings.level == "stats" and not settings.sync and not cpp_wrapper:
+        return None
+    if settings.level == "stats":
+        why = ("AOTI_DEBUG_SYNC synchronises after every launch" if settings.sync else
+               "the C++ wrapper's runtime copies values to the host")
+    elif settings.level == "names":
+        why = "it prints a line before and after every launch, which a graph replay cannot do"
+    else:
+        why = "it copies values to the host around every launch"
+    return f"aoti_debug instrumentation (level {settings.level}): {why}; instrumented graphs run without CUDA graphs"

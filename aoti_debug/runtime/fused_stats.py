@@ -172,6 +172,25 @@ def _stream_key(device: torch.device) -> tuple:
         return (device.index, torch.cuda.current_stream(device).cuda_stream)
 
 
+def _empty(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A buffer kept across launches: on CUDA outside any CUDA-graph pool (see
+    ``device_ring.private_empty``: a buffer of ours left in the pool of a CUDA-graph
+    tree's warm-up fails its memory check)."""
+    if device.type == "cuda":
+        from .device_ring import private_empty
+
+        return private_empty(n, dtype, device)
+    return torch.empty(n, dtype=dtype, device=device)
+
+
+def _retire(stale: list[torch.Tensor], device: torch.device) -> None:
+    """Buffers about to be dropped that queued kernels may still read: a private block is
+    handed out again on the private stream, so wait for the device first (rare: a
+    scratch that grows, a full table cache)."""
+    if device.type == "cuda" and stale:
+        torch.cuda.synchronize(device)
+
+
 def _scratch_for(stream_key: tuple, device: torch.device, programs: int, rows: int):
     """Partials (float64 [programs*9]) and zeroed counters (int32 [rows]), one pair per stream.
 
@@ -180,12 +199,13 @@ def _scratch_for(stream_key: tuple, device: torch.device, programs: int, rows: i
     """
     s = _scratch.get(stream_key)
     if s is None:
-        s = _scratch[stream_key] = [torch.empty(0, dtype=torch.float64, device=device),
-                                    torch.zeros(0, dtype=torch.int32, device=device)]
+        s = _scratch[stream_key] = [_empty(0, torch.float64, device), _empty(0, torch.int32, device)]
+    if s[0].numel() < programs * 9 or s[1].numel() < rows:
+        _retire([t for t in s if t.numel()], device)
     if s[0].numel() < programs * 9:
-        s[0] = torch.empty(max(programs * 9, 2 * s[0].numel(), 4096), dtype=torch.float64, device=device)
+        s[0] = _empty(max(programs * 9, 2 * s[0].numel(), 4096), torch.float64, device)
     if s[1].numel() < rows:
-        s[1] = torch.zeros(max(rows, 2 * s[1].numel(), 256), dtype=torch.int32, device=device)
+        s[1] = _empty(max(rows, 2 * s[1].numel(), 256), torch.int32, device).zero_()
     return s[0], s[1]
 
 
@@ -195,10 +215,12 @@ def _device_table(values: list[int], stream_key: tuple, device: torch.device) ->
     tab = _tables.get(key)
     if tab is None:
         if len(_tables) >= _TABLE_CACHE_MAX:
+            _retire(list(_tables.values()), device)
             _tables.clear()
         if device.type == "cuda":
             # pinned + non_blocking: no host sync; torch keeps the pinned block until the copy ran
-            tab = torch.tensor(values, dtype=torch.int64, pin_memory=True).to(device, non_blocking=True)
+            tab = _empty(len(values), torch.int64, device)
+            tab.copy_(torch.tensor(values, dtype=torch.int64, pin_memory=True), non_blocking=True)
         else:
             tab = torch.tensor(values, dtype=torch.int64)
         _tables[key] = tab
@@ -206,7 +228,8 @@ def _device_table(values: list[int], stream_key: tuple, device: torch.device) ->
 
 
 def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: torch.Tensor, k_total: int,
-            device: torch.device, stream_key: tuple, block: int, max_programs: int, min_tiles: int) -> None:
+            device: torch.device, stream_key: tuple, block: int, max_programs: int, min_tiles: int,
+            static: Any = None) -> None:
     """One launch for all tensors of one kind: ``items`` = [(output row, contiguous tensor)].
 
     Table row per tensor (int64): offset from ``base`` in units of ``vec`` elements,
@@ -238,27 +261,37 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
         nprog = max(1, -(-tiles // per))
         values += ((p - base_ptr) // unit if n else 0, n, programs, nprog, per, row)
         programs += nprog
-    tab = _device_table(values, stream_key, device)
-    part, counters = _scratch_for(stream_key, device, programs, k_total)
+    if static is not None:  # inside a CUDA-graph capture: the graph's own static buffers
+        tab = static.table_for(values)
+        part, counters = static.scratch(programs, k_total)
+    else:
+        tab = _device_table(values, stream_key, device)
+        part, counters = _scratch_for(stream_key, device, programs, k_total)
     try:
         kernel[(programs,)](base, tab, len(items), part, counters, out, k_total,
                             KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block,
                             TBLOCK=_TBLOCK, RBLOCK=_RBLOCK, num_warps=NUM_WARPS)
     except Exception:
-        _broken.add((code, vec))
+        if static is None:
+            _broken.add((code, vec))
         raise
 
 
-def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, _block: int | None = None,
-              _max_programs: int | None = None, _min_tiles: int | None = None):
+def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tuple[torch.Tensor, int] | None = None,
+              static: Any = None, _block: int | None = None, _max_programs: int | None = None,
+              _min_tiles: int | None = None):
     """Stats (float64 ``[k, 8]``) and checksums (int64 ``[k]``) of ``tensors``, on their device.
 
     All tensors must be on one device; nothing is read back to the host. With
     ``packed=True``, returns the one float64 ``[9*k]`` buffer holding both (see
-    :func:`unpack`). A tensor the kernel cannot take goes through
-    ``stats.device_summary``; errors from that path propagate (the caller may retry
-    tensor by tensor). ``_block``, ``_max_programs``, ``_min_tiles`` are for tests (small
-    tiles, many programs per tensor).
+    :func:`unpack`). ``into=(buf, first)`` writes rows ``first .. first+k-1`` of an
+    existing packed buffer of ``n`` rows (float64 ``[9*n]`` on the tensors' device: a
+    slot ring, ``runtime/device_ring.py``) and returns ``buf``; no allocation. ``static``
+    (with ``into``, while a CUDA graph is captured: ``cuda_graphs.Capture``) provides the
+    pointer tables and scratch, which must outlive the graph. A tensor
+    the kernel cannot take goes through ``stats.device_summary``; errors from that path
+    propagate (the caller may retry tensor by tensor). ``_block``, ``_max_programs``,
+    ``_min_tiles`` are for tests (small tiles, many programs per tensor).
     """
     k = len(tensors)
     if k == 0:
@@ -267,14 +300,21 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, _block: 
     for t in tensors:
         if t.device != device:
             raise ValueError(f"summarize(): tensors on {device} and {t.device}")
-    out = torch.empty(9 * k, dtype=torch.float64, device=device)
+    if into is None:
+        out, first, rows = torch.empty(9 * k, dtype=torch.float64, device=device), 0, k
+    else:
+        out, first = into
+        rows = out.numel() // 9
+        if out.dtype != torch.float64 or out.device != device or first < 0 or first + k > rows:
+            raise ValueError(f"summarize(): rows {first}..{first + k - 1} do not fit a {out.dtype} buffer of "
+                             f"{rows} rows on {out.device}")
     todo: list[int] = []
     kernel = _kernel() if enabled_for(device) else None
     if kernel is None:
-        todo = list(range(k))
+        todo = list(range(first, first + k))
     else:
         groups: dict[tuple, list[tuple[int, torch.Tensor]]] = {}
-        for row, t in enumerate(tensors):
+        for row, t in enumerate(tensors, first):
             prep = _prepare(t)
             if prep is None:
                 todo.append(row)
@@ -287,23 +327,24 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, _block: 
         with _on_device(device):
             for spec, items in groups.items():
                 try:
-                    _launch(kernel, items, spec, out, k, device, stream_key, block, max_programs, min_tiles)
+                    _launch(kernel, items, spec, out, rows, device, stream_key, block, max_programs, min_tiles,
+                            static)
                 except Exception as e:
                     from .session import warn_once
 
                     warn_once(f"fused-stats-{spec[0]}", f"fused stats kernel failed for {spec}, using torch ops: {e}")
                     todo.extend(row for row, _ in items)
-    stats, sums = unpack(out) if todo or not packed else (None, None)
+    stats, sums = unpack(out) if todo or not (packed or into is not None) else (None, None)
     if todo:
-        pairs = [device_summary(tensors[row]) for row in todo]
+        pairs = [device_summary(tensors[row - first]) for row in todo]
         if len(todo) == k:
-            stats.copy_(torch.stack([s for s, _ in pairs]))
-            sums.copy_(torch.stack([c for _, c in pairs]))
+            stats[first:first + k].copy_(torch.stack([s for s, _ in pairs]))
+            sums[first:first + k].copy_(torch.stack([c for _, c in pairs]))
         else:
             for row, (s, c) in zip(todo, pairs):
                 stats[row].copy_(s)
                 sums[row].copy_(c)
-    return out if packed else (stats, sums)
+    return out if packed or into is not None else (stats, sums)
 
 
 class _Nothing:

@@ -27,6 +27,7 @@ and only its metadata is ever read (``AOTI_DEBUG_NAMES_ARGS``: ``aoti-debug loca
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from typing import Any, Sequence
@@ -36,7 +37,7 @@ import torch
 from .. import config
 from ..format.protocol import PROTOCOL_VERSION, Site, SiteArg, jsonable, make_site, record
 from ..format.schema import arg_line, graph_line, names_line, site_line, tensor_filename
-from . import fused_stats, native_stats
+from . import cuda_graphs, device_ring, fused_stats, native_stats
 from . import session as _session
 from .session import Job, warn_once
 from .stats import device_summary, format_checksum, stats_fields
@@ -154,6 +155,10 @@ class GraphHandle:
             with _labels:
                 label = self._label(sess, subgraph)
             tls = self._tls
+            if self.level == "stats" and _capturing():
+                tls.label = label
+                self._capture(sess, label, site, site.before, values, "before")
+                return
             tls.launch, tls.call = sess.next_launch(label, kernel)
             tls.label = label
             if self.level == "names":
@@ -179,6 +184,9 @@ class GraphHandle:
             self._synchronize(site)
         try:
             sess = _session.current()
+            if self.level == "stats" and _capturing():
+                self._capture(sess, self._tls.label, site, site.after, values, "after")
+                return
             if self.level == "names":
                 tls = self._tls
                 _emit(names_line("after", tls.launch, tls.label, site.kernel, tls.call))
@@ -257,8 +265,31 @@ class GraphHandle:
             fl.capture(tensors, last=phase == "after" or not site.after)
         if tensors:
             self._tensors(sess, tensors, jobs)
+        if self.level == "print" and jobs:
+            self._print_side(sess, jobs)
         if jobs:
             sess.submit_all(jobs)
+
+    def _print_side(self, sess, jobs: list[Job]) -> None:
+        """Print a side's lines in one write: now if its values are here and nothing is
+        queued before it, else when the writer has its values (launch order either way)."""
+        if all(j.event is None for j in jobs) and not sess.pending():
+            for j in jobs:
+                if j.finish is not None:
+                    j.finish(j.record)
+                    j.finish = None
+            _emit(_side_text([j.record for j in jobs]))
+            return
+        last = jobs[-1]
+        records = [j.record for j in jobs]
+        finish = last.finish
+
+        def finish_and_print(rec: dict) -> None:
+            if finish is not None:
+                finish(rec)
+            _emit(_side_text(records))
+
+        last.finish = finish_and_print
 
     def _scalar(self, rec: dict, v: Any, kind_hint: str) -> Job:
         if v is None:
@@ -271,35 +302,34 @@ class GraphHandle:
         else:
             rec["kind"] = "other"
             rec["value"] = type(v).__name__
-        if self.level == "print":
-            _emit(f"[aoti_debug] {rec['phase']:<6} {rec['kernel']} launch={rec['launch']} {rec['arg']} = {rec.get('value')}")
         return Job(rec)
 
     def _tensors(self, sess, items: list[tuple[dict, torch.Tensor]], jobs: list[Job]) -> None:
         """Stats for all tensors of one launch side in one batch: CPU tensors in one call
-        of the runtime library, device tensors with one device->host copy. Appends the
-        records' jobs to ``jobs``."""
+        of the runtime library, CUDA tensors into a device ring (one kernel launch, read
+        back in bulk later), others with one device->host copy. Appends the records' jobs
+        to ``jobs``."""
         for rec, t in items:
             rec.update(_tensor_meta(t))
         rest = self._native_stats(items)
-        host_stats = self._device_stats(items, rest) if rest else {}
         saving = self.level == "save" and sess.settings.saves(self._launch)
         if self.level == "save" and not saving:
             for rec, _t in items:
                 rec["skipped"] = f"launch {rec['launch']} is not in {config.ENV_SAVE_LAUNCHES}"
+        if rest and not saving:
+            ring = self._ring_stats(items, rest)
+            if ring is not None:
+                arrival, rows = ring
+                jobs.extend([Job(rec, arrival, functools.partial(_fill_from_ring, arrival, rows[i]))
+                             if i in rows else Job(rec) for i, (rec, _t) in enumerate(items)])
+                return
+        host_stats = self._device_stats(items, rest) if rest else {}
         payloads = [self._host_copy(sess, rec, t) for rec, t in items] if saving else None
         event = None
         if any(items[i][1].device.type != "cpu" for i in rest):
             event = torch.cuda.Event() if _has_cuda() else None
             if event is not None:
                 event.record()
-        if self.level == "print":
-            if event is not None:
-                event.synchronize()
-            for i, (rec, _t) in enumerate(items):
-                if i in host_stats:
-                    _fill_stats(rec, host_stats[i])
-            _emit("\n".join([_print_line(rec) for rec, _t in items]))  # one write for the side
         if payloads is None and not host_stats:  # CPU stats: the records are complete
             jobs.extend([Job(rec) for rec, _t in items])
             return
@@ -309,6 +339,74 @@ class GraphHandle:
             nbytes = payload[0].numel() * payload[0].element_size() if payload else 0
             finish = _finisher(sess, job_stats, payload) if job_stats is not None or payload is not None else None
             jobs.append(Job(rec, event, finish, nbytes))
+
+    def _ring_stats(self, items: list[tuple[dict, torch.Tensor]], rows: list[int]):
+        """The CUDA tensors ``items[i]``, ``i`` in ``rows``, summarised into the device ring
+        of their stream: ``(arrival, {i: ring row})``, or None (not on one CUDA device,
+        no fused kernel: the batched host-copy path)."""
+        dev0 = items[rows[0]][1].device
+        if dev0.type != "cuda" or not device_ring.ENABLED or not fused_stats.enabled_for(dev0):
+            return None
+        for i in rows:
+            if items[i][1].device != dev0:
+                return None
+        if self.level == "stats" and cuda_graphs.installed():
+            cuda_graphs.prepare(dev0)  # a CUDA-graph capture may follow: its arena, outside the graph pool
+        try:
+            seg, first = device_ring.ring_for(dev0).reserve(len(rows))
+            fused_stats.summarize([items[i][1] for i in rows], into=(seg.buf, first))
+        except Exception as e:
+            warn_once(f"ring-{type(e).__name__}", f"device stats ring failed, copying stats per launch side: {e}")
+            return None
+        return seg.arrival, {i: first + j for j, i in enumerate(rows)}
+
+    def _capture(self, sess, label: str, site: Site, args: Sequence[SiteArg], values: Sequence[Any],
+                 phase: str) -> None:
+        """One launch side while a CUDA graph is captured (level stats): the stats kernel
+        goes into the graph, writing the graph's arena rows; the records are made from a
+        template after every replay (``cuda_graphs``)."""
+        cap = cuda_graphs.current()
+        if cap is None or cap.arena is None:
+            warn_once("cuda-graph", "a CUDA graph is being captured before any instrumented launch ran outside "
+                                    "one: launches inside it are not recorded")
+            return
+        sess.write_site(label, site.id, site.kernel, site.provenance)
+        base_index = 0 if phase == "before" else len(site.before)
+        records: list[dict] = []
+        rows: list[int | None] = []
+        tensors: list[torch.Tensor] = []
+        for i, (a, value) in enumerate(zip(args, values)):
+            for name, v in _flatten(a.arg, value):
+                rec = record(seq=0, launch=0, graph=label, wrapper=self.wrapper, kernel=site.kernel, op=site.op,
+                             kernel_call=0, phase=phase, arg=name, role=a.role, index=base_index + i,
+                             expr=a.expr if a.expr and a.expr != a.arg else None,
+                             volatile=a.volatile_reason(name) if a.volatile else None, site=site.id)
+                records.append(rec)
+                rows.append(None)
+                if not isinstance(v, torch.Tensor):
+                    self._scalar(rec, v, a.kind_hint)
+                    continue
+                rec.update(_tensor_meta(v))
+                if a.uninitialised and phase == "before":
+                    rec["uninitialised"] = True
+                elif v.device != cap.arena.device:
+                    rec["error"] = f"stats: a {v.device} tensor inside a CUDA graph captured on {cap.arena.device}"
+                else:
+                    rows[-1] = len(tensors)
+                    tensors.append(v)
+        if tensors:
+            try:
+                first = cap.rows(len(tensors))
+                fused_stats.summarize(tensors, into=(cap.arena.buf, first), static=cap)
+            except Exception as e:
+                warn_once(f"graph-stats-{type(e).__name__}", f"stats inside a CUDA graph failed: {e}")
+                for rec, row in zip(records, rows):
+                    if row is not None:
+                        rec["error"] = f"stats: {type(e).__name__}: {e}"
+                rows = [None] * len(rows)
+            else:
+                rows = [None if r is None else first + r for r in rows]
+        cap.sides.append(cuda_graphs.Side(self, site, label, phase, records, rows))
 
     def _native_stats(self, items: list[tuple[dict, torch.Tensor]]) -> list[int]:
         """Fills the stats and checksum of the CPU tensors the runtime library reads (one
@@ -448,6 +546,19 @@ def _fill_stats(rec: dict, hs_hc) -> None:
     rec["checksum"] = format_checksum(int(hc))
 
 
+def _fill_from_ring(arrival: device_ring.Arrival, row: int, rec: dict) -> None:
+    stats, sums = arrival.values()
+    rec["stats"] = stats_fields(*stats[row][:7])
+    rec["checksum"] = format_checksum(sums[row])
+
+
+def _side_text(records: list[dict]) -> str:
+    """A launch side's print lines (tensors with their stats, scalars with their value)."""
+    return "\n".join([_print_line(rec) if rec.get("kind") == "tensor" else
+                      f"[aoti_debug] {rec['phase']:<6} {rec['kernel']} launch={rec['launch']} {rec['arg']} = "
+                      f"{rec.get('value')}" for rec in records])
+
+
 def _finisher(sess, host_stats, payload):
     def finish(rec: dict) -> None:
         if host_stats is not None:
@@ -542,4 +653,6 @@ def graph(origin: str | None, level: str, sync: bool, wrapper: str = "python", i
                   f"{protocol or 1}, this runtime reads {PROTOCOL_VERSION}): its launches are not recorded; "
                   f"recompile it (e.g. clear the Inductor cache) to record them")
         return _Unrecorded(origin, level, sync, wrapper)
+    if level == "stats" and _has_cuda():
+        cuda_graphs.install()  # a graph captured under mode="reduce-overhead" records every replay
     return GraphHandle(origin, level, sync, wrapper, dict(info), native)

@@ -35,6 +35,9 @@ from .flight import FlightRecorder, GraphCall
 
 #: Host memory that may be queued for writing before the model thread waits.
 MAX_BYTES_IN_FLIGHT = 1 << 30
+#: Called before a flush waits for the writer: what holds queued records back (the
+#: device rings of ``device_ring``, which register themselves) sends them on.
+BEFORE_FLUSH: list[Callable[[], None]] = []
 
 #: (key, message) of every failure seen in this process, for tests and post-mortems.
 FAILURES: list[tuple[str, str]] = []
@@ -383,8 +386,17 @@ class Session:
         except Exception as e:
             warn_once("manifest", f"cannot append to manifest in {self.path!r}: {e}")
 
+    def pending(self) -> bool:
+        """Records are queued for the writer (a side printed now would jump ahead of them)."""
+        return bool(self._queue)
+
     def flush(self, timeout: float | None = None) -> None:
         """Wait until everything queued so far is on disk."""
+        for ship in BEFORE_FLUSH:  # records waiting in device rings: send them on
+            try:
+                ship()
+            except Exception as e:
+                warn_once(f"before-flush-{type(e).__name__}", f"cannot read device stats back: {e}")
         with self._cond:
             self._cond.wait_for(lambda: not self._queue, timeout=timeout)
 

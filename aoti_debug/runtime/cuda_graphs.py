@@ -1,0 +1,274 @@
+"""Level ``stats`` inside CUDA graphs (``torch.compile(mode="reduce-overhead")``).
+
+While a graph is captured, each instrumented launch side adds the fused stats kernel
+to the graph, writing into rows of a per-device arena reserved for that graph for good,
+and leaves a template of its records. After every replay of the graph, the arena's rows
+are copied to the host (one copy pair and one event, on the replay's stream) and the
+templates become records with new launch and record numbers: every replay is recorded,
+and the model keeps its CUDA graph. Levels save, print and names keep opting out of
+CUDA graphs (``codegen/wrapper_lines.wrap_graph_codegen``).
+
+Nothing is allocated, synchronised or compiled while a capture runs: the arena (slots,
+partials, counters, pointer tables) is allocated before, outside the graph's memory
+pool (``device_ring.private_empty``), at the first instrumented CUDA launch of a
+process whose level is ``stats``; the stats kernel's variants were compiled by the
+warm-up run that precedes a capture in CUDA-graph trees. Pointer tables are written to
+the device when the capture ends, before the first replay.
+
+``torch.cuda.CUDAGraph``'s ``capture_begin``, ``capture_end`` and ``replay`` (public API,
+Python methods over ``torch._C._CUDAGraph`` in torch 2.11 and 2.13) are wrapped by
+:func:`install`, undone by :func:`uninstall`.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any
+
+import torch
+
+from . import session as _session
+from .device_ring import private_empty
+from .session import Job, warn_once
+from .stats import format_checksum, stats_fields
+
+#: Rows (tensors recorded inside CUDA graphs), partial slots and pointer-table entries
+#: of a device's arena: 16384 rows is 1.2 MB of slots, the whole arena about 7 MB.
+ARENA_ROWS = 16384
+ARENA_PROGRAMS = 32768
+ARENA_TABLE = 6 * ARENA_ROWS + 4096
+
+_tls = threading.local()
+_arenas: dict[int, "Arena"] = {}
+_lock = threading.Lock()
+_originals: dict[str, Any] = {}
+
+
+class Arena:
+    """A device's static buffers for stats kernels captured into CUDA graphs."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.buf = private_empty(9 * ARENA_ROWS, torch.float64, device)
+        self.part = private_empty(9 * ARENA_PROGRAMS, torch.float64, device)
+        self.counters = private_empty(ARENA_ROWS, torch.int32, device).zero_()
+        self.table = private_empty(ARENA_TABLE, torch.int64, device)
+        self.rows_used = 0
+        self.table_used = 0
+
+
+def prepare(device: torch.device) -> Arena | None:
+    """The arena of ``device``, allocated now if it is not (never while capturing)."""
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    arena = _arenas.get(idx)
+    if arena is None and not torch.cuda.is_current_stream_capturing():
+        with _lock:
+            arena = _arenas.get(idx)
+            if arena is None:
+                arena = _arenas[idx] = Arena(torch.device("cuda", idx))
+    return arena
+
+
+class Side:
+    """One launch side recorded inside a graph: record templates and their arena rows."""
+
+    __slots__ = ("handle", "site", "label", "phase", "records", "rows")
+
+    def __init__(self, handle: Any, site: Any, label: str, phase: str, records: list[dict], rows: list[int | None]):
+        self.handle, self.site, self.label, self.phase = handle, site, label, phase
+        self.records, self.rows = records, rows
+
+
+class Capture:
+    """What one CUDA graph records: its sides in launch order and its arena rows."""
+
+    def __init__(self, arena: Arena | None):
+        self.arena = arena
+        self.sides: list[Side] = []
+        self.first_row = arena.rows_used if arena is not None else 0
+        self.last_row = self.first_row
+        self.tables: list[tuple[int, list[int]]] = []  # (offset, values) written at capture end
+
+    # -- while capturing (fused_stats asks through the `static` protocol) ------------------
+    def rows(self, k: int) -> int:
+        arena = self.arena
+        if arena is None or arena.rows_used + k > ARENA_ROWS:
+            raise RuntimeError(f"the CUDA-graph stats arena ({ARENA_ROWS} tensors) is full")
+        first = arena.rows_used
+        arena.rows_used += k
+        return first
+
+    def table_for(self, values: list[int]) -> torch.Tensor:
+        arena = self.arena
+        n = len(values)
+        at = arena.table_used
+        if at + n > ARENA_TABLE:
+            raise RuntimeError("the CUDA-graph stats arena's pointer tables are full")
+        # Offsets stay 16-byte aligned: Triton specialises pointer arguments on that, and
+        # a variant the warm-up did not compile must not be compiled during a capture.
+        arena.table_used = at + n + (n & 1)
+        self.tables.append((at, values))
+        return arena.table[at: at + n]
+
+    def scratch(self, programs: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        arena = self.arena
+        if programs > ARENA_PROGRAMS or rows > ARENA_ROWS:
+            raise RuntimeError("a launch side needs more partial slots than the CUDA-graph stats arena has")
+        return arena.part, arena.counters
+
+    def finish(self) -> None:
+        """The capture ended: write its pointer tables to the device (before any replay)."""
+        arena = self.arena
+        self.last_row = arena.rows_used
+        for at, values in self.tables:
+            # from pageable memory: the copy has reached the device when copy_ returns
+            arena.table[at: at + len(values)].copy_(torch.tensor(values, dtype=torch.int64))
+        self.tables = []
+
+    # -- after each replay --------------------------------------------------------------
+    def emit(self) -> None:
+        """Records of one replay: copy the rows back (async) and queue the records."""
+        sess = _session.current()
+        arena = self.arena
+        n = self.last_row - self.first_row
+        values = _Values(arena, self.first_row, n) if n else None
+        jobs: list[Job] = []
+        fl = sess.flight
+        call = 0
+        launch = 0
+        for side in self.sides:
+            if side.phase == "before":
+                if fl is not None:
+                    fl.enter(side.handle, side.site)
+                launch, call = sess.next_launch(side.label, side.site.kernel)
+            first = sess.next_seq(len(side.records))
+            for k, (tpl, row) in enumerate(zip(side.records, side.rows)):
+                rec = dict(tpl)
+                rec["seq"], rec["launch"], rec["kernel_call"] = first + k, launch, call
+                if row is None:
+                    jobs.append(Job(rec))
+                else:
+                    jobs.append(Job(rec, values, functools.partial(values.fill, row - self.first_row)))
+        if jobs:
+            sess.submit_all(jobs)
+
+
+class _Values:
+    """The host copy of one replay's arena rows; the ``event`` its records' jobs wait on."""
+
+    def __init__(self, arena: Arena, first: int, n: int):
+        self._n = n
+        self._host = torch.empty(9 * n, dtype=torch.float64, pin_memory=True)
+        self._host[: 8 * n].copy_(arena.buf[8 * first: 8 * (first + n)], non_blocking=True)
+        self._host[8 * n:].copy_(arena.buf[8 * ARENA_ROWS + first: 8 * ARENA_ROWS + first + n], non_blocking=True)
+        self._event = torch.cuda.Event()
+        self._event.record()
+        self._lists: tuple[list, list] | None = None
+        self._lock = threading.Lock()
+
+    def synchronize(self) -> None:
+        if self._lists is None:
+            with self._lock:
+                if self._lists is None:
+                    self._event.synchronize()
+                    n = self._n
+                    self._lists = (self._host[: 8 * n].view(n, 8).tolist(),
+                                   self._host[8 * n:].view(torch.int64).tolist())
+
+    def fill(self, row: int, rec: dict) -> None:
+        self.synchronize()
+        stats, sums = self._lists
+        rec["stats"] = stats_fields(*stats[row][:7])
+        rec["checksum"] = format_checksum(sums[row])
+
+
+def current() -> Capture | None:
+    """The capture this thread is inside (set by the wrapped ``capture_begin``)."""
+    return getattr(_tls, "capture", None)
+
+
+# --------------------------------------------------------------------------- the patch
+
+
+def _capture_begin(original):
+    @functools.wraps(original)
+    def capture_begin(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        try:
+            dev = torch.cuda.current_device()
+            _tls.capture = Capture(_arenas.get(dev))
+        except Exception as e:  # never in the way of the user's capture
+            _tls.capture = None
+            warn_once(f"graph-capture-{type(e).__name__}", f"CUDA graph capture not instrumented: {e}")
+        return result
+
+    return capture_begin
+
+
+def _capture_end(original):
+    @functools.wraps(original)
+    def capture_end(self, *args, **kwargs):
+        cap = getattr(_tls, "capture", None)
+        _tls.capture = None
+        result = original(self, *args, **kwargs)
+        self._aoti_debug_capture = None
+        if cap is not None and cap.sides:
+            try:
+                cap.finish()
+                self._aoti_debug_capture = cap
+            except Exception as e:
+                warn_once(f"graph-finish-{type(e).__name__}", f"launches inside a CUDA graph are not recorded: {e}")
+        return result
+
+    return capture_end
+
+
+def _replay(original):
+    @functools.wraps(original)
+    def replay(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        cap = getattr(self, "_aoti_debug_capture", None)
+        if cap is not None:
+            try:
+                cap.emit()
+            except Exception as e:
+                warn_once(f"graph-replay-{type(e).__name__}", f"a CUDA graph replay was not recorded: {e}")
+        return result
+
+    return replay
+
+
+_WRAPS = {"capture_begin": _capture_begin, "capture_end": _capture_end, "replay": _replay}
+
+
+def install() -> bool:
+    """Wrap ``torch.cuda.CUDAGraph``'s capture and replay (idempotent); False without CUDA graphs."""
+    cls = getattr(torch.cuda, "CUDAGraph", None)
+    if cls is None:
+        return False
+    with _lock:
+        if _originals:
+            return True
+        for name, wrap in _WRAPS.items():
+            original = cls.__dict__.get(name)
+            if original is None:  # a torch whose CUDAGraph does not define it in Python
+                for done in list(_originals):
+                    setattr(cls, done, _originals.pop(done))
+                return False
+            _originals[name] = original
+            setattr(cls, name, wrap(original))
+    return True
+
+
+def uninstall() -> None:
+    """Undo :func:`install` (idempotent)."""
+    cls = getattr(torch.cuda, "CUDAGraph", None)
+    with _lock:
+        for name, original in list(_originals.items()):
+            setattr(cls, name, original)
+        _originals.clear()
+
+
+def installed() -> bool:
+    return bool(_originals)

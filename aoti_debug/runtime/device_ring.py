@@ -1,0 +1,237 @@
+"""Stats of device tensors written into a ring of device slots, read back in bulk.
+
+At levels ``stats`` and ``print`` a CUDA launch side costs the fused stats kernel's
+launch (:mod:`.fused_stats`) writing into reserved rows of a device segment, and
+nothing else on the device: no allocation, no host copy, no event per side. A segment
+is shipped (two device->host copies into its pinned twin and one event, on the
+segment's stream) when it is full or when the session flushes; the writer thread then
+waits for that one event and fills every record of the segment from the host values.
+
+Each record's :class:`~aoti_debug.runtime.session.Job` waits on the segment's
+:class:`Arrival`, which blocks until the segment was shipped and copied. So the writer
+thread sleeps on the first record of an unshipped segment while the model runs on, and
+the manifest keeps launch order. :func:`ship_all` runs before every session flush.
+
+Memory. Segments, their pinned twins and the CUDA-graph arena are allocated while a
+private stream is current. Inductor's CUDA-graph trees route the allocations of the
+capture/warm-up stream into the graph's private pool and check (``check_memory_pool``,
+on by default in torch 2.11 and 2.13) that nothing unknown stays alive there: a buffer
+of ours in that pool would fail the check inside the user's model. Buffers are kept
+for the process and reused, so the caching allocator never hands their blocks to
+another stream while queued kernels still write them.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+
+from . import session as _session
+
+#: False sends CUDA stats down the per-side host-copy path (tests compare the two).
+ENABLED = True
+#: Rows of a new segment (72 bytes each on the device and on the host).
+SEGMENT_ROWS = 1024
+#: Segments per ring that may wait for the writer before a launch side waits for one.
+MAX_SEGMENTS = 16
+
+_lock = threading.Lock()
+_rings: dict[tuple, "Ring"] = {}
+_private: dict[int, Any] = {}  # device index -> the stream our persistent buffers are allocated on
+
+
+def private_empty(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A device buffer outside any CUDA-graph pool (allocated on a private stream).
+
+    Callers keep it for the process, or hand it back with ``record_stream`` on the
+    streams that used it. Must not be called while the current stream is capturing.
+    """
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    s = _private.get(idx)
+    if s is None:
+        s = _private[idx] = torch.cuda.Stream(device=idx)
+    with torch.cuda.stream(s):
+        t = torch.empty(n, dtype=dtype, device=torch.device("cuda", idx))
+    # The private stream must not run ahead of work on other streams that the caller
+    # orders after this point: the buffer is new, so nothing reads it yet.
+    return t
+
+
+class Arrival:
+    """What the records of one segment fill wait for: the segment's shipment and copy.
+
+    Duck-types the ``event`` of a :class:`~aoti_debug.runtime.session.Job` (the writer
+    thread calls :meth:`synchronize`)."""
+
+    __slots__ = ("segment", "_shipped", "_event", "_values", "_lock")
+
+    def __init__(self, segment: "Segment"):
+        self.segment = segment
+        self._shipped = threading.Event()
+        self._event: Any = None
+        self._values: tuple[list, list] | None = None
+        self._lock = threading.Lock()
+
+    def ship(self, event: Any) -> None:
+        self._event = event
+        self._shipped.set()
+
+    def synchronize(self) -> None:
+        if self._values is None:
+            self.values()
+
+    def values(self) -> tuple[list, list]:
+        """``(stats rows, checksums)`` of the segment as Python lists (read once)."""
+        v = self._values
+        if v is not None:
+            return v
+        self._shipped.wait()
+        with self._lock:
+            if self._values is None:
+                seg = self.segment
+                try:
+                    self._event.synchronize()
+                    used, cap, host = seg.shipped_rows, seg.cap, seg.host
+                    stats = host[: 8 * used].view(used, 8).tolist()
+                    sums = host[8 * cap: 8 * cap + used].view(torch.int64).tolist()
+                    self._values = (stats, sums)
+                finally:
+                    seg.release()
+            return self._values
+
+
+class Segment:
+    """One device buffer of ``cap`` rows (``fused_stats`` packed layout) and its pinned twin."""
+
+    __slots__ = ("buf", "cap", "used", "host", "arrival", "shipped_rows", "_free")
+
+    def __init__(self, device: torch.device, cap: int):
+        self.cap = cap
+        self.buf = private_empty(9 * cap, torch.float64, device)
+        self.host = torch.empty(9 * cap, dtype=torch.float64, pin_memory=True)
+        self.used = 0
+        self.shipped_rows = 0
+        self.arrival = Arrival(self)
+        self._free = threading.Event()
+        self._free.set()
+
+    def release(self) -> None:
+        """The writer read the host values: the segment may be filled again."""
+        self._free.set()
+
+    def reset(self) -> None:
+        self.used = 0
+        self.arrival = Arrival(self)
+        self._free.clear()
+
+
+class Ring:
+    """The segments of one (device, stream): one being filled, others shipped."""
+
+    def __init__(self, device: torch.device, stream: Any):
+        self.device = device
+        self.stream = stream
+        self.segments: list[Segment] = []
+        self.current: Segment | None = None
+        self._lock = threading.Lock()
+
+    def reserve(self, k: int) -> tuple[Segment, int]:
+        """Rows ``first .. first+k-1`` of the segment being filled (shipping it when full)."""
+        with self._lock:
+            seg = self.current
+            if seg is None or seg.used + k > seg.cap:
+                if seg is not None and seg.used:
+                    self._ship(seg)
+                elif seg is not None:
+                    seg.release()  # nothing reserved in it: free again as it is
+                seg = self.current = self._fresh(k)
+            first = seg.used
+            seg.used += k
+            return seg, first
+
+    def _fresh(self, k: int) -> Segment:
+        for seg in self.segments:
+            if seg.cap >= k and seg._free.is_set():
+                seg.reset()
+                return seg
+        if len(self.segments) >= MAX_SEGMENTS:
+            # The writer is behind: wait for the oldest shipped segment it will read next.
+            fits = [s for s in self.segments if s.cap >= k]
+            if fits:
+                oldest = fits[0]
+                self.segments.remove(oldest)
+                self.segments.append(oldest)
+                oldest._free.wait()
+                oldest.reset()
+                return oldest
+        cap = SEGMENT_ROWS
+        while cap < k:
+            cap *= 2
+        seg = Segment(self.device, cap)
+        self.segments.append(seg)
+        seg.reset()
+        return seg
+
+    def _ship(self, seg: Segment) -> None:
+        used, cap = seg.used, seg.cap
+        seg.shipped_rows = used
+        try:
+            with torch.cuda.stream(self.stream):
+                if used:
+                    seg.host[: 8 * used].copy_(seg.buf[: 8 * used], non_blocking=True)
+                    seg.host[8 * cap: 8 * cap + used].copy_(seg.buf[8 * cap: 8 * cap + used], non_blocking=True)
+                event = torch.cuda.Event()
+                event.record(self.stream)
+        except Exception as e:  # a device fault: every record waiting on it gets the error
+            _session.warn_once(f"ring-ship-{type(e).__name__}", f"cannot read device stats back: {e}")
+            event = _Failed(e)
+        seg.arrival.ship(event)
+
+    def ship(self) -> None:
+        """Ship the segment being filled (nothing when it is empty)."""
+        with self._lock:
+            seg = self.current
+            if seg is not None and seg.used:
+                self.current = None
+                self._ship(seg)
+
+
+def ring_for(device: torch.device) -> Ring:
+    """The ring of ``device``'s current stream."""
+    stream = torch.cuda.current_stream(device)
+    key = (device.index, stream.cuda_stream)
+    ring = _rings.get(key)
+    if ring is None:
+        with _lock:
+            ring = _rings.get(key)
+            if ring is None:
+                ring = _rings[key] = Ring(device, stream)
+    return ring
+
+
+def ship_all() -> None:
+    """Ship every ring's partly filled segment (before a flush waits for the writer)."""
+    for ring in list(_rings.values()):
+        ring.ship()
+
+
+class _Failed:
+    """The event of a segment that could not be copied back: raises for each record."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def synchronize(self) -> None:
+        raise RuntimeError(f"device stats could not be read back: {self.error}")
+
+
+def pending() -> int:
+    """Rows reserved and not shipped yet, over all rings (for tests)."""
+    return sum(r.current.used for r in _rings.values() if r.current is not None)
+
+
+
+
+_session.BEFORE_FLUSH.append(ship_all)
