@@ -242,20 +242,22 @@ def test_packed_buffer(interpreted):
     assert torch.equal(c, c2)
 
 
-def test_into_rows_of_a_ring(interpreted):
+@pytest.mark.parametrize("first", [5, 8, 16, 20])  # multiples of 8: rows addressed relative to `first`
+def test_into_rows_of_a_ring(interpreted, first):
     """Rows first..first+k-1 of a larger packed buffer (a device ring's segment) get what
     summarize() alone returns; the other rows are untouched."""
     ts = [torch.randn(10), torch.tensor([1, 2, 3]), torch.randn(5, 4).t(), torch.tensor([float("nan"), 1.0])]
-    ring = torch.full((9 * 16,), 7.0, dtype=torch.float64)
-    assert fused_stats.summarize(ts, into=(ring, 5)) is ring
+    ring = torch.full((9 * 24,), 7.0, dtype=torch.float64)
+    assert fused_stats.summarize(ts, into=(ring, first)) is ring
     s, c = fused_stats.unpack(ring)
     s2, c2 = fused_stats.summarize(ts)
-    torch.testing.assert_close(s[5:9], s2, rtol=0, atol=0, equal_nan=True)
-    assert torch.equal(c[5:9], c2)
-    untouched = torch.full((9 * 16,), 7.0, dtype=torch.float64)
+    end = first + len(ts)
+    torch.testing.assert_close(s[first:end], s2, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(c[first:end], c2)
+    untouched = torch.full((9 * 24,), 7.0, dtype=torch.float64)
     us, uc = fused_stats.unpack(untouched)
-    assert torch.equal(s[:5], us[:5]) and torch.equal(s[9:], us[9:])
-    assert torch.equal(c[:5], uc[:5]) and torch.equal(c[9:], uc[9:])
+    assert torch.equal(s[:first], us[:first]) and torch.equal(s[end:], us[end:])
+    assert torch.equal(c[:first], uc[:first]) and torch.equal(c[end:], uc[end:])
 
 
 def test_into_torch_path_rows(monkeypatch):

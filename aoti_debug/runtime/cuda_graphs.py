@@ -123,7 +123,7 @@ class Capture:
         self.last_row = arena.rows_used
         for at, values in self.tables:
             # from pageable memory: the copy has reached the device when copy_ returns
-            arena.table[at: at + len(values)].copy_(torch.tensor(values, dtype=torch.int64))
+            arena.table[at: at + len(values)].copy_(torch.tensor(values, dtype=torch.int64, device="cpu"))
         self.tables = []
 
     # -- after each replay --------------------------------------------------------------
@@ -159,7 +159,7 @@ class _Values:
 
     def __init__(self, arena: Arena, first: int, n: int):
         self._n = n
-        self._host = torch.empty(9 * n, dtype=torch.float64, pin_memory=True)
+        self._host = torch.empty(9 * n, dtype=torch.float64, device="cpu", pin_memory=True)
         self._host[: 8 * n].copy_(arena.buf[8 * first: 8 * (first + n)], non_blocking=True)
         self._host[8 * n:].copy_(arena.buf[8 * ARENA_ROWS + first: 8 * ARENA_ROWS + first + n], non_blocking=True)
         self._event = torch.cuda.Event()

@@ -12,13 +12,14 @@ Each record's :class:`~aoti_debug.runtime.session.Job` waits on the segment's
 thread sleeps on the first record of an unshipped segment while the model runs on, and
 the manifest keeps launch order. :func:`ship_all` runs before every session flush.
 
-Memory. Segments, their pinned twins and the CUDA-graph arena are allocated while a
-private stream is current. Inductor's CUDA-graph trees route the allocations of the
-capture/warm-up stream into the graph's private pool and check (``check_memory_pool``,
-on by default in torch 2.11 and 2.13) that nothing unknown stays alive there: a buffer
-of ours in that pool would fail the check inside the user's model. Buffers are kept
-for the process and reused, so the caching allocator never hands their blocks to
-another stream while queued kernels still write them.
+Memory. Segments and the CUDA-graph arena are allocated by a thread of ours on a
+private stream (:func:`private_empty`). Inductor's CUDA-graph trees route the
+allocations of the warming-up thread into the graph's private pool and check
+(``check_memory_pool``, on by default in torch 2.11 and 2.13) that nothing unknown
+stays alive there: a buffer of ours in that pool would fail the check inside the
+user's model. Buffers are kept for the process and reused, so the caching allocator
+never hands their blocks out again while queued kernels still write them. Host
+buffers name ``device="cpu"``: the warm-up also makes CUDA the default device.
 """
 
 from __future__ import annotations
@@ -43,20 +44,38 @@ _private: dict[int, Any] = {}  # device index -> the stream our persistent buffe
 
 
 def private_empty(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A device buffer outside any CUDA-graph pool (allocated on a private stream).
+    """A device buffer outside any CUDA-graph pool, for the process.
 
-    Callers keep it for the process, or hand it back with ``record_stream`` on the
-    streams that used it. Must not be called while the current stream is capturing.
+    A CUDA-graph tree's warm-up routes every allocation of the calling thread into the
+    graph's pool (``_cuda_beginAllocateCurrentThreadToPool``, torch 2.11 and 2.13), so the
+    buffer is allocated by a thread of ours, on a private stream. Callers keep it for
+    the process, or wait for the device before dropping it (``fused_stats._retire``).
+    Must not be called while the current stream is capturing.
     """
     idx = device.index if device.index is not None else torch.cuda.current_device()
+    return _allocator().submit(_allocate, n, dtype, idx).result()
+
+
+_pool: Any = None
+
+
+def _allocator():
+    global _pool
+    if _pool is None:
+        with _lock:
+            if _pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aoti_debug-alloc")
+    return _pool
+
+
+def _allocate(n: int, dtype: torch.dtype, idx: int) -> torch.Tensor:
     s = _private.get(idx)
     if s is None:
         s = _private[idx] = torch.cuda.Stream(device=idx)
     with torch.cuda.stream(s):
-        t = torch.empty(n, dtype=dtype, device=torch.device("cuda", idx))
-    # The private stream must not run ahead of work on other streams that the caller
-    # orders after this point: the buffer is new, so nothing reads it yet.
-    return t
+        return torch.empty(n, dtype=dtype, device=torch.device("cuda", idx))
 
 
 class Arrival:
@@ -110,7 +129,7 @@ class Segment:
     def __init__(self, device: torch.device, cap: int):
         self.cap = cap
         self.buf = private_empty(9 * cap, torch.float64, device)
-        self.host = torch.empty(9 * cap, dtype=torch.float64, pin_memory=True)
+        self.host = torch.empty(9 * cap, dtype=torch.float64, device="cpu", pin_memory=True)
         self.used = 0
         self.shipped_rows = 0
         self.arrival = Arrival(self)
@@ -138,9 +157,14 @@ class Ring:
         self._lock = threading.Lock()
 
     def reserve(self, k: int) -> tuple[Segment, int]:
-        """Rows ``first .. first+k-1`` of the segment being filled (shipping it when full)."""
+        """Rows ``first .. first+k-1`` of the segment being filled (shipping it when full).
+
+        ``first`` is a multiple of 8: ``fused_stats.summarize`` then addresses the rows
+        relative to it, and a side's pointer table is the same at every step."""
         with self._lock:
             seg = self.current
+            if seg is not None:
+                seg.used = (seg.used + 7) & ~7
             if seg is None or seg.used + k > seg.cap:
                 if seg is not None and seg.used:
                     self._ship(seg)
@@ -200,14 +224,17 @@ class Ring:
 
 def ring_for(device: torch.device) -> Ring:
     """The ring of ``device``'s current stream."""
-    stream = torch.cuda.current_stream(device)
-    key = (device.index, stream.cuda_stream)
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    try:
+        key = (idx, torch._C._cuda_getCurrentRawStream(idx))  # what Inductor's get_raw_stream calls
+    except AttributeError:
+        key = (idx, torch.cuda.current_stream(idx).cuda_stream)
     ring = _rings.get(key)
     if ring is None:
         with _lock:
             ring = _rings.get(key)
             if ring is None:
-                ring = _rings[key] = Ring(device, stream)
+                ring = _rings[key] = Ring(device, torch.cuda.current_stream(idx))
     return ring
 
 

@@ -375,7 +375,7 @@ class FlightRecorder:
                 if src.device.type == "cpu":
                     host = src.clone(memory_format=torch.contiguous_format)
                 else:  # the launch's event (hooks) orders the copy before the record is finished
-                    host = torch.empty(src.shape, dtype=src.dtype, pin_memory=True)
+                    host = torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=True)
                     host.copy_(src, non_blocking=True)
             except Exception as e:
                 self._warn("flight-copy", f"flight recorder: cannot copy {rec.get('arg')} of {rec.get('kernel')}: {e}")

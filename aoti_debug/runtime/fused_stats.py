@@ -220,9 +220,9 @@ def _device_table(values: list[int], stream_key: tuple, device: torch.device) ->
         if device.type == "cuda":
             # pinned + non_blocking: no host sync; torch keeps the pinned block until the copy ran
             tab = _empty(len(values), torch.int64, device)
-            tab.copy_(torch.tensor(values, dtype=torch.int64, pin_memory=True), non_blocking=True)
+            tab.copy_(torch.tensor(values, dtype=torch.int64, device="cpu", pin_memory=True), non_blocking=True)
         else:
-            tab = torch.tensor(values, dtype=torch.int64)
+            tab = torch.tensor(values, dtype=torch.int64, device="cpu")
         _tables[key] = tab
     return tab
 
@@ -324,16 +324,26 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tu
         max_programs = _max_programs or max(1, PROGRAMS_PER_SM * _sms(device))
         min_tiles = _min_tiles or MIN_TILES
         stream_key = _stream_key(device)
+        kout, shift, ktotal = out, 0, rows
+        if into is not None and static is None and first % 8 == 0:
+            # Rows relative to `first`, so that a side's pointer table is the same whichever
+            # ring rows it gets (the table cache hits step after step): the kernel writes row
+            # r's stats at kout + 8r and its checksum at kout + 8*ktotal + r, which are rows
+            # first + r of the buffer's two regions when kout starts at row `first` and
+            # 8*ktotal = 8*rows - 7*first.
+            kout, shift, ktotal = out[8 * first:], first, rows - 7 * first // 8
         with _on_device(device):
             for spec, items in groups.items():
+                if shift:
+                    items = [(row - shift, t) for row, t in items]
                 try:
-                    _launch(kernel, items, spec, out, rows, device, stream_key, block, max_programs, min_tiles,
+                    _launch(kernel, items, spec, kout, ktotal, device, stream_key, block, max_programs, min_tiles,
                             static)
                 except Exception as e:
                     from .session import warn_once
 
                     warn_once(f"fused-stats-{spec[0]}", f"fused stats kernel failed for {spec}, using torch ops: {e}")
-                    todo.extend(row for row, _ in items)
+                    todo.extend(row + shift for row, _ in items)
     stats, sums = unpack(out) if todo or not (packed or into is not None) else (None, None)
     if todo:
         pairs = [device_summary(tensors[row - first]) for row in todo]

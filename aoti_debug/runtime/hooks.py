@@ -446,7 +446,7 @@ class GraphHandle:
         if packed is not None:
             host = packed  # cpu: only under TRITON_INTERPRET (tests)
             if dev0.type != "cpu":
-                host = torch.empty(packed.shape, dtype=packed.dtype, pin_memory=True)
+                host = torch.empty(packed.shape, dtype=packed.dtype, device="cpu", pin_memory=True)
                 host.copy_(packed, non_blocking=True)
             hs, hc = fused_stats.unpack(host)
             return {i: (hs[j], hc[j]) for j, i in enumerate(rows)}
@@ -466,8 +466,8 @@ class GraphHandle:
             if device.type == "cpu":
                 hs, hc = stats, sums
             else:
-                hs = torch.empty(stats.shape, dtype=stats.dtype, pin_memory=True)
-                hc = torch.empty(sums.shape, dtype=sums.dtype, pin_memory=True)
+                hs = torch.empty(stats.shape, dtype=stats.dtype, device="cpu", pin_memory=True)
+                hc = torch.empty(sums.shape, dtype=sums.dtype, device="cpu", pin_memory=True)
                 hs.copy_(stats, non_blocking=True)
                 hc.copy_(sums, non_blocking=True)
             for j, i in enumerate(idx):
@@ -487,7 +487,7 @@ class GraphHandle:
             if src.device.type == "cpu":
                 host = src.clone(memory_format=torch.contiguous_format)
             else:
-                host = torch.empty(src.shape, dtype=src.dtype, pin_memory=True)
+                host = torch.empty(src.shape, dtype=src.dtype, device="cpu", pin_memory=True)
                 host.copy_(src, non_blocking=True)
         except Exception as e:
             rec["error"] = f"copy: {type(e).__name__}: {e}"
