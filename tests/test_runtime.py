@@ -205,3 +205,65 @@ def test_torchrun_two_ranks_two_directories(tmp_path):
             info = json.load(f)
         assert info["world_size"] == 2 and os.path.basename(p) == f"rank{info['rank']}"
         assert records(p)
+
+
+class _FakeRing:
+    """The device ring's contract on CPU tensors: rows summarised now, values readable only
+    after a flush ships them (``session.BEFORE_FLUSH``), as on a GPU."""
+
+    def __init__(self):
+        import threading
+
+        self.rows: list[tuple] = []
+        self.shipped = threading.Event()
+
+    def stats(self, handle, items, rows):
+        from aoti_debug.runtime.stats import device_summary
+
+        arrival = self
+
+        first = len(self.rows)
+        for i in rows:
+            s, c = device_summary(items[i][1])
+            self.rows.append((s.tolist(), int(c)))
+        return arrival, {i: first + j for j, i in enumerate(rows)}
+
+    # Arrival's interface
+    def synchronize(self):
+        assert self.shipped.wait(30), "a record waited on an unshipped ring"
+
+    def values(self):
+        self.synchronize()
+        return [r[0] for r in self.rows], [r[1] for r in self.rows]
+
+    def ship(self):
+        self.shipped.set()
+
+
+@pytest.mark.parametrize("level", ["stats", "print"])
+def test_deferred_stats_keep_launch_order(fresh_session, monkeypatch, capfd, level):
+    """Records whose stats wait for a device ring are written in launch order, after
+    records of later launches that had nothing to wait for; print lines too."""
+    ring = _FakeRing()
+    monkeypatch.setattr(hooks.GraphHandle, "_ring_stats", lambda self, items, rows: ring.stats(self, items, rows))
+    monkeypatch.setattr(session, "BEFORE_FLUSH", [ring.ship])
+    g = hooks.graph(None, level, False, protocol=PROTOCOL_VERSION)
+    g._library = None  # no runtime library: every tensor takes the (fake) ring
+    a, b = torch.randn(4, 5), torch.arange(6.0)
+    for k in range(3):
+        site = Site("", f"k{k}", f"k{k}", (SiteArg("x", "input", "unknown", "x"), SiteArg("n", "input", "scalar", "n")),
+                    (SiteArg("y", "output", "unknown", "y"),))
+        g.launch(site, (a, 7))
+        g.done(site, (b * k,))
+    assert not ring.shipped.is_set()
+    aoti_debug.flush()
+    recs = records(only_run(str(fresh_session)))
+    assert [r["seq"] for r in recs] == list(range(1, 10))
+    for r in recs:
+        if r["kind"] == "tensor":
+            t = a if r["phase"] == "before" else b * int(r["kernel"][1:])
+            assert r["checksum"] == tensor_stats(t)[1], r
+    if level == "print":
+        err = capfd.readouterr().err
+        launches = [int(line.split("launch=")[1].split()[0]) for line in err.splitlines() if " launch=" in line]
+        assert launches == [1, 1, 1, 2, 2, 2, 3, 3, 3], err

@@ -97,6 +97,10 @@ class Arrival:
         self._event = event
         self._shipped.set()
 
+    def ready(self) -> bool:
+        """The values are on their way (waiting for them does not wait for a flush)."""
+        return self._shipped.is_set()
+
     def synchronize(self) -> None:
         if self._values is None:
             self.values()

@@ -265,6 +265,8 @@ class GraphHandle:
             fl.capture(tensors, last=phase == "after" or not site.after)
         if tensors:
             self._tensors(sess, tensors, jobs)
+            if jobs[0].record["seq"] > jobs[-1].record["seq"] or len(jobs) > 2:
+                jobs.sort(key=_seq)  # scalars were queued before tensors: the manifest in record order
         if self.level == "print" and jobs:
             self._print_side(sess, jobs)
         if jobs:
@@ -544,6 +546,10 @@ def _fill_stats(rec: dict, hs_hc) -> None:
     hs, hc = hs_hc
     rec["stats"] = stats_fields(*hs.tolist()[:7])
     rec["checksum"] = format_checksum(int(hc))
+
+
+def _seq(job: Job) -> int:
+    return job.record["seq"]
 
 
 def _fill_from_ring(arrival: device_ring.Arrival, row: int, rec: dict) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import itertools
 import json
 import os
 import sys
@@ -35,6 +36,8 @@ from .flight import FlightRecorder, GraphCall
 
 #: Host memory that may be queued for writing before the model thread waits.
 MAX_BYTES_IN_FLIGHT = 1 << 30
+#: Records the writer thread finishes before one write to the manifest.
+WRITE_BATCH = 512
 #: Called before a flush waits for the writer: what holds queued records back (the
 #: device rings of ``device_ring``, which register themselves) sends them on.
 BEFORE_FLUSH: list[Callable[[], None]] = []
@@ -151,6 +154,10 @@ def _dlclose(lib: Any) -> None:
         _ctypes.dlclose(lib._handle)
     except Exception:
         pass
+
+
+def _ready() -> bool:
+    return True
 
 
 class Job:
@@ -350,14 +357,36 @@ class Session:
                     self._cond.wait()
                 if not self._queue and self._closed:
                     return
-                job = self._queue[0]
-            self._process(job)
+                # Without a flight recorder, the records that are queued now are finished
+                # one by one and written in one write (a device ring ships hundreds at once).
+                batch = [self._queue[0]] if self.flight is not None else \
+                    list(itertools.islice(self._queue, WRITE_BATCH))
+                for n, job in enumerate(batch):
+                    if n and not getattr(job.event, "ready", _ready)():
+                        # stop before records whose values are not on their way yet (a
+                        # device ring not shipped): what is finished is written now
+                        del batch[n:]
+                        break
+            done: list[dict] = []
+            for job in batch:
+                record = self._finish(job)
+                if record is not None:
+                    done.append(record)
+            if done:
+                self._append(done)
             with self._cond:
-                self._queue.popleft()
-                self._in_flight -= job.nbytes
+                for job in batch:
+                    self._queue.popleft()
+                    self._in_flight -= job.nbytes
                 self._cond.notify_all()
 
     def _process(self, job: Job, inline: bool = False) -> None:
+        record = self._finish(job, inline)
+        if record is not None:
+            self._append([record])
+
+    def _finish(self, job: Job, inline: bool = False) -> dict | None:
+        """The record of ``job`` once it is complete, or None (the flight recorder keeps it)."""
         record = job.record
         try:
             if job.event is not None:
@@ -371,11 +400,11 @@ class Session:
         if fl is not None:
             try:
                 if fl.take(record, job.call, self._writer, inline, self._forget_file):
-                    return
+                    return None
             except Exception as e:
                 record.pop("_flight_copy", None)
                 warn_once(f"flight-{type(e).__name__}", f"flight recorder failed, writing the record: {e}")
-        self._append([record])
+        return record
 
     def _append(self, records: list[dict]) -> None:
         w = self._writer
