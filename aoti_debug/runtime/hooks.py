@@ -92,6 +92,14 @@ def _capturing() -> bool:
     return _has_cuda() and torch.cuda.is_current_stream_capturing()
 
 
+class _Templates(list):
+    """Record templates of one launch side; ``simple``: no value is a list or tuple."""
+
+    simple = True
+    site: Any = None
+    """The site they were made for (the cache key holds its ``id``)."""
+
+
 class GraphHandle:
     """One compiled graph's view of the session: labels and the launch/done hooks."""
 
@@ -106,6 +114,7 @@ class GraphHandle:
         self.native = native
         """The runtime library for CPU stats (``native_stats.for_graph``)."""
         self._library = _UNSET
+        self._templates: dict[tuple, _Templates] = {}
         self._tls = threading.local()
         self.top_sites = False
         """Some site is in the top-level graph: the flight recorder counts graph calls by them."""
@@ -232,21 +241,17 @@ class GraphHandle:
         launch, call, label = tls.launch, tls.call, tls.label
         kernel, op, site_id, wrapper = site.kernel, site.op, site.id, self.wrapper
         sess.write_site(label, site_id, kernel, site.provenance)
-        base_index = 0 if phase == "before" else len(site.before)
         tensors: list[tuple[dict, torch.Tensor]] = []
         jobs: list[Job] = []
-        flat = []
-        for i, (a, value) in enumerate(zip(args, values)):
-            if isinstance(value, (list, tuple)):
-                flat.extend((i, a, name, v) for name, v in _flatten(a.arg, value))
-            else:
-                flat.append((i, a, a.arg, value))
-        first_seq = sess.next_seq(len(flat))
-        for k, (i, a, name, v) in enumerate(flat):
-            rec = record(seq=first_seq + k, launch=launch, graph=label, wrapper=wrapper, kernel=kernel, op=op,
-                         kernel_call=call, phase=phase, arg=name, role=a.role, index=base_index + i,
-                         expr=a.expr if a.expr and a.expr != a.arg else None,
-                         volatile=a.volatile_reason(name) if a.volatile else None, site=site_id)
+        key = (id(site), label, phase)
+        templates = self._templates.get(key)
+        if templates is None or templates.site is not site or len(templates) != len(values):
+            templates = self._side_templates(key, site, args, values, phase, label)
+        first_seq = sess.next_seq(len(templates))
+        for k, (a, tpl, v) in enumerate(zip(args, templates, values) if templates.simple else
+                                        self._flat(args, templates, values)):
+            rec = tpl.copy()  # the record's constant fields, in their order
+            rec["seq"], rec["launch"], rec["kernel_call"] = first_seq + k, launch, call
             if extra is not None and k < len(extra) and extra[k]:
                 rec.update(extra[k])
             if isinstance(v, torch.Tensor):
@@ -271,6 +276,30 @@ class GraphHandle:
             self._print_side(sess, jobs)
         if jobs:
             sess.submit_all(jobs)
+
+    def _side_templates(self, key: tuple, site: Site, args: Sequence[SiteArg], values: Sequence[Any], phase: str,
+                        label: str) -> "_Templates":
+        """The constant part of each record of one launch side (one dict per flattened
+        value), made at its first call: a launch then copies a dict and sets three numbers."""
+        base_index = 0 if phase == "before" else len(site.before)
+        simple = not any(isinstance(value, (list, tuple)) for value in values)
+        templates = _Templates()
+        templates.simple, templates.site = simple, site
+        for i, (a, value) in enumerate(zip(args, values)):
+            for name, _v in _flatten(a.arg, value):
+                templates.append(record(seq=0, launch=0, graph=label, wrapper=self.wrapper, kernel=site.kernel,
+                                        op=site.op, kernel_call=0, phase=phase, arg=name, role=a.role,
+                                        index=base_index + i, expr=a.expr if a.expr and a.expr != a.arg else None,
+                                        volatile=a.volatile_reason(name) if a.volatile else None, site=site.id))
+        if simple:  # a side holding lists/tuples is flattened at every call (their lengths may vary)
+            self._templates[key] = templates
+        return templates
+
+    @staticmethod
+    def _flat(args: Sequence[SiteArg], templates: list[dict], values: Sequence[Any]):
+        """``(arg, template, value)`` per flattened value of a side holding lists/tuples."""
+        flat = [(a, v) for a, value in zip(args, values) for _name, v in _flatten(a.arg, value)]
+        return [(a, tpl, v) for (a, v), tpl in zip(flat, templates)]
 
     def _print_side(self, sess, jobs: list[Job]) -> None:
         """Print a side's lines in one write: now if its values are here and nothing is

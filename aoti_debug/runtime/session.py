@@ -334,14 +334,23 @@ class Session:
         for or save: CPU stats) and nothing is queued before them, they are written at
         once, in this thread, in one write: no handoff to the writer thread."""
         # (With a flight recorder each record goes through its ring: Session.submit.)
-        if self.flight is None and self._writer is not None and all(j.event is None and j.finish is None
-                                                                    for j in jobs):
-            with self._cond:
-                if not self._queue:
-                    self._append([j.record for j in jobs])
-                    return
-        for job in jobs:
-            self.submit(job)
+        if self.flight is not None:
+            for job in jobs:
+                self.submit(job)
+            return
+        complete = self._writer is not None and all(j.event is None and j.finish is None for j in jobs)
+        nbytes = sum([j.nbytes for j in jobs])
+        with self._cond:
+            if complete and not self._queue:
+                self._append([j.record for j in jobs])
+                return
+            while self._in_flight and self._in_flight + nbytes > MAX_BYTES_IN_FLIGHT:
+                self._cond.wait()
+            self._in_flight += nbytes
+            self._queue.extend(jobs)
+            self._cond.notify_all()
+        if self._thread is None:
+            self._start()
 
     def _start(self) -> None:
         with self._cond:
