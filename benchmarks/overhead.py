@@ -1,90 +1,83 @@
 """Step-time and compile-time overhead of each level, ours vs PyTorch's built-in printer.
 
-For a transformer (default: 4 blocks, d=1024, batch 8x256, fp32) compiled with
-``torch.compile``, prints one row per configuration: the median step time as a ratio
-to an uninstrumented compile of the same model, the compile time ratio, and bytes
-written per step. Save-level rows also show how close the step comes to the floor
-set by the disk (bytes written / measured disk write rate).
+A model (``--model transformer``: 4 blocks, d=1024, batch 8x256; ``--model resnet18``:
+torchvision's ResNet-18 where it imports, else ``examples.models.ResNet18``, batch 32,
+3x224x224, channels_last; both fp32, eval mode, under ``torch.no_grad``) is compiled
+once per configuration, each in its own process with a fresh Inductor cache (not
+``force_disable_caches``: that gives every compile a new temporary cache directory, where
+aoti_debug's runtime, prebuilt here once as a user's cache holds it, would be built again
+inside the timed compile), for each wrapper asked for:
 
-    python benchmarks/overhead.py                      # full size (GPU if present)
-    python benchmarks/overhead.py --preset small       # CPU-friendly size
-    python benchmarks/overhead.py --wrapper cpp        # cpp_wrapper=True rows
+* ``python``  ``torch.compile`` (the Python wrapper)
+* ``cpp``     ``torch.compile`` with ``torch._inductor.config.cpp_wrapper=True``
+* ``aoti``    ``torch.export`` -> ``aoti_compile_and_package`` -> ``aoti_load_package``
 
-A save-level step includes waiting for its files: the timing loop ends with
-``aoti_debug.flush()``, so background writing cannot hide cost.
+Rows per wrapper: ``base`` (uninstrumented), ``ours <n> <level>`` (``aoti_debug.enable``
+before compiling; ``AOTI_DEBUG_DIR`` says where the dump goes when it runs) and
+``built-in <n>`` (``aot_inductor.debug_intermediate_value_printer``). ``--cudagraphs``
+(CUDA only) adds ``base``, ``ours 3 names`` and ``ours 4 stats`` compiled with
+``mode="reduce-overhead"`` for each JIT wrapper. Each row: median step time and its ratio
+to ``base`` of the same wrapper and mode, the compile time (first call; for AOTI export,
+package, load and first call) and its ratio, manifest records and MB written per step.
+
+    python benchmarks/overhead.py                                   # transformer, full size
+    python benchmarks/overhead.py --model resnet18 --wrapper python,cpp,aoti --cudagraphs
+    python benchmarks/overhead.py --preset tiny --steps 2 --only "ours 4 stats" --format markdown
+
+A step ends when its records are written (device synchronised, ``aoti_debug.flush()``
+for the Python runtime's writer thread; the C++ runtimes and the built-in write in the
+model thread), and gets a new input, so that content dedup cannot skip the writes.
+Progress goes to stderr row by row; the table to stdout. A row that fails prints its
+one-line error in the table and the run goes on; ``--time-limit`` stops starting rows
+in time to print the table.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import json
 import os
+import shlex
 import shutil
-import statistics
+import signal
+import subprocess
 import sys
 import tempfile
 import time
 
-import torch
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROW_SCRIPT = os.path.join(HERE, "overhead_row.py")
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # benchmarks/ has no __init__: no package name to shadow
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from overhead_row import CUDAGRAPHS, MODELS, one_line  # noqa: E402
 
-import aoti_debug  # noqa: E402
-from examples.models import Transformer  # noqa: E402
+WRAPPERS = ("python", "cpp", "aoti")
 
-PRESETS = {
-    "full": dict(d=1024, heads=16, layers=4, batch=8, seq=256),
-    "small": dict(d=256, heads=8, layers=4, batch=4, seq=128),
-}
-
-
-@contextlib.contextmanager
-def quiet():
-    """Send fd 1 and 2 to /dev/null (print levels write a lot; the terminal is not the cost)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(devnull)
-        os.close(saved[0])
-        os.close(saved[1])
+#: (config name, our level or None, the built-in's level or None).
+ROWS = [
+    ("base", None, None),
+    ("ours 0 off", "off", None),
+    ("ours 1 save", "save", None),
+    ("ours 2 print", "print", None),
+    ("ours 3 names", "names", None),
+    ("ours 4 stats", "stats", None),
+    ("built-in 0", None, "0"),
+    ("built-in 1 save", None, "1"),
+    ("built-in 2 print", None, "2"),
+    ("built-in 3 names", None, "3"),
+]
+#: Under CUDA graphs the built-in's save crashes the capture (docs/troubleshooting.md).
+CUDAGRAPH_ROWS = ("base", "ours 3 names", "ours 4 stats")
+#: Environment variables that would instrument, or share a cache with, every row.
+_DROPPED_ENV = ("AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER", "AOT_INDUCTOR_FILTERED_KERNELS_TO_PRINT",
+                "TRITON_CACHE_DIR")
+#: Lines of a failed row's log shown on stderr.
+LOG_LINES = 12
+#: Named in the table's command line when set (they change what is measured).
+_SHOWN_ENV = ("CXX", "PYTHONPATH", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "TORCHINDUCTOR_COMPILE_THREADS")
 
 
-def sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def file_sizes(path: str) -> dict[str, tuple[int, float]]:
-    out = {}
-    for root, _dirs, files in os.walk(path):
-        for f in files:
-            full = os.path.join(root, f)
-            try:
-                st = os.stat(full)
-            except OSError:
-                continue
-            out[full] = (st.st_size, st.st_mtime)
-    return out
-
-
-def bytes_per_step(before: dict, after: dict, steps: int) -> float:
-    """New files count once; files that existed and were rewritten count once per step
-    (the built-in overwrites the same files on every call)."""
-    new = sum(size for f, (size, _m) in after.items() if f not in before)
-    rewritten = sum(size for f, (size, m) in after.items() if f in before and m > before[f][1])
-    return new / steps + rewritten
-
-
+# ---------------------------------------------------------------------------- the runs
 def disk_write_rate(path: str, nbytes: int = 1 << 30) -> float:
     """Bytes/s of a large sequential write with fsync (the floor for the save level)."""
     buf = os.urandom(1 << 24)
@@ -100,113 +93,263 @@ def disk_write_rate(path: str, nbytes: int = 1 << 30) -> float:
     return rate
 
 
-def measure(name, model, x, device, steps, workdir, ours=None, builtin=None, cpp=False):
-    """Compile and time one configuration; returns a result dict."""
-    torch._dynamo.reset()
-    import torch._inductor.config as iconfig
+def rows_for(wrappers: list[str], cudagraphs: bool, only: set[str] | None) -> list[dict]:
+    """The configurations to run, ``base`` first in each (wrapper, mode) group."""
+    out = []
+    groups = [(w, "default", [r[0] for r in ROWS]) for w in wrappers]
+    if cudagraphs:
+        groups += [(w, CUDAGRAPHS, list(CUDAGRAPH_ROWS)) for w in wrappers if w != "aoti"]
+    levels = {name: (ours, builtin) for name, ours, builtin in ROWS}
+    for wrapper, mode, names in groups:
+        for name in names:
+            if name == "base" or only is None or name in only:
+                ours, builtin = levels[name]
+                out.append(dict(wrapper=wrapper, mode=mode, config=name, ours=ours, builtin=builtin))
+    return out
 
-    dump = os.path.join(workdir, name.replace(" ", "_"))
-    os.makedirs(dump, exist_ok=True)
-    old_cwd = os.getcwd()
-    os.chdir(dump)  # the built-in level 1 writes under cwd/tmp
-    patches = {"aot_inductor.debug_intermediate_value_printer": builtin or "0", "cpp_wrapper": cpp,
-               "force_disable_caches": True}
-    ctx = aoti_debug.enabled(level=ours, dump_dir=dump) if ours else contextlib.nullcontext()
+
+def prebuild_runtime(rows: list[dict]) -> tuple[list[str], float, str | None]:
+    """The runtime the instrumented rows use (the JIT library; AOTI's objects of their
+    levels), built once where an instrumented compile would put it (this process's
+    Inductor cache) unless it is there: its folders, the seconds spent, and why it could
+    not be built (None: it was)."""
+    jit = any(r["ours"] not in (None, "off") and r["wrapper"] != "aoti" for r in rows)
+    aoti = {r["ours"] for r in rows if r["ours"] not in (None, "off") and r["wrapper"] == "aoti"}
+    if not jit and not aoti:
+        return [], 0.0, None
+    from aoti_debug.codegen import native_library, native_object
+
+    t0 = time.perf_counter()
     try:
-        with iconfig.patch(patches), ctx, torch.no_grad(), quiet():
-            fn = torch.compile(model)
-            t0 = time.perf_counter()
-            fn(x)
-            sync(device)
-            aoti_debug.flush()
-            compile_s = time.perf_counter() - t0
-            fn(x)
-            sync(device)
-            aoti_debug.flush()
-            before = file_sizes(dump)
-            times = []
-            # A fresh input each step: values that repeat across steps would flatter a
-            # dump that stores identical tensors once.
-            inputs = [torch.randn_like(x) for _ in range(steps)]
-            sync(device)
-            for xi in inputs:
-                t0 = time.perf_counter()
-                fn(xi)
-                sync(device)
-                aoti_debug.flush()
-                times.append(time.perf_counter() - t0)
-            written = bytes_per_step(before, file_sizes(dump), steps)
+        specs = [native_library.build_spec()] if jit else []
+        specs += [native_object.object_spec(v) for v in sorted({native_object.variant(level) for level in aoti})]
+        for spec in specs:
+            native_library.build(spec)
+    except Exception as e:  # no compiler, a failed build: each row builds its own (and says so)
+        return [], time.perf_counter() - t0, one_line(e)
+    return list(dict.fromkeys(spec.directory for spec in specs)), time.perf_counter() - t0, None
+
+
+def runtime_builds(cache: str) -> set[str]:
+    """aoti_debug runtime artifacts anywhere under ``cache``."""
+    return {os.path.relpath(os.path.join(root, f), cache) for root, _dirs, files in os.walk(cache) for f in files
+            if f == "libaoti_debug_rt.so" or (f.startswith("aoti_debug_rt-") and f.endswith(".o"))}
+
+
+class Interrupted(BaseException):
+    """SIGTERM (a time limit from outside): print what finished. Not an ``Exception``, so
+    that the per-row handlers let it through."""
+
+
+def _interrupt(_signum, _frame) -> None:
+    raise Interrupted()
+
+
+def _die_with_parent() -> None:
+    """In the row's process before exec: killed when the parent dies (Linux), so that a
+    run killed from outside leaves nothing on the device."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def run_row(row: dict, spec: dict, workdir: str, runtime: list[str], timeout: float) -> dict:
+    """``row`` in its own process: fresh working directory, dump and Inductor cache (the
+    prebuilt ``runtime`` folders copied in, as a user's cache holds them)."""
+    work = tempfile.mkdtemp(prefix="row_", dir=workdir)
+    cwd, cache = os.path.join(work, "cwd"), os.path.join(work, "inductor")
+    os.makedirs(cwd)
+    for folder in runtime if row["ours"] not in (None, "off") else ():
+        shutil.copytree(folder, os.path.join(cache, "aoti_debug", os.path.basename(folder)),
+                        ignore=shutil.ignore_patterns("build-*", "build.lock"), dirs_exist_ok=True)
+    copied = runtime_builds(cache)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AOTI_DEBUG_") and k not in _DROPPED_ENV}
+    env.update(TORCHINDUCTOR_CACHE_DIR=cache, AOTI_DEBUG_DIR=os.path.join(cwd, "dump"))
+    result_path = os.path.join(work, "result.json")
+    log_path = os.path.join(work, "child.log")
+    cmd = [sys.executable, ROW_SCRIPT, json.dumps({**spec, **row}), result_path]
+    try:
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    preexec_fn=_die_with_parent)
+            try:
+                rc = proc.wait(timeout=timeout)
+            except (subprocess.TimeoutExpired, Interrupted, KeyboardInterrupt) as e:
+                proc.kill()  # its compile workers exit when their parent's pipe closes
+                proc.wait()
+                if not isinstance(e, subprocess.TimeoutExpired):
+                    raise
+                return {"error": f"timed out after {timeout:.0f} s"}
+        if os.path.exists(result_path):
+            with open(result_path) as f:
+                result = json.load(f)
+        else:
+            why = f"died of signal {-rc}" if rc < 0 else f"exit {rc}"
+            result = {"error": f"{why} before writing its result"}
+        if runtime_builds(cache) - copied and "error" not in result:
+            result["rebuilt"] = True
+        if "error" in result:
+            with open(log_path, errors="replace") as f:
+                result["log"] = [line.rstrip()[:200] for line in f.readlines()[-LOG_LINES:]]
+        return result
     finally:
-        os.chdir(old_cwd)
-        shutil.rmtree(dump, ignore_errors=True)
-    return {"name": name, "step": statistics.median(times), "compile": compile_s, "bytes": written}
+        shutil.rmtree(work, ignore_errors=True)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", choices=sorted(PRESETS), default="full")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--steps", type=int, default=None, help="timed steps per configuration")
-    p.add_argument("--wrapper", choices=["python", "cpp"], default="python")
-    p.add_argument("--only", default=None, help="comma-separated row names to run")
-    p.add_argument("--workdir", default=None, help="where dumps are written (default: a temp dir)")
-    args = p.parse_args()
-    cfg = PRESETS[args.preset]
-    steps = args.steps or (20 if args.device == "cuda" else 3)
-    torch.manual_seed(0)
-    model = Transformer(cfg["d"], cfg["heads"], cfg["layers"]).to(args.device).eval()
-    x = torch.randn(cfg["batch"], cfg["seq"], cfg["d"], device=args.device)
-    workdir = args.workdir or tempfile.mkdtemp(prefix="aoti_debug_bench_")
-    cpp = args.wrapper == "cpp"
+# ---------------------------------------------------------------------------- the table
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
 
-    rows = [
-        ("uninstrumented", {}),
-        ("ours 0 off", {"ours": "off"}),
-        ("ours 1 save", {"ours": "save"}),
-        ("ours 2 print", {"ours": "print"}),
-        ("ours 3 names", {"ours": "names"}),
-        ("ours 4 stats", {"ours": "stats"}),
-        ("built-in 0", {"builtin": "0"}),
-        ("built-in 1 save", {"builtin": "1"}),
-        ("built-in 2 print", {"builtin": "2"}),
-        ("built-in 3 names", {"builtin": "3"}),
-    ]
-    if args.only:
-        wanted = {"uninstrumented", *args.only.split(",")}
-        rows = [r for r in rows if r[0] in wanted]
-    disk = disk_write_rate(workdir)
-    measure("warm-up", model, x, args.device, 1, workdir, cpp=cpp)  # first compile pays one-time costs
-    print(f"# {args.preset}: {cfg}, device={args.device} "
-          f"({torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}), wrapper={args.wrapper}, "
-          f"torch {torch.__version__}, {steps} timed steps, disk write {disk / 1e9:.2f} GB/s", flush=True)
-    results = []
-    for name, kw in rows:
-        if kw.get("ours") == "off":
-            kw = {}
-        try:
-            r = measure(name, model, x, args.device, steps, workdir, cpp=cpp, **kw)
-        except Exception as e:  # a row that crashes (the built-in under some configs) is reported, not fatal
-            r = {"name": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"}
-        results.append(r)
-        print(f"  measured {name}: {r}", file=sys.stderr, flush=True)
 
-    base = results[0]
-    print("\n| config | step median (ms) | step ratio | compile ratio | MB written/step | save floor ratio |")
-    print("|---|---:|---:|---:|---:|---:|")
+def table_rows(results: list[dict], disk: float | None) -> list[list[str]]:
+    """One list of cells per result: ratios to the base of the same wrapper and mode."""
+    bases = {(r["wrapper"], r["mode"]): r for r in results if r["config"] == "base" and "step" in r}
+    out = []
     for r in results:
-        if "error" in r:
-            print(f"| {r['name']} | failed: {r['error']} | | | | |")
+        cells = [r["wrapper"], r["mode"], r.get("model", ""), r["config"]]
+        if "step" not in r:
+            out.append(cells + [""] * 6 + [f"failed: {r['error']}" if "error" in r else r["skipped"]])
             continue
-        floor = r["bytes"] / disk if r["bytes"] else 0.0
-        floor_ratio = f"{r['step'] / floor:.2f}" if r["bytes"] > 1e6 else ""
-        print(f"| {r['name']} | {r['step'] * 1e3:.2f} | {r['step'] / base['step']:.2f} | "
-              f"{r['compile'] / base['compile']:.2f} | {r['bytes'] / 1e6:.1f} | {floor_ratio} |")
-    ours = {r["name"]: r for r in results if "error" not in r}
-    if "ours 1 save" in ours and "built-in 1 save" in ours:
-        a, b = ours["ours 1 save"], ours["built-in 1 save"]
-        print(f"\nours save vs built-in save: {b['step'] / a['step']:.1f}x faster per step "
-              f"({a['bytes'] / 1e6:.0f} MB vs {b['bytes'] / 1e6:.0f} MB written per step)")
+        base = bases.get((r["wrapper"], r["mode"]))
+        notes = []
+        if disk and r["bytes"] > 1e6:
+            notes.append(f"{r['step'] / (r['bytes'] / disk):.2f}x the disk floor")
+        if r.get("cudagraph_skips") is not None:
+            skips = r["cudagraph_skips"]
+            notes.append(f"CUDA graphs skipped (x{skips})" if skips else "CUDA graphs used (no skip)")
+        if r["ours"] not in (None, "off", "names") and not r["records"]:
+            notes.append("recorded nothing")
+        if r.get("rebuilt"):
+            notes.append("built its own runtime (in its compile time)")
+        out.append(cells + [
+            f"{r['step'] * 1e3:.3f}", _num(r["step"] / base["step"] if base else None, ".2f"),
+            f"{r['compile']:.1f}", _num(r["compile"] / base["compile"] if base else None, ".2f"),
+            _num(r["records"], ".0f"), f"{r['bytes'] / 1e6:.2f}", "; ".join(notes)])
+    return out
+
+
+HEADER = ["wrapper", "mode", "model", "config", "ms/step", "x base", "compile s", "compile x base", "records/step",
+          "MB/step", "notes"]
+
+
+def render(cells: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(HEADER) + " |",
+                 "|" + "|".join("---" if i < 4 or i == 10 else "---:" for i in range(len(HEADER))) + "|"]
+        return "\n".join(lines + ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells])
+    widths = [max([len(h), *(len(c[i]) for c in cells)]) for i, h in enumerate(HEADER[:-1])]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1]
+                     for row in [HEADER, *cells]).rstrip()
+
+
+def command_line(argv: list[str]) -> str:
+    """How this run was started, with the environment variables that change what it measures."""
+    env = [f"{k}={shlex.quote(os.environ[k])}" for k in _SHOWN_ENV if k in os.environ]
+    script = os.path.relpath(os.path.abspath(__file__), os.getcwd())
+    return " ".join([*env, shlex.join([os.path.basename(sys.executable), script, *argv])])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=sorted(MODELS), default="transformer")
+    ap.add_argument("--preset", choices=["full", "small", "tiny"], default="full", help="the model's size")
+    ap.add_argument("--device", default=None, help="cuda (default where available) or cpu")
+    ap.add_argument("--wrapper", default="python", help="comma-separated: python, cpp, aoti")
+    ap.add_argument("--cudagraphs", action="store_true",
+                    help="also base, ours 3 names and ours 4 stats under mode='reduce-overhead' (CUDA)")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per row (default: 20 on CUDA, 3 on CPU)")
+    ap.add_argument("--only", default=None, help="comma-separated configs to run besides base")
+    ap.add_argument("--format", choices=["text", "markdown"], default="text")
+    ap.add_argument("--time-limit", type=float, default=None,
+                    help="seconds: no row starts after this, a running row is stopped; the table is printed")
+    ap.add_argument("--row-timeout", type=float, default=900.0, help="seconds one row may take")
+    ap.add_argument("--workdir", default=None, help="where rows run and dump (default: a temp dir)")
+    args = ap.parse_args(argv)
+    start = time.monotonic()
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    wrappers = args.wrapper.split(",")
+    if not set(wrappers) <= set(WRAPPERS) or len(set(wrappers)) != len(wrappers):
+        ap.error(f"--wrapper: a comma-separated subset of {', '.join(WRAPPERS)}, not {args.wrapper!r}")
+    if args.cudagraphs and (device != "cuda" or wrappers == ["aoti"]):
+        ap.error("--cudagraphs needs --device cuda and a JIT wrapper (python or cpp)")
+    only = None if args.only is None else {s.strip() for s in args.only.split(",") if s.strip()}
+    unknown = (only or set()) - {r[0] for r in ROWS}
+    if unknown:
+        ap.error(f"--only: unknown {sorted(unknown)}; configs are: {', '.join(r[0] for r in ROWS)}")
+    steps = args.steps or (20 if device == "cuda" else 3)
+    rows = rows_for(wrappers, args.cudagraphs, only)
+    spec = dict(model=args.model, preset=args.preset, device=device, steps=steps)
+
+    workdir = args.workdir or tempfile.mkdtemp(prefix="aoti_debug_bench_")
+    os.makedirs(workdir, exist_ok=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+
+    def progress(msg: str) -> None:
+        print(f"[{time.monotonic() - start:6.0f} s] {msg}", file=sys.stderr, flush=True)
+
+    results: list[dict] = []
+    disk = None
+    try:
+        if any(r["config"].endswith("save") for r in rows):
+            try:
+                disk = disk_write_rate(workdir)
+                progress(f"disk write {disk / 1e9:.2f} GB/s")
+            except OSError as e:
+                progress(f"disk write rate not measured: {one_line(e)}")
+        runtime, build_s, why = prebuild_runtime(rows)
+        progress(f"runtime not prebuilt: {why}" if why else f"runtime ready in {build_s:.1f} s: {runtime}")
+        for i, row in enumerate(rows):
+            left = args.row_timeout if args.time_limit is None else args.time_limit - (time.monotonic() - start)
+            what = f"{row['wrapper']} {row['mode']} {row['config']}"
+            if left < 10:
+                results.append({**row, "skipped": "not run: time limit"})
+                progress(f"[{i + 1}/{len(rows)}] {what}: not run (time limit)")
+                continue
+            progress(f"[{i + 1}/{len(rows)}] {what} ...")
+            t0 = time.monotonic()
+            try:
+                r = {**row, **run_row(row, spec, workdir, runtime, min(args.row_timeout, left))}
+            except Exception as e:  # the harness around the row (a full disk, ...): this row only
+                r = {**row, "error": one_line(e)}
+            results.append(r)
+            for line in r.pop("log", []):
+                print(f"    | {line}", file=sys.stderr)
+            done = (f"failed: {r['error']}" if "error" in r else
+                    f"{r['step'] * 1e3:.3f} ms/step, compile {r['compile']:.1f} s, "
+                    f"records/step {_num(r['records'], '.0f')}, {r['bytes'] / 1e6:.2f} MB/step")
+            progress(f"[{i + 1}/{len(rows)}] {what}: {done} ({time.monotonic() - t0:.0f} s)")
+    except (Interrupted, KeyboardInterrupt):
+        progress("interrupted: the table holds the rows that finished")
+        done_keys = {(r["wrapper"], r["mode"], r["config"]) for r in results}
+        results += [{**r, "skipped": "not run: interrupted"} for r in rows
+                    if (r["wrapper"], r["mode"], r["config"]) not in done_keys]
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    measured = next((r for r in results if "step" in r), {})
+    models = sorted({r["model"] for r in results if "model" in r})
+    params = MODELS[args.model][args.preset]
+    print(f"Command: `{command_line(sys.argv[1:] if argv is None else argv)}`")
+    triton = f", triton {measured['triton']}" if measured.get("triton") and device == "cuda" else ""
+    print(f"\n{measured.get('device', device)}, torch {measured.get('torch', torch.__version__)}{triton}, "
+          f"{os.cpu_count()} CPU cores; {', '.join(models) or args.model} {args.preset} {params}, fp32, eval, "
+          f"no_grad; {steps} timed steps per row, median"
+          + (f"; disk write {disk / 1e9:.2f} GB/s" if disk else "") + "\n")
+    print(render(table_rows(results, disk), args.format == "markdown"))
+    by_key = {(r["wrapper"], r["mode"], r["config"]): r for r in results if "step" in r}
+    for wrapper in wrappers:
+        a, b = by_key.get((wrapper, "default", "ours 1 save")), by_key.get((wrapper, "default", "built-in 1 save"))
+        if a and b:
+            print(f"\n{wrapper}: ours save is {b['step'] / a['step']:.1f}x the speed of built-in save "
+                  f"({a['bytes'] / 1e6:.0f} MB vs {b['bytes'] / 1e6:.0f} MB written per step)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
