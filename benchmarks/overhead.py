@@ -27,6 +27,8 @@ package, load and first call) and its ratio, manifest records and MB written per
 A step ends when its records are written (device synchronised, ``aoti_debug.flush()``
 for the Python runtime's writer thread; the C++ runtimes and the built-in write in the
 model thread), and gets a new input, so that content dedup cannot skip the writes.
+``steady x base`` times the same steps back to back with one such wait at the end, as a
+long job runs (records are written while the next steps run).
 Progress goes to stderr row by row; the table to stdout. A row that fails prints its
 one-line error in the table and the run goes on; ``--time-limit`` stops starting rows
 in time to print the table.
@@ -211,7 +213,7 @@ def table_rows(results: list[dict], disk: float | None) -> list[list[str]]:
     for r in results:
         cells = [r["wrapper"], r["mode"], r.get("model", ""), r["config"]]
         if "step" not in r:
-            out.append(cells + [""] * 6 + [f"failed: {r['error']}" if "error" in r else r["skipped"]])
+            out.append(cells + [""] * 7 + [f"failed: {r['error']}" if "error" in r else r["skipped"]])
             continue
         base = bases.get((r["wrapper"], r["mode"]))
         notes = []
@@ -226,13 +228,14 @@ def table_rows(results: list[dict], disk: float | None) -> list[list[str]]:
             notes.append("built its own runtime (in its compile time)")
         out.append(cells + [
             f"{r['step'] * 1e3:.3f}", _num(r["step"] / base["step"] if base else None, ".2f"),
+            _num(r["steady"] / base["steady"] if base else None, ".2f"),
             f"{r['compile']:.1f}", _num(r["compile"] / base["compile"] if base else None, ".2f"),
             _num(r["records"], ".0f"), f"{r['bytes'] / 1e6:.2f}", "; ".join(notes)])
     return out
 
 
-HEADER = ["wrapper", "mode", "model", "config", "ms/step", "x base", "compile s", "compile x base", "records/step",
-          "MB/step", "notes"]
+HEADER = ["wrapper", "mode", "model", "config", "ms/step", "x base", "steady x base", "compile s", "compile x base",
+          "records/step", "MB/step", "notes"]
 
 
 def render(cells: list[list[str]], markdown: bool) -> str:

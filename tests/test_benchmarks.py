@@ -40,6 +40,7 @@ def check(rows: dict, wrapper: str, model: str) -> None:
         assert "failed" not in r["notes"], r
     assert float(base["x base"]) == 1.0 and float(base["compile x base"]) == 1.0
     assert float(stats["x base"]) > 0 and float(stats["compile x base"]) > 0
+    assert float(base["steady x base"]) == 1.0 and float(stats["steady x base"]) > 0
     assert base["records/step"] == "-" and float(stats["records/step"]) > 0, stats
     assert float(stats["MB/step"]) > 0, stats
     assert "built its own runtime" not in stats["notes"], stats  # the prebuilt runtime was found
