@@ -55,6 +55,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..config import ENV_FUSED_STATS
 from .stats import device_summary
 
 #: Elements per tile (one vector of the program), warps per program.
@@ -97,7 +98,7 @@ _sm_count: dict[int, int] = {}
 _TABLE_CACHE_MAX = 4096
 
 #: ``AOTI_DEBUG_FUSED_STATS=0`` (read at import) sends everything down the torch-op path.
-ENABLED = os.environ.get("AOTI_DEBUG_FUSED_STATS", "1") != "0"
+ENABLED = os.environ.get(ENV_FUSED_STATS, "1") != "0"
 
 
 # --------------------------------------------------------------------------- kernel
