@@ -8,7 +8,7 @@ tests/gpu/test_cpp_device_stats_gpu.py."""
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import re
 import shutil
@@ -89,7 +89,19 @@ def launches(calls: list[str]) -> list[tuple[dict, list[dict]]]:
 def real_pack(tmp_path_factory):
     """Two variants compiled for sm_90 by Triton, without a GPU (the rest: the GPU tests)."""
     chosen = [v for v in device_stats.variants() if (v.kind, v.vec) in ((9, 4), (10, 1))]
-    images = device_stats.compile_images(90, chosen, workers=2)
+    logger = logging.getLogger("aoti_debug")
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = seen.append
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        images = device_stats.compile_images(90, chosen, workers=2)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert not any("workers failed" in r.getMessage() for r in seen)  # compiled by the worker processes
     path = tmp_path_factory.mktemp("real_pack") / "pack-sm90.bin"
     path.write_bytes(device_stats.write_pack(90, images, device_stats.dtypes()))
     return images, str(path)
@@ -292,3 +304,37 @@ def test_the_pack_object_holds_the_pack_as_its_symbol(tmp_path):
         assert out.startswith(want), out
         if objects:
             assert int(out.split()[1], 16) % device_stats.IMAGE_ALIGN == 0
+
+
+def test_pack_and_object_are_built_once_and_linked(tmp_path, monkeypatch, caplog):
+    """The compile side's cache: the pack (Triton's compile stood in for) and the object
+    holding it, built once; the object goes into AOTInductor's link list with the runtime
+    object, and a stats object that cannot be had is a warning, never a failed link."""
+    from aoti_debug.codegen import native_object
+
+    calls = []
+
+    def fake_compile(capability, chosen=None, workers=None):
+        calls.append(capability)
+        return [device_stats.KernelImage(v, "_stats_kernel", b"\x7fELFFAKE" + bytes(12), 4, 32,
+                                         (*device_stats.ARG_TYPES, *SCRATCH)) for v in device_stats.variants()]
+
+    monkeypatch.setattr(device_stats, "compile_images", fake_compile)
+    monkeypatch.setattr(device_stats, "pack_key", lambda capability: f"{capability:012x}")
+    pack = device_stats.pack_path(7)
+    assert pack and device_stats.read_pack(open(pack, "rb").read())["capability"] == 7
+    name = device_stats.object_name(7)
+    assert name and device_stats.is_object_name(name) and device_stats.pack_path(7) == pack
+    assert device_stats.object_name(7) == name and calls == [7]  # built once
+    path = device_stats.object_for_link(name)
+    syms = subprocess.run(["readelf", "-sW", path], capture_output=True, text=True).stdout
+    assert re.search(rf"OBJECT\s+GLOBAL\s+HIDDEN\s+\S+\s+{device_stats.SYMBOL}$", syms, re.M), syms
+    extra = native_object._kernel_objects()
+    assert extra is not None
+    missing = name.replace("pack-sm7-", "pack-sm8-")
+    with caplog.at_level("WARNING", logger="aoti_debug"), native_object.linked([missing, name]):
+        linked = [p for p in extra if os.path.basename(p) == os.path.basename(name)]
+        assert len(linked) == 1 and open(linked[0], "rb").read() == open(path, "rb").read()
+        assert not any(os.path.basename(missing) in p for p in extra)
+    assert not any(os.path.basename(name) in p for p in extra)  # removed after the compile
+    assert "are not linked" in caplog.text

@@ -71,7 +71,7 @@ _POINTER = {"bool": "u8", "uint8": "u8", "int8": "i8", "float8_e4m3fn": "u8", "f
             "float64": "fp64", "uint16": "u16", "uint32": "u32", "uint64": "u64"}
 _OBJECT_RE = re.compile(r"^stats-[0-9a-f]{12}/pack-sm(\d+)-[0-9a-f]{12}\.o$")
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # object_name builds the pack under it too
 _failed: dict[str, str] = {}
 _warned: set[str] = set()
 
@@ -300,26 +300,24 @@ def _run_workers(jobs: list[dict]) -> list[dict]:
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stats_worker.py")
     env = dict(os.environ, TRITON_DISABLE_LINE_INFO="1")  # a third of the size; the same code
     procs = []
-    for job in jobs:
-        p = subprocess.Popen([sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env=env, text=True)
-        p.stdin.write(json.dumps(job))
-        p.stdin.close()
-        procs.append(p)
-    out = []
+    for i, job in enumerate(jobs):
+        path = os.path.join(job["out"], f"job{i}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(job, f)
+        procs.append(subprocess.Popen([sys.executable, script, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      env=env, text=True))
+    out: list[dict] = []
     errors = []
     for p in procs:
         try:
-            stdout = p.stdout.read()
-            stderr = p.stderr.read()
-            rc = p.wait(timeout=900)
+            stdout, stderr = p.communicate(timeout=900)
         except subprocess.TimeoutExpired:
             p.kill()
-            p.wait()
+            p.communicate()
             errors.append("timed out")
             continue
-        if rc != 0:
-            errors.append(stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {rc}")
+        if p.returncode != 0:
+            errors.append(stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {p.returncode}")
             continue
         out.extend(json.loads(stdout))
     if errors:

@@ -1,6 +1,6 @@
 """Compiles variants of the fused stats kernel to cubins (``device_stats.py`` runs it).
 
-Run as a script in a process of its own (``python stats_worker.py < job.json``), so that
+Run as a script in a process of its own (``python stats_worker.py job.json``), so that
 several compile at once and Triton's settings (no line info: a third of the cubin's
 size) stay out of the compiling process; imported by ``device_stats`` where no such
 process can be started. It imports nothing of aoti_debug (the kernels' module is loaded
@@ -73,7 +73,8 @@ def compile_variants(job: dict) -> list[dict]:
 
 
 def main() -> int:
-    job = json.load(sys.stdin)
+    with open(sys.argv[1], encoding="utf-8") as f:
+        job = json.load(f)
     json.dump(compile_variants(job), sys.stdout)
     return 0
 
