@@ -248,7 +248,8 @@ def _kernel_source() -> str:
         return f.read()
 
 
-def compile_images(capability: int, chosen: list[Variant] | None = None, workers: int | None = None) -> list[KernelImage]:
+def compile_images(capability: int, chosen: list[Variant] | None = None,
+                   workers: int | None = None) -> list[KernelImage]:
     """The cubins of ``chosen`` (default: :func:`variants`) for ``sm_<capability>``, compiled
     by parallel worker processes (in this process where none can start).
 

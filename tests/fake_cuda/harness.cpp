@@ -81,7 +81,10 @@ void fill(AtenTensorHandle t, uint64_t seed) {
 }  // namespace
 
 extern "C" {
-AOTITorchError aoti_torch_get_dim(AtenTensorHandle t, int64_t* r) { *r = static_cast<int64_t>(t->sizes.size()); return 0; }
+AOTITorchError aoti_torch_get_dim(AtenTensorHandle t, int64_t* r) {
+  *r = static_cast<int64_t>(t->sizes.size());
+  return 0;
+}
 AOTITorchError aoti_torch_get_sizes(AtenTensorHandle t, int64_t** r) { *r = t->sizes.data(); return 0; }
 AOTITorchError aoti_torch_get_strides(AtenTensorHandle t, int64_t** r) { *r = t->strides.data(); return 0; }
 AOTITorchError aoti_torch_get_dtype(AtenTensorHandle t, int32_t* r) { *r = t->dtype; return 0; }
@@ -93,7 +96,8 @@ AOTITorchError aoti_torch_get_storage_size(AtenTensorHandle t, int64_t* r) { *r 
 AOTITorchError aoti_torch_delete_tensor_object(AtenTensorHandle t) { delete t; return 0; }
 AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t* sizes, const int64_t* strides, int32_t dtype,
                                         int32_t device_type, int32_t device_index, AtenTensorHandle* r) {
-  *r = make(dtype, device_type, std::vector<int64_t>(sizes, sizes + ndim), std::vector<int64_t>(strides, strides + ndim));
+  *r = make(dtype, device_type, std::vector<int64_t>(sizes, sizes + ndim),
+            std::vector<int64_t>(strides, strides + ndim));
   (*r)->device_index = device_index;
   return 0;
 }
@@ -173,7 +177,9 @@ int main(int argc, char** argv) {
     Pack p;
     std::string err = parse_pack(pack, bytes.size(), p);
     std::printf("%s|%zu|%zu\n", err.empty() ? "ok" : err.c_str(), p.kernels.size(), p.dtypes.size());
-    for (const PackKernel& k : p.kernels) std::printf("%u %u %u %u %u %s\n", k.kind, k.vec, k.num_warps, k.shared, k.width, k.name);
+    for (const PackKernel& k : p.kernels) {
+      std::printf("%u %u %u %u %u %s\n", k.kind, k.vec, k.num_warps, k.shared, k.width, k.name);
+    }
     return 0;
   }
   std::string level = argc > 3 ? argv[3] : "stats";

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO, only_run, records
+from tests.gpu.test_cpp_wrapper_gpu import _IMA_SCRIPT
 from tests.user_kernels import HAVE_TRITON
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -193,34 +194,15 @@ def test_aoti_package_stats_on_the_device_equal_the_host_path(tmp_path):
     assert measured["dtoh_bytes"] <= 72 * len(per_call), measured
 
 
-_FAULT = """
-import os, sys
-sys.path.insert(0, {repo!r})
-import torch, triton, triton.language as tl
-import aoti_debug
-
-@triton.jit
-def far_store(out_ptr, shift_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(out_ptr + offs + tl.load(shift_ptr), offs.to(tl.float32), mask=offs < n)
-
-def f(x, shift):
-    y = torch.sin(x)
-    out = torch.empty_like(y)
-    far_store[(1,)](out, shift, out.numel(), BLOCK=128)
-    return torch.cos(out) + y
-
-aoti_debug.enable("stats")
-with torch._inductor.config.patch(cpp_wrapper=True):
-    torch.compile(f)(torch.randn(64, device="cuda"), torch.tensor([1 << 40], device="cuda"))
-torch.cuda.synchronize()
-"""
+# The illegal-access script of the AOTI_DEBUG_SYNC test, at level stats without the sync.
+_FAULT = _IMA_SCRIPT.replace('aoti_debug.enable("names", sync=True)', 'aoti_debug.enable("stats")')
 
 
 @pytest.mark.skipif(not HAVE_TRITON, reason="needs triton")
 def test_a_fault_before_the_stats_kernel_is_named_and_not_hidden(tmp_path):
     """At level stats without AOTI_DEBUG_SYNC, the stats kernel after a faulting kernel is
     where the fault surfaces: the warning names that kernel, and the model still fails."""
+    assert _FAULT != _IMA_SCRIPT
     script = tmp_path / "fault.py"
     script.write_text(_FAULT.format(repo=REPO))
     env = {k: v for k, v in os.environ.items() if not k.startswith("AOTI_DEBUG_")}

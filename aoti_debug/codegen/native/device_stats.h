@@ -331,6 +331,7 @@ struct DeviceItem {
   uint32_t kind;
   int64_t numel;
   uint64_t ptr;
+  bool copy;  // non-contiguous or misaligned: read from a contiguous copy made on the device
 };
 
 // Deletes the device copies made for non-contiguous tensors when the side is done.
@@ -550,6 +551,7 @@ void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, con
   const bool before = std::strcmp(phase, "before") == 0;
   DeviceCopies copies;
   std::vector<DeviceItem> items;
+  std::vector<HostTensor> metas;  // per item
   try {
     LoadedPack* lp = nullptr;
     int32_t device = -1;
@@ -583,10 +585,9 @@ void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, con
       void* p = nullptr;
       if (aoti_torch_get_data_ptr(v[i].handle(), &p) != 0) continue;
       uint64_t ptr = reinterpret_cast<uint64_t>(p);
-      if (t.numel > 0 && (!is_contiguous(t) || ptr % width != 0)) ptr = contiguous_copy(v[i].handle(), t, copies);
-      if (t.numel > 0 && ptr == 0) continue;
-      items.push_back({i, static_cast<int64_t>(items.size()), kind->second.first,
-                       t.numel * static_cast<int64_t>(kind->second.second), ptr});
+      bool copy = t.numel > 0 && (!is_contiguous(t) || ptr % width != 0);
+      items.push_back({i, 0, kind->second.first, t.numel * static_cast<int64_t>(kind->second.second), ptr, copy});
+      metas.push_back(std::move(t));
     }
     if (items.empty()) return;
     DeviceState* ds = device_state(S, D, *lp, device);
@@ -598,6 +599,16 @@ void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, con
     }
     int capturing = 0;
     if (D.api.stream_is_capturing(stream, &capturing) != 0 || capturing != 0) return;  // CUDA graph capture
+    // Only now anything goes on the stream: the copies of non-contiguous tensors first.
+    std::vector<DeviceItem> ready;
+    for (size_t j = 0; j < items.size(); ++j) {
+      DeviceItem it = items[j];
+      if (it.copy && !(it.ptr = contiguous_copy(v[it.index].handle(), metas[j], copies))) continue;
+      it.row = static_cast<int64_t>(ready.size());
+      ready.push_back(it);
+    }
+    items.swap(ready);
+    if (items.empty()) return;
     out.assign(n, Summary());
     done.assign(n, 0);
     std::string err = launch_side(S, D, *lp, *ds, stream, items, out, done);
