@@ -16,8 +16,13 @@
 #include <cuda_runtime_api.h>
 
 // Weak: a host or package without them still loads (stats on the host, device_stats.h).
+#if defined(__GNUC__)
 extern "C" __attribute__((weak)) AOTITorchError aoti_torch_get_current_cuda_stream(int32_t, void**);
-#ifdef AOTI_DEBUG_STATS_PACK_SYMBOL
+#define AOTI_DEBUG_CURRENT_STREAM aoti_torch_get_current_cuda_stream
+#else
+#define AOTI_DEBUG_CURRENT_STREAM nullptr
+#endif
+#if defined(AOTI_DEBUG_STATS_PACK_SYMBOL) && defined(__GNUC__)
 extern "C" __attribute__((weak)) const unsigned char AOTI_DEBUG_STATS_PACK_SYMBOL[];
 #define AOTI_DEBUG_STATS_PACK_DATA AOTI_DEBUG_STATS_PACK_SYMBOL
 #else
@@ -49,8 +54,8 @@ const DeviceOps kCudaOps = {
       return 0;
     },
     [](int32_t device, void** stream) {
-      return aoti_torch_get_current_cuda_stream ? static_cast<int>(aoti_torch_get_current_cuda_stream(device, stream))
-                                                : -1;
+      auto fn = AOTI_DEBUG_CURRENT_STREAM;
+      return fn ? static_cast<int>(fn(device, stream)) : -1;
     },
     AOTI_DEBUG_STATS_PACK_DATA,
     AOTI_DEBUG_STATS_PACK_FILE,
