@@ -305,13 +305,14 @@ def _run_workers(jobs: list[dict]) -> list[dict]:
         path = os.path.join(job["out"], f"job{i}.json")
         with open(path, "w", encoding="utf-8") as f:
             json.dump(job, f)
-        procs.append(subprocess.Popen([sys.executable, script, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      env=env, text=True))
+        result = os.path.join(job["out"], f"result{i}.json")
+        procs.append((subprocess.Popen([sys.executable, script, path, result], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, env=env, text=True), result))
     out: list[dict] = []
     errors = []
-    for p in procs:
+    for p, result in procs:
         try:
-            stdout, stderr = p.communicate(timeout=900)
+            _stdout, stderr = p.communicate(timeout=900)
         except subprocess.TimeoutExpired:
             p.kill()
             p.communicate()
@@ -320,7 +321,8 @@ def _run_workers(jobs: list[dict]) -> list[dict]:
         if p.returncode != 0:
             errors.append(stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {p.returncode}")
             continue
-        out.extend(json.loads(stdout))
+        with open(result, encoding="utf-8") as f:
+            out.extend(json.load(f))
     if errors:
         raise RuntimeError("; ".join(errors))
     return out

@@ -1,6 +1,6 @@
 """Compiles variants of the fused stats kernel to cubins (``device_stats.py`` runs it).
 
-Run as a script in a process of its own (``python stats_worker.py job.json``), so that
+Run as a script in a process of its own (``python stats_worker.py job.json result.json``), so that
 several compile at once and Triton's settings (no line info: a third of the cubin's
 size) stay out of the compiling process; imported by ``device_stats`` where no such
 process can be started. It imports nothing of aoti_debug (the kernels' module is loaded
@@ -10,7 +10,7 @@ The job (JSON): ``kernels`` (path of runtime/fused_stats_kernels.py), ``capabili
 (e.g. 90), ``num_warps``, ``out`` (a folder for the cubins) and ``variants``, each with
 the kernel's ``signature``, ``constexprs``, ``aligned`` (parameter positions specialised
 as 16-byte aligned, as Triton's JIT specialises aligned pointers) and a ``file`` name.
-Prints one JSON list: per variant what the launcher needs from Triton's metadata and the
+Writes one JSON list: per variant what the launcher needs from Triton's metadata and the
 PTX parameter types of the entry point.
 """
 
@@ -75,7 +75,9 @@ def compile_variants(job: dict) -> list[dict]:
 def main() -> int:
     with open(sys.argv[1], encoding="utf-8") as f:
         job = json.load(f)
-    json.dump(compile_variants(job), sys.stdout)
+    results = compile_variants(job)
+    with open(sys.argv[2], "w", encoding="utf-8") as f:  # a file: whatever Triton prints stays out of it
+        json.dump(results, f)
     return 0
 
 
