@@ -222,6 +222,7 @@ struct DeviceStats {
   bool tried = false, off = false, broken = false;
   cu::Api api{};
   std::vector<LoadedPack*> packs;  // never freed: modules were loaded from them
+  std::vector<std::pair<const DeviceOps*, LoadedPack*>> by_wrapper;  // each wrapper's (null: unusable)
   unsigned char* host = nullptr;   // pinned staging: tables and zeros in, results out
   uint64_t host_cap = 0;
 };
@@ -240,7 +241,7 @@ std::string cu_error(DeviceStats& D, const char* call, cu::Result r) {
   return std::string(call) + ": " + (name ? name : "error " + std::to_string(r));
 }
 
-LoadedPack* find_pack(Shared& S, DeviceStats& D, const DeviceOps& dev) {
+LoadedPack* load_pack(Shared& S, DeviceStats& D, const DeviceOps& dev) {
   std::string key;
   if (dev.stats_pack) {
     char b[32];
@@ -274,6 +275,16 @@ LoadedPack* find_pack(Shared& S, DeviceStats& D, const DeviceOps& dev) {
                                          "): CUDA tensors are copied to the host for their stats");
     return nullptr;
   }
+  return lp;
+}
+
+// The pack a wrapper lends, loaded once per source; null when unusable.
+LoadedPack* find_pack(Shared& S, DeviceStats& D, const DeviceOps& dev) {
+  for (const auto& w : D.by_wrapper) {
+    if (w.first == &dev) return w.second;
+  }
+  LoadedPack* lp = load_pack(S, D, dev);
+  D.by_wrapper.emplace_back(&dev, lp);
   return lp;
 }
 
@@ -312,11 +323,15 @@ DeviceState* device_state(Shared& S, DeviceStats& D, LoadedPack& lp, int ordinal
 cu::Handle kernel_function(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& ds, size_t i) {
   if (ds.functions[i] || ds.unloadable[i]) return ds.functions[i];
   cu::Handle module = nullptr, fn = nullptr;
+  const char* call = "cuModuleLoadData";
   cu::Result r = D.api.module_load_data(&module, lp.pack.kernels[i].image);
-  if (r == 0) r = D.api.module_get_function(&fn, module, lp.pack.kernels[i].name);
+  if (r == 0) {
+    call = "cuModuleGetFunction";
+    r = D.api.module_get_function(&fn, module, lp.pack.kernels[i].name);
+  }
   if (r != 0 || !fn) {
     ds.unloadable[i] = 1;
-    warn_once(S, "device-stats-load", "cannot load the stats kernel (" + cu_error(D, "cuModuleLoadData", r) +
+    warn_once(S, "device-stats-load", "cannot load the stats kernel (" + cu_error(D, call, r) +
                                           "): those tensors' stats on the host");
     return nullptr;
   }
