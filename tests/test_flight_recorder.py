@@ -24,7 +24,7 @@ from aoti_debug.errors import ConfigError
 from aoti_debug.format import reader
 from aoti_debug.format.protocol import PROTOCOL_VERSION, Site, SiteArg
 from aoti_debug.runtime import flight, hooks, session
-from tests.conftest import REPO, dump_dir_restored, only_run, records, run_python
+from tests.conftest import REPO, only_run, records, run_python
 
 #: The graph call (1, 2, ...) of LOOP where NaN is first born: its model's first kernel
 #: takes the square root of an input that turns negative at that call.
@@ -362,27 +362,6 @@ def test_watch_takes_an_inf_made_at_a_kernels_first_call_as_by_design():
     assert w.observe(_rec(3, 5, "before", uninitialised=True, nan=1), 2) is None
     birth = w.observe(_rec(4, 5, "after", inf=1, kernel_call=3), 2)  # an overflow elsewhere
     assert birth is not None and birth["value"] == "inf" and birth["inputs_held"] == "none"
-
-
-# -- the C++ runtime -------------------------------------------------------------------------
-def test_cpp_runtime_warns_and_records_everything(tmp_path, monkeypatch):
-    monkeypatch.setenv(config.ENV_RING, "2")
-    monkeypatch.setenv(config.ENV_TRIGGER, "nonfinite")
-    root = str(tmp_path / "cpp")
-    torch._dynamo.reset()
-    x, w = torch.randn(6, 8), torch.randn(8, 4)
-    with dump_dir_restored(), torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=root), \
-            torch._inductor.config.patch(cpp_wrapper=True):
-        fn = torch.compile(lambda x, w: torch.relu(x @ w) * 0.5)
-        for _ in range(4):
-            fn(x, w)
-        aoti_debug.flush()
-    keys = {k for k, _ in session.failures()}
-    assert {"cpp:env-AOTI_DEBUG_RING", "cpp:env-AOTI_DEBUG_TRIGGER"} <= keys
-    message = dict(session.failures())["cpp:env-AOTI_DEBUG_RING"]
-    assert "not supported by the C++ runtime" in message
-    recs = records(only_run(root))
-    assert {r["wrapper"] for r in recs} == {"cpp"} and _calls(recs) == [1, 2, 3, 4]
 
 
 # -- records that arrive late (a GPU's path, simulated on the CPU) -----------------------------

@@ -324,6 +324,123 @@ def test_bad_env_values_warn_once_and_record_normally(tmp_path, monkeypatch, cap
     assert "flight" not in info and sum("AOTI_DEBUG_RING='lots'" in m for m in info["warnings"]) == 1
 
 
+# -- the runtime driven directly: graph calls, the record limit, std::terminate -------------------
+HARNESS = r"""
+#include "entry.h"
+#include <stdexcept>
+#include <string>
+#include <vector>
+using namespace aoti_debug_rt_1;
+static const Arg kArg[1] = {{"n", "input", "scalar", "n", 0, 0, ""}};
+static Site site(int id, const char* subgraph, const char* kernel) {
+  return Site{subgraph, kernel, kernel, schema::kStats, 0, 1, 1, kArg, "", "before,after", __FILE__, __LINE__,
+              "", "", "", id, ""};
+}
+static void launch(Graph& g, const Site& s, int64_t v) {  // what a wrapper's launch does: 2 records
+  Token t{0, 0};
+  Value x(v);
+  entry_launch(&g, &t, &s, &x, 1);
+  entry_done(&g, &t, &s, &x, 1);
+}
+int main(int argc, char** argv) {
+  std::string mode = argv[1];
+  Graph a{nullptr, nullptr}, b{nullptr, nullptr}, c{nullptr, nullptr};
+  if (mode == "graphs") {
+    Site a0 = site(0, "", "a0"), a1 = site(1, "", "a1"), b0 = site(0, "", "b0"), body = site(1, "body", "body");
+    Site c0 = site(0, "loop", "c0"), c1 = site(1, "loop", "c1");
+    for (int i = 0; i < 4; ++i) {
+      launch(a, a0, i);
+      launch(a, a1, i);
+      launch(b, b0, i);
+      for (int k = 0; k < 3; ++k) launch(b, body, i);  // a loop body: the call of its wrapper
+      for (int k = 0; k < 2; ++k) {  // a wrapper with subgraph launches only: each pass is a call
+        launch(c, c0, i);
+        launch(c, c1, i);
+      }
+    }
+  } else if (mode == "limit") {
+    Site s0 = site(0, "", "small0"), s1 = site(1, "", "small1");
+    for (int i = 0; i < 30000; ++i) {  // 4 records a call
+      launch(a, s0, i);
+      launch(a, s1, i);
+    }
+    std::vector<Site> big;  // one call of 120,000 records
+    for (int i = 0; i < 60000; ++i) big.push_back(site(i, "", "big"));
+    for (const Site& s : big) launch(b, s, 7);
+  } else if (mode == "terminate") {
+    Site s0 = site(0, "", "k0");
+    for (int i = 0; i < 5; ++i) launch(a, s0, i);
+    throw std::runtime_error("boom\nmore");
+  }
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    """A program that calls the runtime's entry points as wrappers do (scalar values)."""
+    import shutil
+
+    from aoti_debug.codegen import cpp_runtime
+
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("needs a C++ compiler")
+    d = tmp_path_factory.mktemp("harness")
+    cpp_runtime.write_constants(str(d))
+    (d / "main.cpp").write_text(HARNESS)
+    torch_dir = os.path.dirname(torch.__file__)
+    lib = os.path.join(torch_dir, "lib")
+    proc = subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Wno-unused-function", "-I", str(d), "-I",
+                           cpp_runtime.NATIVE_DIR, "-I", os.path.join(torch_dir, "include"), str(d / "main.cpp"),
+                           "-o", str(d / "harness"), "-L", lib, "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{lib}"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return str(d / "harness")
+
+
+def _drive(harness: str, tmp_path, mode: str, ring: str) -> tuple[subprocess.CompletedProcess, str]:
+    root = str(tmp_path / mode)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AOTI_DEBUG")}
+    proc = subprocess.run([harness, mode], env={**env, "AOTI_DEBUG_DIR": root, "AOTI_DEBUG_RING": ring},
+                          capture_output=True, text=True, timeout=300)
+    return proc, only_run(root)
+
+
+def test_graph_calls_of_several_wrappers_share_the_ring(harness, tmp_path):
+    """A step with three wrappers: a (2 launches), b (1 launch and 3 passes over a loop body:
+    one call) and c (launches in a subgraph only: each pass over it is a call)."""
+    proc, run = _drive(harness, tmp_path, "graphs", "3")
+    assert proc.returncode == 0, proc.stderr
+    fl = _info(run)["flight"]
+    assert (fl["graph_calls"], fl["calls_written"], fl["calls_dropped"]) == (4 * 4, 3, 4 * 4 - 3)
+    recs = records(run)
+    assert [(r["graph"], r["kernel"]) for r in recs if r["phase"] == "before"] == [
+        ("graph1", "b0"), *[("graph1/body", "body")] * 3, *[("graph2/loop", "c0"), ("graph2/loop", "c1")] * 2]
+    assert {r["value"] for r in recs} == {3}  # the last step's
+
+
+def test_ring_memory_is_bounded_in_records(harness, tmp_path):
+    """At most flight.MAX_RING_RECORDS records: older calls leave first, then the oldest
+    records of a call larger than that."""
+    proc, run = _drive(harness, tmp_path, "limit", "100000")
+    assert proc.returncode == 0, proc.stderr
+    fl = _info(run)["flight"]
+    assert (fl["graph_calls"], fl["calls_dropped"], fl["records_dropped"]) == (30001, 30000, 20000)
+    recs = records(run)
+    assert len(recs) == flight.MAX_RING_RECORDS == 100_000 and {r["kernel"] for r in recs} == {"big"}
+    assert [r["seq"] for r in recs] == list(range(4 * 30000 + 20000 + 1, 4 * 30000 + 120000 + 1))
+
+
+def test_uncaught_cpp_exception_writes_the_ring(harness, tmp_path):
+    proc, run = _drive(harness, tmp_path, "terminate", "2")
+    assert proc.returncode == -signal.SIGABRT and "boom" in proc.stderr  # std::terminate goes on as before
+    fl = _info(run)["flight"]
+    assert [(d["reason"], d["graph_calls"]) for d in fl["dumps"]] == [("exception: std::runtime_error: boom", [4, 5])]
+    assert [r["value"] for r in records(run)] == [3, 3, 4, 4]
+
+
 # -- an AOTInductor package, run where aoti_debug is not installed --------------------------------
 class Step(torch.nn.Module):
     def __init__(self):

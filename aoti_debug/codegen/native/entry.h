@@ -27,6 +27,7 @@
 #endif
 #if AOTI_DEBUG_WITH_RECORDS
 #include "flight.h"
+#include "flight_hooks.h"
 #include "records.h"
 #include "run_dir.h"
 #include "run_json.h"
@@ -151,7 +152,7 @@ void entry_launch(Graph* graph, Token* token, const Site* site_ptr, const Value*
       return;
     }
 #if AOTI_DEBUG_WITH_RECORDS
-    flight_enter(S, *graph, site);
+    if (flight_enter(*graph, site)) flight_arm(S);
     record_phase(S, L, label, site, graph, values, count, "before");
 #endif
   } catch (const std::exception& e) {

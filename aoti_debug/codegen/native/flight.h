@@ -14,39 +14,26 @@
 // to have top-level launches from its first one on (Python knows it from the wrapper's
 // import): until then, its subgraph launches count passes over each subgraph.
 //
-// Everything here runs under shared().mu but the signal handler, which only writes a
-// byte to a pipe: a watcher thread takes the lock, writes the ring and sends the signal
-// again, which the handler then passes on (so a signal that arrives while the model's
-// thread holds the lock, or sits in malloc, cannot deadlock it).
+// Everything here runs under shared().mu; flight_hooks.h writes the ring at exit and on
+// signals.
 #ifndef AOTI_DEBUG_PART_FLIGHT_H
 #define AOTI_DEBUG_PART_FLIGHT_H
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <deque>
-#include <exception>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
-#include <typeinfo>
 #include <utility>
 #include <vector>
 
-#include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
-#if defined(__GNUC__)
-#include <cxxabi.h>
-#endif
 
 #include "constants.h"
 #include "dtypes.h"
@@ -125,22 +112,7 @@ struct Flight {
   std::set<std::string> permanent;      // ... files that written records name
   std::vector<std::string> graveyard;   // ... files of records that left the ring unwritten
   std::set<const void*> top_graphs;     // wrappers (their Graph) seen launching top-level code
-};
-
-// What outlives a run: the process's exit and signal hooks. The signal handler reads
-// only the atomics.
-struct FlightHooks {
-  bool exit_hooks = false;  // atexit and std::terminate (inherited by a forked child, which checks the pid)
-  std::terminate_handler previous_terminate = nullptr;
-  std::string exit_reason;  // set by the Python runtime when an exception ends the process
-  std::atomic<long> watcher_pid{0};  // the process whose watcher thread reads the pipe
-  std::atomic<int> pipe_w{-1};
-  int pipe_r = -1;
-  std::atomic<int> passing[2] = {{0}, {0}};  // SIGTERM, SIGINT: the next one goes on to `previous`
-  struct sigaction previous[2];
-  void (*handler)(int, siginfo_t*, void*) = nullptr;
-  std::vector<std::string> signals;  // run.json flight.signals
-  uint64_t generations = 0;
+  std::vector<std::string> signals;     // those whose handler writes the ring (flight_hooks.h)
 };
 
 #if defined(__GNUC__)
@@ -150,26 +122,6 @@ inline Flight& flight_state() {
   static Flight f;  // STB_GNU_UNIQUE, as shared()
   return f;
 }
-
-#if defined(__GNUC__)
-__attribute__((visibility("default")))
-#endif
-inline FlightHooks& flight_hooks() {
-  static FlightHooks h;  // STB_GNU_UNIQUE, as shared()
-  return h;
-}
-
-#if defined(__GNUC__)
-// The Python runtime's exit hook tells the C++ runtimes of its process that an uncaught
-// exception ends it ("exception: <type>: <message>"): the ring's last write at exit says
-// so, as the Python runtime's does. A C signature that stays put when the namespace changes.
-extern "C" __attribute__((visibility("default"), used)) inline void aoti_debug_runtime_exit_reason(
-    const char* reason) {
-  Shared& S = shared();
-  std::lock_guard<std::mutex> guard(S.mu);
-  flight_hooks().exit_reason = reason ? reason : "";
-}
-#endif
 
 namespace {
 
@@ -181,17 +133,15 @@ struct FlightThread {
 };
 thread_local FlightThread tl_flight;
 
-constexpr const char* kSignalNames[2] = {"SIGTERM", "SIGINT"};  // flight.SIGNALS (cpp_runtime checks)
-constexpr int kSignals[2] = {SIGTERM, SIGINT};
-
 // ---------------------------------------------------------------- records as the ring reads them
 // Where the value of `key` starts in one of our own compact record lines (records.h):
 // keys are the generated schema names and every string value is escaped, so `"key":`
 // occurs only as that key.
 const char* line_value(const std::string& line, const char* key) {
-  std::string pattern = std::string("\"") + key + "\":";
+  char pattern[64];
+  int n = std::snprintf(pattern, sizeof(pattern), "\"%s\":", key);
   size_t at = line.find(pattern);
-  return at == std::string::npos ? nullptr : line.c_str() + at + pattern.size();
+  return at == std::string::npos ? nullptr : line.c_str() + at + n;
 }
 
 int64_t line_int(const std::string& line, const char* key) {
@@ -266,7 +216,7 @@ std::string flight_summary(const Flight& F) {
   o += ", \"graph_calls\": " + std::to_string(F.calls) + ", \"max_records\": " +
        std::to_string(schema::flight::kMaxRecords) + ", \"records_dropped\": " + std::to_string(F.records_dropped) +
        ", \"ring\": " + (F.ring ? std::to_string(F.ring) : "null") + ", \"signals\": ";
-  json_str_list(o, flight_hooks().signals);
+  json_str_list(o, F.signals);
   o += ", \"trigger\": ";
   if (F.trigger) {
     json_str(o, schema::flight::kNonfinite);
@@ -310,33 +260,31 @@ void new_call(Flight& F, FlightThread& T) {
   while (F.calls_kept.size() > keep) drop_oldest(F);
 }
 
-// flight.py FlightRecorder.take: true when the ring keeps `r` (then it is not written now).
-bool take(Flight& F, FlightCall* call, FlightRecord&& r) {
-  if (!F.ring || !call) return false;
-  if (call->dropped) {  // another thread's calls pushed this one out while it ran
-    if (!call->lost) {
-      call->lost = true;
+// flight.py FlightRecorder.take, with a ring: the ring keeps `r` (of the graph call `c`).
+void take(Flight& F, FlightCall& call, FlightRecord&& r) {
+  if (call.dropped) {  // another thread's calls pushed this one out while it ran
+    if (!call.lost) {
+      call.lost = true;
       F.calls_dropped += 1;
     }
     if (!r.file.empty()) {
       F.refs[r.file] += 1;
       F.graveyard.push_back(r.file);
     }
-    return true;
+    return;
   }
-  while (!F.calls_kept.empty() && F.calls_kept.front()->number <= call->number - F.ring) drop_oldest(F);
+  while (!F.calls_kept.empty() && F.calls_kept.front()->number <= call.number - F.ring) drop_oldest(F);
   if (!r.file.empty()) F.refs[r.file] += 1;
-  call->pending.push_back(std::move(r));
+  call.pending.push_back(std::move(r));
   F.records += 1;
   // Older calls leave first (never calls started after this one); then this call's oldest records.
-  while (F.records > schema::flight::kMaxRecords && F.calls_kept.front().get() != call) drop_oldest(F);
-  if (F.records > schema::flight::kMaxRecords && !call->pending.empty()) {
-    if (!call->pending.front().file.empty()) F.graveyard.push_back(call->pending.front().file);
-    call->pending.pop_front();
+  while (F.records > schema::flight::kMaxRecords && F.calls_kept.front().get() != &call) drop_oldest(F);
+  if (F.records > schema::flight::kMaxRecords && !call.pending.empty()) {
+    if (!call.pending.front().file.empty()) F.graveyard.push_back(call.pending.front().file);
+    call.pending.pop_front();
     F.records -= 1;
     F.records_dropped += 1;
   }
-  return true;
 }
 
 // Level save: deletes the tensor files of records that left the ring unwritten, unless a
@@ -446,9 +394,10 @@ void release_kept(FlightLaunch& l) {
 // does). Caller holds S.mu.
 void flight_start_run(Shared& S) {
   Flight& F = flight_state();
-  FlightHooks& H = flight_hooks();
-  F = Flight();
-  F.generation = ++H.generations;
+  Flight next;
+  next.generation = F.generation + 1;
+  next.signals = F.signals;  // handlers stay installed from run to run (and in a forked child)
+  F = std::move(next);
   F.pid = static_cast<long>(::getpid());
   F.ring = parse_ring(S);
   F.trigger = parse_trigger(S);
@@ -470,203 +419,30 @@ void flight_end_run(Shared& S, bool same_process) {
   F.on = false;
 }
 
-// ---------------------------------------------------------------- exit and signals
-// Writes the ring from outside a launch (exit, terminate, a signal's watcher): waits for
-// the lock at most 10 s (a thread stuck inside a launch must not hang the exit).
-// `reason` "": the exit's (flight_hooks().exit_reason, or "exit").
-void flight_fatal_write(const std::string& reason, bool last) {
-  Shared& S = shared();
-  std::unique_lock<std::mutex> lock(S.mu, std::defer_lock);
-  for (int i = 0; i < 1000 && !lock.try_lock(); ++i) ::usleep(10000);
-  if (!lock.owns_lock()) return;
-  Flight& F = flight_state();
-  if (!F.on || F.pid != static_cast<long>(::getpid()) || !S.usable) return;
-  try {
-    const std::string& told = flight_hooks().exit_reason;
-    flight_write(S, !reason.empty() ? reason : !told.empty() ? told : std::string("exit"));
-    if (last) {
-      bury(S, F);
-      F.on = false;
-    }
-  } catch (...) {  // std::bad_alloc: the process is going down anyway
-  }
-}
-
-void flight_at_exit() { flight_fatal_write("", true); }
-
-void flight_on_terminate() {
-  std::string reason = "exception";
-  try {
-    std::exception_ptr e = std::current_exception();
-    if (e) std::rethrow_exception(e);
-    reason = "terminate";
-  } catch (const std::exception& x) {
-    const char* type = typeid(x).name();
-    std::string name = type;
-#if defined(__GNUC__)
-    int status = 0;
-    char* pretty = abi::__cxa_demangle(type, nullptr, nullptr, &status);
-    if (pretty && status == 0) name = pretty;
-    std::free(pretty);
-#endif
-    std::string what = x.what() ? x.what() : "";
-    reason = "exception: " + name + ": " + what.substr(0, std::min(what.find('\n'), size_t(200)));
-  } catch (...) {
-    reason = "exception: unknown";
-  }
-  flight_fatal_write(reason, true);
-  std::terminate_handler previous = flight_hooks().previous_terminate;
-  if (previous) previous();
-  std::abort();
-}
-
-// Async-signal-safe: the previous disposition of a signal, as if ours had not been there.
-void pass_signal(const struct sigaction& prev, int sig, siginfo_t* info, void* ctx) {
-  if (prev.sa_flags & SA_SIGINFO) {
-    if (prev.sa_sigaction) prev.sa_sigaction(sig, info, ctx);
-    return;
-  }
-  if (prev.sa_handler == SIG_IGN) return;
-  if (prev.sa_handler == SIG_DFL) {
-    struct sigaction dfl;
-    std::memset(&dfl, 0, sizeof(dfl));
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    ::sigaction(sig, &dfl, nullptr);
-    ::raise(sig);  // pending until this handler returns: the process dies of it as it would have
-    return;
-  }
-  prev.sa_handler(sig);
-}
-
-// Async-signal-safe: hands the signal to the watcher thread, or passes it on (the watcher
-// sent it again, or this is a forked child without a watcher).
-void flight_on_signal(int sig, siginfo_t* info, void* ctx) {
-  int saved = errno;
-  FlightHooks& H = flight_hooks();
-  int i = sig == SIGTERM ? 0 : 1;
-  int w = H.pipe_w.load();
-  if (!H.passing[i].exchange(0) && H.watcher_pid.load() == static_cast<long>(::getpid()) && w >= 0) {
-    unsigned char b = static_cast<unsigned char>(sig);
-    if (::write(w, &b, 1) == 1) {
-      errno = saved;
-      return;
-    }
-  }
-  pass_signal(H.previous[i], sig, info, ctx);
-  errno = saved;
-}
-
-void* flight_watcher(void* arg) {
-  int fd = static_cast<int>(reinterpret_cast<intptr_t>(arg));
-  for (;;) {
-    unsigned char b = 0;
-    ssize_t n = ::read(fd, &b, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n != 1) return nullptr;
-    int i = b == SIGTERM ? 0 : 1;
-    flight_fatal_write(std::string("signal ") + kSignalNames[i], false);
-    flight_hooks().passing[i].store(1);
-    ::kill(::getpid(), kSignals[i]);
-  }
-}
-
-// A pipe and a watcher thread for this process (a forked child makes its own). Caller
-// holds S.mu.
-bool start_watcher(Shared& S, FlightHooks& H) {
-  long pid = static_cast<long>(::getpid());
-  if (H.watcher_pid.load() == pid) return true;
-  H.watcher_pid.store(0);
-  int old = H.pipe_w.exchange(-1);
-  if (old >= 0) ::close(old);
-  if (H.pipe_r >= 0) ::close(H.pipe_r);
-  H.pipe_r = -1;
-  int fds[2];
-  if (::pipe(fds) != 0) {
-    warn_once(S, "flight-signal", "flight recorder: cannot handle signals (pipe: " + errno_text(errno) + ")");
-    return false;
-  }
-  for (int fd : fds) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-  sigset_t block, mask;
-  sigemptyset(&block);
-  for (int sig : kSignals) sigaddset(&block, sig);
-  pthread_sigmask(SIG_BLOCK, &block, &mask);  // the watcher never runs the handler itself
-  pthread_t thread;
-  int rc = pthread_create(&thread, nullptr, &flight_watcher, reinterpret_cast<void*>(static_cast<intptr_t>(fds[0])));
-  pthread_sigmask(SIG_SETMASK, &mask, nullptr);
-  if (rc != 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    warn_once(S, "flight-signal", "flight recorder: cannot handle signals (thread: " + errno_text(rc) + ")");
-    return false;
-  }
-  pthread_detach(thread);
-  H.pipe_r = fds[0];
-  H.pipe_w.store(fds[1]);
-  H.watcher_pid.store(pid);
-  return true;
-}
-
-// At each graph call with a ring: our handler on SIGTERM and SIGINT, installed again
-// (before what replaced it) if something replaced it since, e.g. Python's flight recorder
-// of the same process. Caller holds S.mu.
-void arm_signals(Shared& S) {
-  FlightHooks& H = flight_hooks();
-  if (!start_watcher(S, H)) return;
-  if (!H.handler) H.handler = &flight_on_signal;
-  for (int i = 0; i < 2; ++i) {
-    struct sigaction cur;
-    if (::sigaction(kSignals[i], nullptr, &cur) != 0) continue;
-    if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == H.handler) continue;
-    struct sigaction ours;
-    std::memset(&ours, 0, sizeof(ours));
-    ours.sa_sigaction = H.handler;
-    sigemptyset(&ours.sa_mask);
-    bool plain = !(cur.sa_flags & SA_SIGINFO) && (cur.sa_handler == SIG_DFL || cur.sa_handler == SIG_IGN);
-    // Keep the interrupted calls' behaviour of the handler we pass the signal to.
-    ours.sa_flags = SA_SIGINFO | (plain ? SA_RESTART : (cur.sa_flags & (SA_RESTART | SA_ONSTACK)));
-    H.previous[i] = cur;
-    if (::sigaction(kSignals[i], &ours, nullptr) != 0) {
-      warn_once(S, std::string("flight-signal-") + kSignalNames[i],
-                std::string("flight recorder: cannot handle ") + kSignalNames[i] + ": " + errno_text(errno));
-      continue;
-    }
-    if (std::find(H.signals.begin(), H.signals.end(), kSignalNames[i]) == H.signals.end()) {
-      H.signals.push_back(kSignalNames[i]);
-    }
-  }
-}
-
 // ---------------------------------------------------------------- graph calls
-// A launch of `site` in the wrapper `graph` starts (flight.py FlightRecorder.enter):
-// maybe the next graph call. Caller holds S.mu; the run is open.
-void flight_enter(Shared& S, const Graph& graph, const Site& site) {
+// A launch of `site` in the wrapper `graph` starts (flight.py FlightRecorder.enter): true
+// when it starts the next graph call. Caller holds S.mu; the run is open.
+bool flight_enter(const Graph& graph, const Site& site) {
   Flight& F = flight_state();
-  if (!F.on) return;
-  FlightHooks& H = flight_hooks();
-  if (!H.exit_hooks) {
-    H.exit_hooks = true;
-    std::atexit(&flight_at_exit);
-    H.previous_terminate = std::set_terminate(&flight_on_terminate);
-  }
+  if (!F.on) return false;
   FlightThread& T = tl_flight;
   if (T.generation != F.generation) T = FlightThread{F.generation, nullptr, {}};
   bool sub = site.graph && *site.graph;
   if (!sub) F.top_graphs.insert(&graph);
   bool top = F.top_graphs.count(&graph) > 0;
   if (sub && top) {  // a subgraph's launches belong to the call in progress
-    if (!T.call) new_call(F, T);
-    return;
+    if (T.call) return false;
+    new_call(F, T);
+    return true;
   }
   auto key = std::make_pair(static_cast<const void*>(&graph), top ? std::string() : std::string(site.graph));
   auto it = T.last.find(key);
   bool first = it == T.last.end();
   int64_t before = first ? 0 : it->second;
   T.last[key] = site.id;
-  if (first || site.id <= before || !T.call) {
-    new_call(F, T);
-    if (F.ring) arm_signals(S);
-  }
+  if (!first && site.id > before && T.call) return false;
+  new_call(F, T);
+  return true;
 }
 
 // ---------------------------------------------------------------- one launch side
@@ -680,7 +456,8 @@ int find_birth(Flight& F, const FlightLaunch& in, const std::vector<FlightRecord
     int64_t nan = line_int(recs[i].line, schema::stat::kNan), inf = line_int(recs[i].line, schema::stat::kInf);
     value = nan && !in.nan ? "nan" : inf && !in.inf ? "inf" : "";
     if (value == "inf") {
-      std::string where = label + "\n" + (site.id >= 0 ? "s" + std::to_string(site.id) : std::string("k") + site.kernel);
+      std::string where = label + "\n";
+      where += site.id >= 0 ? "s" + std::to_string(site.id) : std::string("k") + site.kernel;
       if (tl_call == 0 || F.inf_by_design.count(where)) {
         F.inf_by_design.insert(where);
         continue;
@@ -792,7 +569,8 @@ void flight_side(Shared& S, const Site& site, const std::string& label, const Gr
     b->inf = line_int(r.line, schema::stat::kInf);
     b->graph_call = T.call ? T.call->number : 0;
     b->inputs = in->inputs;
-    b->inputs_held = in->nan && in->inf ? "NaN+Inf" : in->nan ? "NaN" : in->inf ? "Inf" : in->inputs ? "finite" : "none";
+    b->inputs_held = in->nan && in->inf ? "NaN+Inf" : in->nan ? "NaN" : in->inf ? "Inf"
+                     : in->inputs ? "finite" : "none";
     F.fired = std::move(b);
     F.target = true;
     F.target_graph = label;
@@ -800,12 +578,13 @@ void flight_side(Shared& S, const Site& site, const std::string& label, const Gr
     F.target_kernel = site.kernel;
   }
   // Into the ring, or written as they come (no ring).
-  std::string direct;
-  for (FlightRecord& r : recs) {
-    std::string line = r.line;
-    if (!take(F, T.call.get(), std::move(r))) direct += line + "\n";
+  if (F.ring && T.call) {
+    for (FlightRecord& r : recs) take(F, *T.call, std::move(r));
+  } else {
+    std::string direct;
+    for (const FlightRecord& r : recs) direct += r.line + "\n";
+    append_manifest(S, direct);
   }
-  append_manifest(S, direct);
   if (birth >= 0) {
     if (F.ring) {
       save_at_once(S, *F.fired, *in, site, v, n, graph.device);
