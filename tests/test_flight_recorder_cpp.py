@@ -253,7 +253,7 @@ def test_uncaught_exception_writes_both_rings(tmp_path):
         assert fl["graph_calls"] == 20 and _calls(records(run)) == [19, 20], writer
 
 
-# -- a causal mask's Inf, a later NaN, a new run ------------------------------------------------
+# -- a causal mask's Inf, a later NaN, a new run; level save -----------------------------------
 MASKED = textwrap.dedent("""
     import os, sys, torch
     def f(x):
@@ -264,7 +264,7 @@ MASKED = textwrap.dedent("""
         for i in range(8):  # sqrt(x + 5) is NaN from call 6 on
             g(torch.full((4, 4), 4.0 - 2 * i))
         os.environ["AOTI_DEBUG_DIR"] = sys.argv[1]  # a new run: the first one's ring is written now
-        for i in range(2):
+        for i in range(4):  # the same values each call: later records share the first call's files
             g(torch.ones(4, 4))
 """)
 
@@ -273,7 +273,8 @@ MASKED = textwrap.dedent("""
 def masked(tmp_path_factory):
     root = tmp_path_factory.mktemp("mask")
     proc = subprocess.run([sys.executable, "-c", MASKED, str(root / "second")],
-                          env=_env(str(root / "first"), **CPP, AOTI_DEBUG_RING="3", AOTI_DEBUG_TRIGGER="nonfinite"),
+                          env=_env(str(root / "first"), **CPP, AOTI_DEBUG_LEVEL="save", AOTI_DEBUG_RING="3",
+                                   AOTI_DEBUG_TRIGGER="nonfinite"),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return only_run(str(root / "first")), only_run(str(root / "second"))
@@ -296,8 +297,22 @@ def test_ring_written_when_the_run_changes(masked):
     assert [d["reason"] for d in fl["dumps"]] == ["nonfinite", "nonfinite: next occurrence saved", "close"]
     assert fl["graph_calls"] == 8 and _calls(records(first)) == [4, 5, 6, 7, 8]
     fl2 = _info(second)["flight"]
-    assert (fl2["graph_calls"], fl2["calls_written"], fl2["fired"]) == (2, 2, None)
-    assert [d["reason"] for d in fl2["dumps"]] == ["exit"] and _calls(records(second)) == [1, 2]
+    assert (fl2["graph_calls"], fl2["calls_written"], fl2["calls_dropped"], fl2["fired"]) == (4, 3, 1, None)
+    assert [d["reason"] for d in fl2["dumps"]] == ["exit"] and _calls(records(second)) == [2, 3, 4]
+
+
+def test_save_level_keeps_the_files_of_kept_records_only(masked):
+    """Files of calls that left the ring unwritten are deleted, unless a kept record
+    shares them (the second run's inputs are the same every call)."""
+    for run in masked:
+        recs = records(run)
+        named = {r["file"] for r in recs if r.get("file")}
+        on_disk = {f"tensors/{n}" for n in os.listdir(os.path.join(run, "tensors"))}
+        assert named == on_disk and len(named) > 0, run
+    recs = records(masked[1])
+    first_kept = min(r["seq"] for r in recs)
+    shared = [r for r in recs if r.get("shared")]
+    assert shared and any(int(r["file"].split("/")[1][1:9]) < first_kept for r in shared)  # made by the dropped call
 
 
 # -- bad values ----------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ def test_object_is_built_once_and_reused(tmp_path):
     assert runs[0] == runs[1]  # same file, not rebuilt
     folder = os.path.dirname(runs[0][0])
     assert folder.startswith(str(tmp_path / "cache" / "aoti_debug"))
-    assert sorted(os.listdir(folder)) == ["aoti_debug_rt-records.o", "build.lock"]  # no temporary left
+    assert sorted(os.listdir(folder)) == ["aoti_debug_rt-files.o", "build.lock"]  # no temporary left
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ each a header that includes what it uses so that it builds alone (the native tes
 that): ``interface.h`` (what the wrapper passes), ``json.h``, ``text.h``, ``state.h``
 (process-wide state and warnings), ``env.h``, ``graph.h``, ``dtypes.h``, ``names.h``,
 ``threads.h``, ``stats.h``, ``host_tensor.h``, ``run_json.h``, ``crc.h``, ``pt_writer.h``,
-``records.h``, ``flight.h``, ``flight_hooks.h``, ``run_dir.h``, ``entry.h``, and the wrapper-side glue (``glue_*.h``).
+``records.h``, ``flight.h``, ``flight_hooks.h``, ``run_dir.h``, ``entry.h``, and the
+wrapper-side glue (``glue_*.h``).
 
 ``constants.h`` is generated here, never written by hand: level codes from
 :data:`aoti_debug.config.LEVELS`, record, stats and run.json keys from
@@ -141,7 +142,7 @@ def _constants_body() -> str:
         return out + [f"}}  // namespace {space}"]
 
     if flight.SIGNALS != ("SIGTERM", "SIGINT"):
-        raise AssertionError(f"the C++ runtime's flight recorder (native/flight.h) handles SIGTERM and SIGINT: "
+        raise AssertionError(f"the C++ runtime's flight recorder (native/flight_hooks.h) handles SIGTERM and SIGINT: "
                              f"{flight.SIGNALS}")
     if config.TRIGGERS != ("nonfinite",):
         raise AssertionError(f"the C++ runtime's flight recorder (native/flight.h) knows the trigger nonfinite only: "

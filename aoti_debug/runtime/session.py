@@ -68,10 +68,10 @@ _claims_pid = os.getpid()
 #: Exported (extern "C", default visibility) by every instrumented C++ wrapper: see
 #: ``native/state.h``. A stable C signature, independent of the runtime's namespace.
 CPP_WARNINGS_SYMBOL = "aoti_debug_runtime_warnings"
-#: Exported by the C++ runtimes that record (``native/flight.h``): why the process ends,
+#: Exported by the C++ runtimes that record (``native/flight_hooks.h``): why the process ends,
 #: for their flight recorder's last write.
 CPP_EXIT_REASON_SYMBOL = "aoti_debug_runtime_exit_reason"
-_no_cpp_runtime: set[str] = set()  # loaded libraries known not to export it
+_no_cpp_runtime: set[tuple[str, str]] = set()  # (symbol, loaded library) known not to export it
 
 
 def failures() -> list[tuple[str, str]]:
@@ -138,7 +138,7 @@ def _cpp_runtimes(symbol: str) -> Iterator[Any]:
         return
     paths = {x[5].rstrip("\n") for x in fields if len(x) == 6 and x[5].startswith("/")}
     for path in sorted(paths):
-        if path in _no_cpp_runtime or path.endswith(" (deleted)"):
+        if (symbol, path) in _no_cpp_runtime or path.endswith(" (deleted)"):
             continue
         try:
             lib = ctypes.CDLL(path, mode=nolo | os.RTLD_LOCAL)
@@ -147,7 +147,7 @@ def _cpp_runtimes(symbol: str) -> Iterator[Any]:
         try:
             fn = getattr(lib, symbol)
         except AttributeError:
-            _no_cpp_runtime.add(path)
+            _no_cpp_runtime.add((symbol, path))
             _dlclose(lib)
             continue
         try:
