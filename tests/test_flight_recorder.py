@@ -239,13 +239,18 @@ def test_save_level_keeps_files_of_kept_records_only(fresh_session, monkeypatch)
 FOREVER = textwrap.dedent("""
     import sys, torch
     mode = sys.argv[1]
+    mixed = sys.argv[2:] == ["mixed"]  # a cpp_wrapper graph first in each step (test_flight_recorder_cpp.py)
     def f(x, w):
         return torch.relu(torch.sqrt(x) @ w) + 1
     w = torch.randn(8, 4)
     g = torch.compile(f)
+    h = torch.compile(lambda x: torch.cos(x) * 2)
     i = 0
     with torch.no_grad():
         while True:
+            if mixed:
+                with torch._inductor.config.patch(cpp_wrapper=True):
+                    h(torch.full((4,), float(i)))
             g(torch.full((8, 8), 2.0 + i), w)
             i += 1
             if i == 20:
@@ -255,21 +260,26 @@ FOREVER = textwrap.dedent("""
 """)
 
 
-def _forever(tmp_path, mode: str) -> subprocess.Popen:
+def forever(tmp_path, mode: str, *args: str) -> subprocess.Popen:
+    """FOREVER in a child, level stats, ring 2 (``args``: ``mixed``)."""
     env = {**os.environ, "PYTHONPATH": REPO, "AOTI_DEBUG_LEVEL": "stats", "AOTI_DEBUG_DIR": str(tmp_path / "dump"),
            "AOTI_DEBUG_RING": "2"}
-    return subprocess.Popen([sys.executable, "-c", FOREVER, mode], env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", FOREVER, mode, *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
-def test_sigterm_writes_the_ring_and_still_kills(tmp_path):
-    p = _forever(tmp_path, "wait")
+def sigterm_when_ready(p: subprocess.Popen) -> None:
+    """SIGTERM once FOREVER (mode ``wait``) ran 20 steps: it dies of it."""
     try:
         assert p.stdout.readline().strip() == "ready", p.stderr.read()
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=120) == -signal.SIGTERM
     finally:
         p.kill()
+
+
+def test_sigterm_writes_the_ring_and_still_kills(tmp_path):
+    sigterm_when_ready(forever(tmp_path, "wait"))
     run = only_run(str(tmp_path / "dump"))
     fl = _flight(run)
     assert [d["reason"] for d in fl["dumps"]] == ["signal SIGTERM"]
@@ -284,7 +294,7 @@ def test_sigterm_writes_the_ring_and_still_kills(tmp_path):
 
 
 def test_uncaught_exception_writes_the_ring(tmp_path):
-    p = _forever(tmp_path, "raise")
+    p = forever(tmp_path, "raise")
     _out, err = p.communicate(timeout=300)
     assert p.returncode == 1 and "illegal memory access" in err
     run = only_run(str(tmp_path / "dump"))

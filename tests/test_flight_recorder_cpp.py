@@ -24,6 +24,7 @@ from aoti_debug import config
 from aoti_debug.cli import main as cli_main
 from aoti_debug.runtime import flight, session
 from tests.conftest import REPO, dump_dir_restored, only_run, records, run_dirs
+from tests.test_flight_recorder import forever, sigterm_when_ready
 
 #: The graph call (1, 2, ...) of LOOP where NaN is first born (its sqrt meets a negative input).
 NAN_AT = 50
@@ -185,36 +186,7 @@ def test_flight_object_has_the_python_runtimes_keys_and_types(ran_past_nan):
     assert _shape(cpp) == _shape(python)
 
 
-# -- exits: SIGTERM, an uncaught exception; a Python-wrapper graph in the same process ----------
-FOREVER = textwrap.dedent("""
-    import sys, torch
-    mode = sys.argv[1]
-    def f(x, w):
-        return torch.relu(torch.sqrt(x) @ w) + 1
-    w = torch.randn(8, 4)
-    with torch._inductor.config.patch(cpp_wrapper=True):
-        cpp = torch.compile(f)
-    py = torch.compile(lambda x: torch.cos(x) * 2)
-    i = 0
-    with torch.no_grad():
-        while True:
-            with torch._inductor.config.patch(cpp_wrapper=True):
-                cpp(torch.full((8, 8), 2.0 + i), w)
-            py(torch.full((4,), float(i)))
-            i += 1
-            if i == 20:
-                if mode == "raise":
-                    raise RuntimeError("CUDA error: an illegal memory access was encountered")
-                print("ready", flush=True)
-""")
-
-
-def _forever(tmp_path, mode: str) -> subprocess.Popen:
-    env = _env(str(tmp_path / "dump"), AOTI_DEBUG_RING="2")
-    return subprocess.Popen([sys.executable, "-c", FOREVER, mode], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
+# -- exits: SIGTERM, an uncaught exception; a cpp_wrapper and a Python-wrapper graph in one process
 def _runs_by_writer(root: str) -> dict[str, str]:
     runs = run_dirs(root)
     by = {_info(r)["writer"]: r for r in runs}
@@ -225,13 +197,7 @@ def _runs_by_writer(root: str) -> dict[str, str]:
 def test_sigterm_writes_both_rings_and_still_kills(tmp_path):
     """The C++ runtime installs its handler first; the Python runtime's replaces it at its
     first graph call, and the next C++ graph call puts its own back in front of it."""
-    p = _forever(tmp_path, "wait")
-    try:
-        assert p.stdout.readline().strip() == "ready", p.stderr.read()
-        p.send_signal(signal.SIGTERM)
-        assert p.wait(timeout=120) == -signal.SIGTERM
-    finally:
-        p.kill()
+    sigterm_when_ready(forever(tmp_path, "wait", "mixed"))
     for writer, run in _runs_by_writer(str(tmp_path / "dump")).items():
         fl = _info(run)["flight"]
         assert [d["reason"] for d in fl["dumps"]] == ["signal SIGTERM"], writer
@@ -243,7 +209,7 @@ def test_sigterm_writes_both_rings_and_still_kills(tmp_path):
 
 
 def test_uncaught_exception_writes_both_rings(tmp_path):
-    p = _forever(tmp_path, "raise")
+    p = forever(tmp_path, "raise", "mixed")
     _out, err = p.communicate(timeout=600)
     assert p.returncode == 1 and "illegal memory access" in err
     for writer, run in _runs_by_writer(str(tmp_path / "dump")).items():
