@@ -7,6 +7,9 @@ each in its own process (the runtimes' state is per process):
 
 * ``base``           uninstrumented
 * ``ours:<level>``   aoti_debug at save / print / names / stats (AOTI_DEBUG_SYNC off)
+* ``ours:stats+ring``, ``ours:stats+trigger``  (not run by default) stats with the flight
+                     recorder: AOTI_DEBUG_RING=3, and AOTI_DEBUG_TRIGGER=nonfinite too (the
+                     ring is written at exit: a step is the cost of keeping it)
 * ``builtin:<n>``    torch._inductor.config.aot_inductor.debug_intermediate_value_printer
                      = "1" (save), "2" (print), "3" (kernel names), aoti_debug off
 
@@ -48,6 +51,7 @@ PRESETS = {
 
 MODELS = ("transformer", "gpt2")
 CONFIGS = ["base", "ours:save", "ours:print", "ours:names", "ours:stats", "builtin:1", "builtin:2", "builtin:3"]
+FLIGHT_CONFIGS = ["ours:stats+ring", "ours:stats+trigger"]
 
 _CHILD = r"""
 import json, os, sys, time
@@ -70,7 +74,12 @@ patch = dict(cpp_wrapper=cpp)
 if cfg.startswith("builtin:"):
     patch["aot_inductor.debug_intermediate_value_printer"] = cfg.split(":")[1]
 elif cfg.startswith("ours:"):
-    aoti_debug.enable(cfg.split(":")[1])
+    level, _, flight = cfg.split(":")[1].partition("+")
+    if flight:  # read when the runtimes start their run
+        os.environ["AOTI_DEBUG_RING"] = "3"
+        if flight == "trigger":
+            os.environ["AOTI_DEBUG_TRIGGER"] = "nonfinite"
+    aoti_debug.enable(level)
 devnull = os.open(os.devnull, os.O_WRONLY)
 step = 0
 with torch.no_grad(), torch._inductor.config.patch(patch):
@@ -112,6 +121,8 @@ class Child:
         env = dict(os.environ)
         env.pop("AOTI_DEBUG_LEVEL", None)
         env.pop("AOT_INDUCTOR_DEBUG_INTERMEDIATE_VALUE_PRINTER", None)
+        env.pop("AOTI_DEBUG_RING", None)
+        env.pop("AOTI_DEBUG_TRIGGER", None)
         env["AOTI_DEBUG_DIR"] = os.path.join(self.work, "dump")
         code = _CHILD.format(repo=REPO, cfg=cfg, preset=preset, model=model, cpp=wrapper == "cpp")
         self.log = open(os.path.join(self.work, "child.log"), "w")
@@ -148,8 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wrapper", default="cpp", help="comma-separated: cpp, python")
     ap.add_argument("--rounds", type=int, default=10, help="lockstep rounds")
     ap.add_argument("--steps", type=int, default=3, help="steps per configuration per round")
-    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ", ".join(CONFIGS))
+    ap.add_argument("--configs", default=",".join(CONFIGS),
+                    help="comma-separated subset of " + ", ".join(CONFIGS + FLIGHT_CONFIGS))
     args = ap.parse_args(argv)
+    unknown = set(args.configs.split(",")) - set(CONFIGS + FLIGHT_CONFIGS)
+    if unknown:
+        ap.error(f"--configs: unknown {', '.join(sorted(unknown))}")
     preset = PRESETS[args.preset]
     wrappers = args.wrapper.split(",")
     if not set(wrappers) <= {"cpp", "python"}:
@@ -165,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             for cfg in args.configs.split(","):
                 child = Child(cfg, preset, args.model, wrapper)
                 info = child.read()  # compiles one at a time
-                print(f"  compiled {wrapper:<6} {cfg:<12} in {info['compile_s']:6.1f} s", flush=True)
+                print(f"  compiled {wrapper:<6} {cfg:<18} in {info['compile_s']:6.1f} s", flush=True)
                 children.append(child)
         for c in children:  # warm-up round, not timed
             c.run(args.steps)
@@ -183,11 +198,11 @@ def main(argv: list[str] | None = None) -> int:
             if c.proc.poll() is None:
                 c.proc.kill()
     print()
-    print(f"{'wrapper':<8} {'config':<12} {'ms/step':>9} {'x base':>8} {'MB/step':>9}")
+    print(f"{'wrapper':<8} {'config':<18} {'ms/step':>9} {'x base':>8} {'MB/step':>9}")
     for (wrapper, cfg), r in results.items():
         base = results.get((wrapper, "base"))
         ratio = r["median"] / base["median"] if base else float("nan")
-        print(f"{wrapper:<8} {cfg:<12} {r['median'] * 1e3:9.3f} {ratio:8.2f} {r['bytes'] / r['steps'] / 1e6:9.2f}")
+        print(f"{wrapper:<8} {cfg:<18} {r['median'] * 1e3:9.3f} {ratio:8.2f} {r['bytes'] / r['steps'] / 1e6:9.2f}")
     print()
     pairs = [("ours:save", "builtin:1"), ("ours:print", "builtin:2"), ("ours:stats", "builtin:2"),
              ("ours:names", "builtin:3")]

@@ -24,7 +24,7 @@ from aoti_debug.errors import ConfigError
 from aoti_debug.format import reader
 from aoti_debug.format.protocol import PROTOCOL_VERSION, Site, SiteArg
 from aoti_debug.runtime import flight, hooks, session
-from tests.conftest import REPO, dump_dir_restored, only_run, records, run_python
+from tests.conftest import REPO, only_run, records, run_python
 
 #: The graph call (1, 2, ...) of LOOP where NaN is first born: its model's first kernel
 #: takes the square root of an input that turns negative at that call.
@@ -239,13 +239,18 @@ def test_save_level_keeps_files_of_kept_records_only(fresh_session, monkeypatch)
 FOREVER = textwrap.dedent("""
     import sys, torch
     mode = sys.argv[1]
+    mixed = sys.argv[2:] == ["mixed"]  # a cpp_wrapper graph first in each step (test_flight_recorder_cpp.py)
     def f(x, w):
         return torch.relu(torch.sqrt(x) @ w) + 1
     w = torch.randn(8, 4)
     g = torch.compile(f)
+    h = torch.compile(lambda x: torch.cos(x) * 2)
     i = 0
     with torch.no_grad():
         while True:
+            if mixed:
+                with torch._inductor.config.patch(cpp_wrapper=True):
+                    h(torch.full((4,), float(i)))
             g(torch.full((8, 8), 2.0 + i), w)
             i += 1
             if i == 20:
@@ -255,21 +260,26 @@ FOREVER = textwrap.dedent("""
 """)
 
 
-def _forever(tmp_path, mode: str) -> subprocess.Popen:
+def forever(tmp_path, mode: str, *args: str) -> subprocess.Popen:
+    """FOREVER in a child, level stats, ring 2 (``args``: ``mixed``)."""
     env = {**os.environ, "PYTHONPATH": REPO, "AOTI_DEBUG_LEVEL": "stats", "AOTI_DEBUG_DIR": str(tmp_path / "dump"),
            "AOTI_DEBUG_RING": "2"}
-    return subprocess.Popen([sys.executable, "-c", FOREVER, mode], env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", FOREVER, mode, *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
-def test_sigterm_writes_the_ring_and_still_kills(tmp_path):
-    p = _forever(tmp_path, "wait")
+def sigterm_when_ready(p: subprocess.Popen) -> None:
+    """SIGTERM once FOREVER (mode ``wait``) ran 20 steps: it dies of it."""
     try:
         assert p.stdout.readline().strip() == "ready", p.stderr.read()
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=120) == -signal.SIGTERM
     finally:
         p.kill()
+
+
+def test_sigterm_writes_the_ring_and_still_kills(tmp_path):
+    sigterm_when_ready(forever(tmp_path, "wait"))
     run = only_run(str(tmp_path / "dump"))
     fl = _flight(run)
     assert [d["reason"] for d in fl["dumps"]] == ["signal SIGTERM"]
@@ -284,7 +294,7 @@ def test_sigterm_writes_the_ring_and_still_kills(tmp_path):
 
 
 def test_uncaught_exception_writes_the_ring(tmp_path):
-    p = _forever(tmp_path, "raise")
+    p = forever(tmp_path, "raise")
     _out, err = p.communicate(timeout=300)
     assert p.returncode == 1 and "illegal memory access" in err
     run = only_run(str(tmp_path / "dump"))
@@ -362,27 +372,6 @@ def test_watch_takes_an_inf_made_at_a_kernels_first_call_as_by_design():
     assert w.observe(_rec(3, 5, "before", uninitialised=True, nan=1), 2) is None
     birth = w.observe(_rec(4, 5, "after", inf=1, kernel_call=3), 2)  # an overflow elsewhere
     assert birth is not None and birth["value"] == "inf" and birth["inputs_held"] == "none"
-
-
-# -- the C++ runtime -------------------------------------------------------------------------
-def test_cpp_runtime_warns_and_records_everything(tmp_path, monkeypatch):
-    monkeypatch.setenv(config.ENV_RING, "2")
-    monkeypatch.setenv(config.ENV_TRIGGER, "nonfinite")
-    root = str(tmp_path / "cpp")
-    torch._dynamo.reset()
-    x, w = torch.randn(6, 8), torch.randn(8, 4)
-    with dump_dir_restored(), torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=root), \
-            torch._inductor.config.patch(cpp_wrapper=True):
-        fn = torch.compile(lambda x, w: torch.relu(x @ w) * 0.5)
-        for _ in range(4):
-            fn(x, w)
-        aoti_debug.flush()
-    keys = {k for k, _ in session.failures()}
-    assert {"cpp:env-AOTI_DEBUG_RING", "cpp:env-AOTI_DEBUG_TRIGGER"} <= keys
-    message = dict(session.failures())["cpp:env-AOTI_DEBUG_RING"]
-    assert "not supported by the C++ runtime" in message
-    recs = records(only_run(root))
-    assert {r["wrapper"] for r in recs} == {"cpp"} and _calls(recs) == [1, 2, 3, 4]
 
 
 # -- records that arrive late (a GPU's path, simulated on the CPU) -----------------------------

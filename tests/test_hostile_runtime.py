@@ -488,7 +488,7 @@ _HARNESS = r"""
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include "runtime.h"
 using namespace NS;
-// id RAW | env | owner PATH | claim ROOT ID RANK WORLD
+// id RAW | env | flight | owner PATH | claim ROOT ID RANK WORLD
 int main(int argc, char** argv) {
   Shared& S = shared();
   std::lock_guard<std::mutex> g(S.mu);
@@ -499,6 +499,12 @@ int main(int argc, char** argv) {
     int rank = env_int(S, "RANK", 0, 0, "rank 0");
     int world = env_int(S, "WORLD_SIZE", 1, 1, "world size 1");
     std::printf("%lld %d %d\n", mb, rank, world);
+    for (auto& w : claims().run_warnings) std::printf("%s\n", w.c_str());
+  }
+  if (mode == "flight") {
+    long long ring = static_cast<long long>(parse_ring(S));
+    int trigger = parse_trigger(S) ? 1 : 0;
+    std::printf("%lld %d\n", ring, trigger);
     for (auto& w : claims().run_warnings) std::printf("%s\n", w.c_str());
   }
   if (mode == "owner") std::printf("%s\n", describe_owner(argv[2]).c_str());
@@ -528,7 +534,8 @@ def harness(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     def call(*args: str, **environ: str) -> list[str]:
-        base = {k: v for k, v in os.environ.items() if k not in ("AOTI_DEBUG_MAX_BYTES", "RANK", "WORLD_SIZE")}
+        base = {k: v for k, v in os.environ.items()
+                if k not in ("AOTI_DEBUG_MAX_BYTES", "RANK", "WORLD_SIZE", "AOTI_DEBUG_RING", "AOTI_DEBUG_TRIGGER")}
         r = subprocess.run([exe, *args], env=dict(base, **environ), capture_output=True, timeout=60)
         assert r.returncode == 0, r.stderr
         return r.stdout.decode("utf-8", "surrogateescape").split("\n")[:-1]
@@ -559,6 +566,23 @@ def test_cpp_and_python_parse_env_values_alike(harness):
             expected_mb = -1 if s.max_bytes is None else s.max_bytes
             assert out[0] == f"{expected_mb} {s.rank} {s.world_size}", (v, out)
             assert out[1:] == seen, (v, out, seen)
+
+
+RINGS = ["", " 12 ", "+3", "0", "000", "1000000", "1000001", "999999999", "1234567890", "-1", "abc", "2.5", "1e3",
+         "٣", "1 2"]
+TRIGGERS = ["", "nonfinite", " NonFinite\t", "nan", "nonfinite,x", "none"]
+
+
+def test_cpp_and_python_parse_flight_settings_alike(harness):
+    """AOTI_DEBUG_RING / AOTI_DEBUG_TRIGGER (config.parse_ring, parse_trigger): the same
+    values, the same warnings naming the variable and what is used instead."""
+    for ring, trigger in [(r, "") for r in RINGS] + [("", t) for t in TRIGGERS]:
+        environ = {"AOTI_DEBUG_RING": ring, "AOTI_DEBUG_TRIGGER": trigger}
+        seen: list[str] = []
+        s = config.run_settings_from_env(environ, warn=lambda k, m: seen.append(m))
+        out = harness("flight", **environ)
+        assert out[0] == f"{s.ring or 0} {int(s.trigger == 'nonfinite')}", (ring, trigger, out)
+        assert out[1:] == seen, (ring, trigger, out, seen)
 
 
 def test_cpp_and_python_claim_and_describe_alike(harness, tmp_path):

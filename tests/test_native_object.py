@@ -24,10 +24,11 @@ INCLUDE = os.path.join(os.path.dirname(torch.__file__), "include")
 
 
 def test_each_level_links_the_object_of_its_features():
+    # tensor files at every level that records: the flight recorder's trigger saves tensors
     assert {lvl: native_object.variant(lvl) for lvl in ("names", "print", "stats", "save")} == {
-        "names": "names", "print": "records", "stats": "records", "save": "files"}
-    names = {native_object.object_spec(v).name for v in ("names", "records", "files")}
-    assert len(names) == 3
+        "names": "names", "print": "files", "stats": "files", "save": "files"}
+    names = {native_object.object_spec(v).name for v in ("names", "files")}
+    assert len(names) == 2
     for name in names:
         assert name.startswith(cpp_runtime.abi_namespace() + "-obj-") and name.endswith(".o")
         block = cpp_runtime.linked_block("cpu", "stats", name)
@@ -65,7 +66,7 @@ def test_object_is_built_once_and_reused(tmp_path):
     assert runs[0] == runs[1]  # same file, not rebuilt
     folder = os.path.dirname(runs[0][0])
     assert folder.startswith(str(tmp_path / "cache" / "aoti_debug"))
-    assert sorted(os.listdir(folder)) == ["aoti_debug_rt-records.o", "build.lock"]  # no temporary left
+    assert sorted(os.listdir(folder)) == ["aoti_debug_rt-files.o", "build.lock"]  # no temporary left
 
 
 @pytest.fixture(scope="module")

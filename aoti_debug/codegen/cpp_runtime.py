@@ -5,8 +5,9 @@ The runtime is a set of parts in ``native/`` (shipped as package data), one job 
 each a header that includes what it uses so that it builds alone (the native tests do
 that): ``interface.h`` (what the wrapper passes), ``json.h``, ``text.h``, ``state.h``
 (process-wide state and warnings), ``env.h``, ``graph.h``, ``dtypes.h``, ``names.h``,
-``threads.h``, ``stats.h``, ``host_tensor.h``, ``run_json.h``, ``run_dir.h``, ``crc.h``,
-``pt_writer.h``, ``records.h``, ``entry.h``, and the wrapper-side glue (``glue_*.h``).
+``threads.h``, ``stats.h``, ``host_tensor.h``, ``run_json.h``, ``crc.h``, ``pt_writer.h``,
+``records.h``, ``flight.h``, ``flight_hooks.h``, ``run_dir.h``, ``entry.h``, and the
+wrapper-side glue (``glue_*.h``).
 
 ``constants.h`` is generated here, never written by hand: level codes from
 :data:`aoti_debug.config.LEVELS`, record, stats and run.json keys from
@@ -66,10 +67,12 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("stats.h", "records"),
     ("host_tensor.h", "records"),
     ("run_json.h", "records"),
-    ("run_dir.h", "records"),
     ("crc.h", "files"),
     ("pt_writer.h", "files"),
     ("records.h", "records"),
+    ("flight.h", "records"),
+    ("flight_hooks.h", "records"),
+    ("run_dir.h", "records"),
     ("entry.h", "names"),
 )
 INTERFACE = "interface.h"
@@ -98,8 +101,12 @@ LEVEL_CODES = level_codes()
 
 
 def features(level: str | None) -> dict[str, bool]:
-    """What a runtime built for ``level`` needs (None: every level, the JIT library)."""
-    return {"records": level != "names", "files": level in (None, "save")}
+    """What a runtime built for ``level`` needs (None: every level, the JIT library).
+
+    Tensor files at every level that records: the flight recorder's trigger
+    (``AOTI_DEBUG_TRIGGER``, read when the model runs) saves the tensors of the launch
+    where NaN/Inf was born at level ``stats`` and ``print`` too."""
+    return {"records": level != "names", "files": level != "names"}
 
 
 def parts_for(level: str | None) -> list[str]:
@@ -127,12 +134,19 @@ def _constants_body() -> str:
     """constants.h without its namespace lines (what the namespace hash covers)."""
     from .. import config
     from ..format import provenance, schema, writer
+    from ..runtime import flight
 
     def names(title: str, space: str, fields) -> list[str]:
         out = [f"// {title}", f"namespace {space} {{"]
         out += [f"constexpr const char* {_cpp_name(f)} = {cpp_string(f)};" for f in fields]
         return out + [f"}}  // namespace {space}"]
 
+    if flight.SIGNALS != ("SIGTERM", "SIGINT"):
+        raise AssertionError(f"the C++ runtime's flight recorder (native/flight_hooks.h) handles SIGTERM and SIGINT: "
+                             f"{flight.SIGNALS}")
+    if config.TRIGGERS != ("nonfinite",):
+        raise AssertionError(f"the C++ runtime's flight recorder (native/flight.h) knows the trigger nonfinite only: "
+                             f"{config.TRIGGERS}")
     levels = sorted(config.LEVELS.items())
     if [n for n, _ in levels] != list(range(len(levels))):
         raise AssertionError(f"config.LEVELS must number its levels 0..n-1: {config.LEVELS}")
@@ -164,6 +178,15 @@ def _constants_body() -> str:
         f"constexpr const char* kRing = {cpp_string(config.ENV_RING)};",
         f"constexpr const char* kTrigger = {cpp_string(config.ENV_TRIGGER)};",
         "}  // namespace env",
+        "// runtime.flight: the flight recorder's limits, and config.TRIGGERS (flight.h knows nonfinite)",
+        "namespace flight {",
+        f"constexpr long long kMaxRing = {int(config.MAX_RING)};",
+        f"constexpr long long kMaxRecords = {int(flight.MAX_RING_RECORDS)};",
+        f"constexpr int kWatchWindow = {int(flight._WATCH_WINDOW)};",
+        f"constexpr int kMaxAhead = {int(flight._MAX_AHEAD)};",
+        f"constexpr int kMaxDumpsListed = {int(flight._MAX_DUMPS_LISTED)};",
+        f"constexpr const char* kNonfinite = {cpp_string(config.TRIGGERS[0])};",
+        "}  // namespace flight",
         *names("format.schema.Record: the keys of a manifest record", "rec",
                [f.name for f in dataclasses.fields(schema.Record) if f.name not in schema.REFERENCE_ONLY_FIELDS]),
         *names("format.schema.STAT_KEYS", "stat", schema.STAT_KEYS),

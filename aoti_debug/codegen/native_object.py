@@ -3,7 +3,7 @@
 An AOTI package must need nothing of aoti_debug where it runs, so the runtime goes into
 the package's ``.so``. Compiled into every wrapper, it made an instrumented wrapper's
 compile up to 1.7x slower (docs/benchmarks.md). Instead, the runtime for a level's
-features (``names``, ``records``: stats/print, ``files``: save; ``cpp_runtime.features``)
+features (``names``, ``files``: stats/print/save; ``cpp_runtime.features``)
 is compiled once per content hash, compiler, flags and torch into an object
 (``native/object.cpp``), in Inductor's cache directory next to the JIT runtime library,
 with -fPIC and hidden visibility, so that the package exports nothing that the inlined
@@ -38,9 +38,10 @@ _warned: set[str] = set()
 
 
 def variant(level: str) -> str:
-    """The object a ``level`` links: ``names``, ``records`` (stats, print) or ``files`` (save)."""
+    """The object a ``level`` links: ``names``, or ``files`` (stats, print, save: the flight
+    recorder's trigger saves tensors at any level that records)."""
     need = cpp_runtime.features(level)
-    return "files" if need["files"] else "records" if need["records"] else "names"
+    return "files" if need["files"] else "names"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +145,7 @@ def object_for_link(name: str) -> str:
     Raises:
         BuildError: no such object of this installation, or it cannot be built.
     """
-    for v in ("names", "records", "files"):
+    for v in ("names", "files"):
         spec = object_spec(v)
         if spec.name == name:
             if not os.path.exists(spec.path):

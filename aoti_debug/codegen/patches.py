@@ -292,6 +292,9 @@ def install(settings: CompileSettings) -> None:
         _apply_table()
     context.set_settings(settings)
     update_cache_tag(settings)
+    # Its exit hook tells the C++ runtimes when an exception ends the process (their
+    # flight recorder's last write says so): C++ wrappers import nothing of aoti_debug.
+    from ..runtime import session  # noqa: F401
 
 
 def _apply_table() -> None:

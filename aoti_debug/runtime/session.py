@@ -26,7 +26,7 @@ import json
 import os
 import sys
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .. import config
 from ..format.schema import RunInfo
@@ -72,9 +72,12 @@ _claims_pid = os.getpid()
 
 
 #: Exported (extern "C", default visibility) by every instrumented C++ wrapper: see
-#: ``aoti_debug_runtime.h``. A stable C signature, independent of the runtime's namespace.
+#: ``native/state.h``. A stable C signature, independent of the runtime's namespace.
 CPP_WARNINGS_SYMBOL = "aoti_debug_runtime_warnings"
-_no_cpp_runtime: set[str] = set()  # loaded libraries known not to export it
+#: Exported by the C++ runtimes that record (``native/flight_hooks.h``): why the process ends,
+#: for their flight recorder's last write.
+CPP_EXIT_REASON_SYMBOL = "aoti_debug_runtime_exit_reason"
+_no_cpp_runtime: set[tuple[str, str]] = set()  # (symbol, loaded library) known not to export it
 
 
 def failures() -> list[tuple[str, str]]:
@@ -93,47 +96,22 @@ def failures() -> list[tuple[str, str]]:
 
 
 def _cpp_failures() -> list[tuple[str, str]]:
-    """Ask every loaded instrumented C++ library (Linux: /proc/self/maps) for its warnings.
+    """Ask every loaded instrumented C++ library for its warnings (:func:`_cpp_runtimes`).
 
-    The libraries are found by looking, never loaded: ``dlopen(RTLD_NOLOAD)`` only hands
-    back one that is already in the process. Libraries of one process share one state
-    (the runtime's STB_GNU_UNIQUE object); its identity is the first line of the text.
+    Libraries of one process share one state (the runtime's STB_GNU_UNIQUE object); its
+    identity is the first line of the text.
     """
     import ctypes
 
-    nolo = getattr(os, "RTLD_NOLOAD", None)
-    if nolo is None:
-        return []
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            fields = [line.split(None, 5) for line in f if ".so" in line]
-    except OSError:
-        return []
-    paths = {x[5].rstrip("\n") for x in fields if len(x) == 6 and x[5].startswith("/")}
     seen: set[str] = set()
     out: list[tuple[str, str]] = []
-    for path in sorted(paths):
-        if path in _no_cpp_runtime or path.endswith(" (deleted)"):
-            continue
-        try:
-            lib = ctypes.CDLL(path, mode=nolo | os.RTLD_LOCAL)
-        except OSError:
-            continue
-        try:
-            fn = getattr(lib, CPP_WARNINGS_SYMBOL)
-        except AttributeError:
-            _no_cpp_runtime.add(path)
-            _dlclose(lib)
-            continue
-        try:
-            fn.restype = ctypes.c_size_t
-            fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-            need = fn(None, 0)
-            buf = ctypes.create_string_buffer(need + 4096)  # room for warnings given meanwhile
-            n = fn(buf, len(buf))
-            text = buf.raw[:min(n, len(buf))].decode("utf-8", "replace")
-        finally:
-            _dlclose(lib)
+    for fn in _cpp_runtimes(CPP_WARNINGS_SYMBOL):
+        fn.restype = ctypes.c_size_t
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        need = fn(None, 0)
+        buf = ctypes.create_string_buffer(need + 4096)  # room for warnings given meanwhile
+        n = fn(buf, len(buf))
+        text = buf.raw[:min(n, len(buf))].decode("utf-8", "replace")
         identity, _, body = text.partition("\n")
         if identity in seen:
             continue
@@ -145,6 +123,43 @@ def _cpp_failures() -> list[tuple[str, str]]:
             except (ValueError, TypeError):
                 continue
     return out
+
+
+def _cpp_runtimes(symbol: str) -> Iterator[Any]:
+    """``symbol`` (a ctypes function) of every loaded library that exports it (Linux:
+    /proc/self/maps), each library held only while its function is in use.
+
+    The libraries are found by looking, never loaded: ``dlopen(RTLD_NOLOAD)`` only hands
+    back one that is already in the process.
+    """
+    import ctypes
+
+    nolo = getattr(os, "RTLD_NOLOAD", None)
+    if nolo is None:
+        return
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            fields = [line.split(None, 5) for line in f if ".so" in line]
+    except OSError:
+        return
+    paths = {x[5].rstrip("\n") for x in fields if len(x) == 6 and x[5].startswith("/")}
+    for path in sorted(paths):
+        if (symbol, path) in _no_cpp_runtime or path.endswith(" (deleted)"):
+            continue
+        try:
+            lib = ctypes.CDLL(path, mode=nolo | os.RTLD_LOCAL)
+        except OSError:
+            continue
+        try:
+            fn = getattr(lib, symbol)
+        except AttributeError:
+            _no_cpp_runtime.add((symbol, path))
+            _dlclose(lib)
+            continue
+        try:
+            yield fn
+        finally:
+            _dlclose(lib)
 
 
 def _dlclose(lib: Any) -> None:
@@ -532,12 +547,29 @@ def dump_path() -> str | None:
 
 @atexit.register
 def _close_at_exit() -> None:
+    reason = _exit_reason()
+    if reason != "exit":
+        _tell_cpp_runtimes(reason)
     s = _session
     if s is not None and s.pid == os.getpid():
         try:
-            s.close(_exit_reason())
+            s.close(reason)
         except Exception:
             pass
+
+
+def _tell_cpp_runtimes(reason: str) -> None:
+    """The C++ runtimes of this process (cpp_wrapper, AOTInductor) write their flight
+    recorder's ring when the process exits, after this: tell them why it ends."""
+    import ctypes
+
+    try:
+        for fn in _cpp_runtimes(CPP_EXIT_REASON_SYMBOL):
+            fn.restype = None
+            fn.argtypes = [ctypes.c_char_p]
+            fn(reason.encode("utf-8", "replace"))
+    except Exception:
+        pass
 
 
 def _exit_reason() -> str:

@@ -26,6 +26,8 @@
 #define AOTI_DEBUG_WITH_RECORDS 1
 #endif
 #if AOTI_DEBUG_WITH_RECORDS
+#include "flight.h"
+#include "flight_hooks.h"
 #include "records.h"
 #include "run_dir.h"
 #include "run_json.h"
@@ -104,7 +106,11 @@ void record_phase(Shared& S, Local& L, const std::string& label, const Site& sit
   register_graph(S, L, label, site, graph);
   if (S.usable) {
     Resolved r(S, site, values, count);
-    record_side(S, site, r.data(), r.size(), phase, label, graph->device);
+    if (flight_state().on) {
+      flight_side(S, site, label, *graph, r.data(), r.size(), phase);
+    } else {
+      record_side(S, site, r.data(), r.size(), phase, label, graph->device);
+    }
   }
   if (claims().info_stale) write_info(S);
 }
@@ -146,6 +152,7 @@ void entry_launch(Graph* graph, Token* token, const Site* site_ptr, const Value*
       return;
     }
 #if AOTI_DEBUG_WITH_RECORDS
+    if (flight_enter(*graph, site)) flight_arm(S);
     record_phase(S, L, label, site, graph, values, count, "before");
 #endif
   } catch (const std::exception& e) {

@@ -138,19 +138,38 @@ std::vector<std::pair<int64_t, int64_t>> parse_save_launches(Shared& S) {
   return out;
 }
 
-// AOTI_DEBUG_RING / AOTI_DEBUG_TRIGGER (config.parse_ring, parse_trigger): the flight
-// recorder lives in the Python runtime (runtime/flight.py) only. Here a value that asks
-// for it warns once, naming the variable, and every record is written as it comes.
-void warn_flight_unsupported(Shared& S) {
-  for (const char* name : {schema::env::kRing, schema::env::kTrigger}) {
-    std::string raw = env_str(name);
-    std::string v = trim_space(raw);
-    if (name == schema::env::kRing && !v.empty() && v[0] == '+') v.erase(0, 1);
-    if (v.empty() || (name == schema::env::kRing && v.find_first_not_of('0') == std::string::npos)) continue;
+// config.parse_ring: AOTI_DEBUG_RING, a whole number from 0 to config.MAX_RING (up to 9
+// digits, "+" allowed); 0 when unset, empty or 0 (no ring). Anything else warns once,
+// naming the variable, and the ring is off.
+int64_t parse_ring(Shared& S) {
+  const char* name = schema::env::kRing;
+  std::string raw = env_str(name);
+  std::string v = trim_space(raw);
+  if (v.empty()) return 0;
+  size_t i = v[0] == '+' ? 1 : 0;
+  bool ok = v.size() > i && v.size() - i <= 9 && v.find_first_not_of("0123456789", i) == std::string::npos;
+  long long x = ok ? std::strtoll(v.c_str() + i, nullptr, 10) : -1;
+  if (!ok || x > schema::flight::kMaxRing) {
     warn_once(S, std::string("env-") + name, std::string(name) + "=" + env_shown(raw) +
-              " is not supported by the C++ runtime (cpp_wrapper, AOTInductor) yet: the flight recorder is "
-              "off and every record is written as it comes");
+              " is not a number of graph calls (a whole number from 1 to " + std::to_string(schema::flight::kMaxRing) +
+              "; 0 turns the ring off); the ring is off (every record is written as it comes)");
+    return 0;
   }
+  return x;
+}
+
+// config.parse_trigger: AOTI_DEBUG_TRIGGER, nonfinite (any case, spaces trimmed) or unset.
+// Anything else warns once, naming the variable, and there is no trigger.
+bool parse_trigger(Shared& S) {
+  const char* name = schema::env::kTrigger;
+  std::string raw = env_str(name);
+  std::string v = trim_space(raw);
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (v.empty()) return false;
+  if (v == schema::flight::kNonfinite) return true;
+  warn_once(S, std::string("env-") + name, std::string(name) + "=" + env_shown(raw) + ": expected one of " +
+            schema::flight::kNonfinite + "; no trigger is used");
+  return false;
 }
 
 // RunSettings.saves: whether level save writes the tensor files of `launch`.

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -36,8 +37,10 @@ namespace AOTI_DEBUG_NS {
 namespace {
 
 // One write for all lines of one launch side: each write holds whole lines only.
-void append_manifest(Shared& S, const std::string& lines) {
-  if (S.manifest_fd < 0 || lines.empty()) return;
+// False (one warning) when they could not all be written.
+bool append_manifest(Shared& S, const std::string& lines) {
+  if (lines.empty()) return true;
+  if (S.manifest_fd < 0) return false;
   const char* p = lines.data();
   size_t n = lines.size();
   while (n > 0) {
@@ -46,11 +49,21 @@ void append_manifest(Shared& S, const std::string& lines) {
     if (w <= 0) {
       warn_once(S, "manifest", "cannot append to manifest in '" + S.path + "': " +
                                    errno_text(w < 0 ? errno : ENOSPC));
-      return;
+      return false;
     }
     p += w;
     n -= static_cast<size_t>(w);
   }
+  return true;
+}
+
+// The name of a tensor file of the C++ runtime (format.schema.tensor_filename, with a
+// "c" so that it never collides with the Python runtime's in the same run directory).
+std::string tensor_file_name(int64_t seq, const char* phase, const char* kernel, const char* arg) {
+  char num[24];
+  std::snprintf(num, sizeof(num), "c%08lld", static_cast<long long>(seq));
+  return std::string(schema::kTensorDir) + "/" + num + "-" + phase + "-" + sanitize(kernel, 80) + "-" +
+      sanitize(arg, 40) + ".pt";
 }
 
 // kind, dtype, shape, stride, device, numel: what a record says of any tensor.
@@ -96,10 +109,7 @@ std::string save_values(Shared& S, const Site& site, const Arg& a, const char* p
     return "";
   }
   S.bytes_written += static_cast<int64_t>(t.nbytes);
-  char seq[24];
-  std::snprintf(seq, sizeof(seq), "c%08lld", static_cast<long long>(S.seq));
-  std::string fname = std::string(schema::kTensorDir) + "/" + seq + "-" + phase + "-" + sanitize(site.kernel, 80) +
-      "-" + sanitize(a.name, 40) + ".pt";
+  std::string fname = tensor_file_name(S.seq, phase, site.kernel, a.name);
   std::string werr = write_pt(S.path + "/" + fname, ti, t.shape, t.numel, t.data, t.nbytes, S.force_zip64);
   if (!werr.empty()) {
     warn_once(S, "save", werr);
@@ -217,9 +227,10 @@ void write_site(Shared& S, const Site& site, const std::string& label) {
   if (!ok) warn_once(S, "sites", "cannot append to the sites file in '" + S.path + "'");
 }
 
-// Caller holds S.mu; the run is open.
+// Caller holds S.mu; the run is open. The records go to the manifest, or one line each
+// (no newline) into `lines_out` where given (the flight recorder: flight.h).
 void record_side(Shared& S, const Site& site, const Value* v, size_t count, const char* phase,
-                 const std::string& label, const DeviceOps* dev) {
+                 const std::string& label, const DeviceOps* dev, std::vector<std::string>* lines_out = nullptr) {
   namespace R = schema::rec;
   size_t n = std::min(static_cast<size_t>(site.n), count);
   // The model may run on a stream of its own (AOTI's run(stream)); the shim's copy runs
@@ -254,10 +265,14 @@ void record_side(Shared& S, const Site& site, const Value* v, size_t count, cons
     } else {
       record_scalar(site, a, phase, v[i], rec);
     }
+    if (lines_out) {
+      lines_out->push_back(rec.close());
+      continue;
+    }
     lines += rec.close();
     lines += "\n";
   }
-  append_manifest(S, lines);
+  if (!lines_out) append_manifest(S, lines);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 
 #include "constants.h"
 #include "env.h"
+#include "flight.h"
 #include "interface.h"
 #include "json.h"
 #include "run_json.h"
@@ -209,6 +210,7 @@ void ensure_run(Shared& S, const Site& site, const DeviceOps* dev) {
   if (dir.empty()) dir = schema::kDefaultDumpDir;
   std::string rid = env_str(schema::env::kRunId);
   if (S.pid == pid && S.opened && dir == S.env_dir && rid == S.env_run_id) return;
+  flight_end_run(S, S.pid == pid);  // the ring goes to the run that recorded it
   Claims& C = claims();
   if (S.pid != pid) {  // a forked child starts its own run, like the Python session
     S.warned.clear();
@@ -246,7 +248,7 @@ void ensure_run(Shared& S, const Site& site, const DeviceOps* dev) {
   S.world_size = env_int(S, "WORLD_SIZE", 1, 1, "world size 1");
   S.max_bytes = parse_max_bytes(S);
   S.save_launches = parse_save_launches(S);
-  warn_flight_unsupported(S);
+  flight_start_run(S);
   S.force_zip64 = env_str("AOTI_DEBUG_ZIP64") == "1";
   std::string id = clean_run_id(rid);
   S.run_id = id.empty() ? default_run_id(S.world_size) : id;

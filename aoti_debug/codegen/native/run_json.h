@@ -103,6 +103,9 @@ std::string run_info_json(Shared& S) {
   key(I::kAotiDebugVersion); json_str(o, AOTI_DEBUG_PKG_VERSION); o += ",\n";
   key(I::kArgv); str_list(cmdline()); o += ",\n";
   key(I::kDevice); json_str(o, S.device); o += ",\n";
+  if (!S.flight.empty()) {
+    key(I::kFlight); o += S.flight + ",\n";
+  }
   key(I::kFormatVersion); o += std::to_string(schema::kFormatVersion) + ",\n";
   key(I::kGraphs); o += "{";
   for (size_t i = 0; i < S.graph_info.size(); ++i) {

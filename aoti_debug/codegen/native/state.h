@@ -47,6 +47,7 @@ struct Shared {
   std::map<std::string, std::string> content_files;  // values identity -> tensor file
   std::set<std::string> sites_written;               // "<graph>\n<site>" whose provenance this run wrote
   std::map<std::string, int64_t> last_seq;           // run directory -> its last seq
+  std::string flight;  // run.json "flight" as JSON (flight.h), "" without a flight recorder
   std::set<std::string> warned;
 };
 
