@@ -19,8 +19,12 @@ def overhead(*args: str) -> dict[tuple[str, str, str], dict[str, str]]:
     """Run the benchmark (tiny preset, 2 steps, markdown); its table rows by (wrapper, mode, config)."""
     cmd = [sys.executable, os.path.join(REPO, "benchmarks", "overhead.py"), "--device", "cpu", "--preset", "tiny",
            "--steps", "2", "--format", "markdown", *args]
+    # As a user starts it: nothing earlier tests left in this process's environment
+    # (aoti_debug's switches, Inductor's and Triton's cache directories set in-process).
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AOTI_DEBUG_", "TORCHINDUCTOR_", "TRITON_", "AOT_INDUCTOR_"))}
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+                          env=dict(env, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("Command: `") and "benchmarks/overhead.py" in lines[0], proc.stdout
