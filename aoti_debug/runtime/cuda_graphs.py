@@ -29,9 +29,8 @@ from typing import Any
 import torch
 
 from . import session as _session
-from .device_ring import private_empty
+from .device_ring import fill, private_empty
 from .session import Job, warn_once
-from .stats import format_checksum, stats_fields
 
 #: Rows (tensors recorded inside CUDA graphs), partial slots and pointer-table entries
 #: of a device's arena: 16384 rows is 1.2 MB of slots, the whole arena about 7 MB.
@@ -178,9 +177,7 @@ class _Values:
 
     def fill(self, row: int, rec: dict) -> None:
         self.synchronize()
-        stats, sums = self._lists
-        rec["stats"] = stats_fields(*stats[row][:7])
-        rec["checksum"] = format_checksum(sums[row])
+        fill(rec, self._lists, row)
 
 
 def current() -> Capture | None:

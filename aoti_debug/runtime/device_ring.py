@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from . import session as _session
+from .stats import format_checksum, stats_fields
 
 #: False sends CUDA stats down the per-side host-copy path (tests compare the two).
 ENABLED = True
@@ -224,6 +225,13 @@ class Ring:
             if seg is not None and seg.used:
                 self.current = None
                 self._ship(seg)
+
+
+def fill(rec: dict, values: tuple[list, list], row: int) -> None:
+    """Set a record's stats and checksum from row ``row`` of read-back ``(stats rows, checksums)``."""
+    stats, sums = values
+    rec["stats"] = stats_fields(*stats[row][:7])
+    rec["checksum"] = format_checksum(sums[row])
 
 
 def ring_for(device: torch.device) -> Ring:

@@ -239,8 +239,7 @@ class GraphHandle:
             return
         tls = self._tls
         launch, call, label = tls.launch, tls.call, tls.label
-        kernel, op, site_id, wrapper = site.kernel, site.op, site.id, self.wrapper
-        sess.write_site(label, site_id, kernel, site.provenance)
+        sess.write_site(label, site.id, site.kernel, site.provenance)
         tensors: list[tuple[dict, torch.Tensor]] = []
         jobs: list[Job] = []
         key = (id(site), label, phase)
@@ -270,8 +269,7 @@ class GraphHandle:
             fl.capture(tensors, last=phase == "after" or not site.after)
         if tensors:
             self._tensors(sess, tensors, jobs)
-            if jobs[0].record["seq"] > jobs[-1].record["seq"] or len(jobs) > 2:
-                jobs.sort(key=_seq)  # scalars were queued before tensors: the manifest in record order
+            jobs.sort(key=_seq)  # scalars were queued before tensors: the manifest in record order
         if self.level == "print" and jobs:
             self._print_side(sess, jobs)
         if jobs:
@@ -402,29 +400,26 @@ class GraphHandle:
                                     "one: launches inside it are not recorded")
             return
         sess.write_site(label, site.id, site.kernel, site.provenance)
-        base_index = 0 if phase == "before" else len(site.before)
         records: list[dict] = []
         rows: list[int | None] = []
         tensors: list[torch.Tensor] = []
-        for i, (a, value) in enumerate(zip(args, values)):
-            for name, v in _flatten(a.arg, value):
-                rec = record(seq=0, launch=0, graph=label, wrapper=self.wrapper, kernel=site.kernel, op=site.op,
-                             kernel_call=0, phase=phase, arg=name, role=a.role, index=base_index + i,
-                             expr=a.expr if a.expr and a.expr != a.arg else None,
-                             volatile=a.volatile_reason(name) if a.volatile else None, site=site.id)
-                records.append(rec)
-                rows.append(None)
-                if not isinstance(v, torch.Tensor):
-                    self._scalar(rec, v, a.kind_hint)
-                    continue
-                rec.update(_tensor_meta(v))
-                if a.uninitialised and phase == "before":
-                    rec["uninitialised"] = True
-                elif v.device != cap.arena.device:
-                    rec["error"] = f"stats: a {v.device} tensor inside a CUDA graph captured on {cap.arena.device}"
-                else:
-                    rows[-1] = len(tensors)
-                    tensors.append(v)
+        templates = self._side_templates((id(site), label, phase), site, args, values, phase, label)
+        for a, tpl, v in (zip(args, templates, values) if templates.simple else
+                          self._flat(args, templates, values)):
+            rec = tpl.copy()  # launch, record and call numbers are set at each replay
+            records.append(rec)
+            rows.append(None)
+            if not isinstance(v, torch.Tensor):
+                self._scalar(rec, v, a.kind_hint)
+                continue
+            rec.update(_tensor_meta(v))
+            if a.uninitialised and phase == "before":
+                rec["uninitialised"] = True
+            elif v.device != cap.arena.device:
+                rec["error"] = f"stats: a {v.device} tensor inside a CUDA graph captured on {cap.arena.device}"
+            else:
+                rows[-1] = len(tensors)
+                tensors.append(v)
         if tensors:
             try:
                 first = cap.rows(len(tensors))
@@ -582,9 +577,7 @@ def _seq(job: Job) -> int:
 
 
 def _fill_from_ring(arrival: device_ring.Arrival, row: int, rec: dict) -> None:
-    stats, sums = arrival.values()
-    rec["stats"] = stats_fields(*stats[row][:7])
-    rec["checksum"] = format_checksum(sums[row])
+    device_ring.fill(rec, arrival.values(), row)
 
 
 def _side_text(records: list[dict]) -> str:
