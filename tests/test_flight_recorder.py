@@ -430,3 +430,52 @@ def test_late_records_fire_in_the_writer_and_keep_the_calls_up_to_the_birth(fres
     assert sorted(nxt["saved"]) == sorted(r["file"] for r in again)
     y = torch.load(os.path.join(run, next(r["file"] for r in again if r["phase"] == "after")), weights_only=True)
     assert y.isnan().all()
+
+
+def test_a_trigger_firing_between_a_launchs_two_sides_saves_the_next_whole_launch(fresh_session, monkeypatch):
+    """The writer thread fires while the model thread is inside the birth site's launch
+    (its inputs recorded, its outputs not yet): that launch is not saved half (outputs
+    only); the next one is saved whole. Found on the GPU, where the device ring's stats
+    arrive while the model runs on."""
+    import threading
+
+    gate = threading.Event()
+    submit = session.Session.submit
+
+    def lagging(self, job):
+        job.event = job.event or _GatedEvent(gate)
+        return submit(self, job)
+
+    monkeypatch.setattr(session.Session, "submit", lagging)
+    monkeypatch.setenv(config.ENV_RING, "3")
+    monkeypatch.setenv(config.ENV_TRIGGER, "nonfinite")
+    g = _handle()
+    sites = _sites(g, 2)
+    born = sites[0]
+
+    def side(s, i):
+        x = torch.full((4,), float(i))
+        g.launch(s, (x,))
+        g.done(s, (torch.full((4,), -1.0).sqrt() if s is born and i >= 10 else x,))
+
+    def call(i):
+        for s in sites:
+            side(s, i)
+
+    for i in range(1, 12):
+        call(i)
+    g.launch(born, (torch.full((4,), 12.0),))  # call 12: the birth site's inputs are recorded...
+    gate.set()
+    aoti_debug.flush()  # ...then the stats arrive and the trigger fires, in the writer
+    fl = session.current().flight
+    assert fl.fired is not None and fl.fired["graph_call"] == 10
+    g.done(born, (torch.full((4,), -1.0).sqrt(),))  # ...then its outputs
+    side(sites[1], 12)
+    call(13)
+    session.reset()
+    run = only_run(str(fresh_session))
+    nxt = _flight(run)["fired"]["next"]
+    again = [r for r in records(run) if r["launch"] == nxt["launch"]]
+    assert {r["phase"] for r in again} == {"before", "after"}
+    assert again[0]["kernel_call"] == 12  # call 13, the first launch that began after the trigger fired
+    assert sorted(nxt["saved"]) == sorted(r["file"] for r in again)

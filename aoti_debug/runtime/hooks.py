@@ -180,6 +180,9 @@ class GraphHandle:
                 fl.enter(self, site)
                 # The trigger may save this launch's inputs in its done hook.
                 tls.inputs = values if fl.armed else None
+                # Whether this is the trigger's next occurrence, decided once per launch: the
+                # writer thread may fire between its two sides, and half a launch is no repro.
+                tls.target = fl.target_is(label, site)
             self._record(sess, site, site.before, values, "before")
         except Exception as e:
             warn_once(f"hook-{type(e).__name__}", f"instrumentation of {_kernel(site)} failed: {e}")
@@ -264,7 +267,7 @@ class GraphHandle:
             else:
                 jobs.append(self._scalar(rec, v, a.kind_hint))
         fl = sess.flight
-        if fl is not None and tensors and fl.target_is(label, site):
+        if fl is not None and tensors and getattr(tls, "target", False):
             # The launch where the trigger's NaN/Inf was born, again: save both its sides.
             fl.capture(tensors, last=phase == "after" or not site.after)
         if tensors:
