@@ -1,0 +1,122 @@
+"""Where an instrumented step's host time goes: the model thread's profile and the writer
+thread's CPU time, for one level of one model.
+
+    python benchmarks/profile_step.py --model transformer --level stats [--steps 20] [--top 25]
+
+Compiles the model once with the level on (Python wrapper), runs warm-up steps, then
+prints: the median step in lockstep (records on disk each step) and back to back, the
+uninstrumented step for the ratio, the CPU seconds the writer thread used per step, and
+the model thread's cProfile over the lockstep steps (sorted by own time). Each number is
+from this one process; ratios only (absolute times only from the GPU machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from benchmarks.overhead_row import MODELS, build_model, quiet  # noqa: E402
+
+
+def thread_cpu_s(name: str) -> float | None:
+    """CPU seconds (user + system) used so far by this process's thread called ``name``."""
+    t = next((t for t in threading.enumerate() if t.name == name), None)
+    if t is None or t.native_id is None:
+        return None
+    try:
+        with open(f"/proc/self/task/{t.native_id}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=sorted(MODELS), default="transformer")
+    p.add_argument("--preset", choices=["full", "small", "tiny"], default="full")
+    p.add_argument("--device", default=None, help="cuda (default where available) or cpu")
+    p.add_argument("--level", default="stats", choices=["stats", "print", "names", "save"])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--top", type=int, default=25)
+    args = p.parse_args()
+
+    import torch
+
+    import aoti_debug
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    os.environ.setdefault("AOTI_DEBUG_DIR", tempfile.mkdtemp(prefix="aoti_debug_profile_"))
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        aoti_debug.flush()
+
+    model, x, source = build_model(args.model, args.preset, device)
+    inputs = [torch.randn_like(x) for _ in range(args.steps)]
+
+    def lockstep(fn) -> list[float]:
+        times = []
+        for xi in inputs:
+            t0 = time.perf_counter()
+            fn(xi)
+            sync()
+            times.append(time.perf_counter() - t0)
+        return times
+
+    with torch.no_grad():
+        base = torch.compile(model)
+        base(x)
+        sync()
+        base_step = statistics.median(lockstep(base))
+        torch._dynamo.reset()
+        aoti_debug.enable(args.level)
+        fn = torch.compile(model)
+        t0 = time.perf_counter()
+        fn(x)
+        sync()
+        first_call = time.perf_counter() - t0
+        with quiet():
+            for _ in range(3):
+                fn(x)
+            sync()
+            step = statistics.median(lockstep(fn))
+            w0 = thread_cpu_s("aoti_debug-writer")
+            t0 = time.perf_counter()
+            for xi in inputs:
+                fn(xi)
+            sync()
+            steady = (time.perf_counter() - t0) / len(inputs)
+            w1 = thread_cpu_s("aoti_debug-writer")
+            prof = cProfile.Profile()
+            prof.enable()
+            lockstep(fn)
+            prof.disable()
+    print(f"{source} on {torch.cuda.get_device_name() if device == 'cuda' else 'CPU'}, level {args.level}, "
+          f"torch {torch.__version__}, {len(inputs)} steps")
+    print(f"base step {base_step * 1e3:.3f} ms; instrumented {step * 1e3:.3f} ms ({step / base_step:.2f}x), "
+          f"back to back {steady * 1e3:.3f} ms ({steady / base_step:.2f}x); first call {first_call:.1f} s")
+    if w0 is not None and w1 is not None:
+        print(f"writer thread CPU: {(w1 - w0) / len(inputs) * 1e3:.3f} ms per step (back to back)")
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
+    print(f"model thread, cProfile over {len(inputs)} lockstep steps (cProfile's own cost inflates these):")
+    text = out.getvalue()
+    print(text[text.find("   ncalls"):] if "   ncalls" in text else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
