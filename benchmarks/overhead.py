@@ -158,9 +158,11 @@ def _die_with_parent() -> None:
         pass
 
 
-def run_row(row: dict, spec: dict, workdir: str, runtime: list[str], timeout: float) -> dict:
+def run_row(row: dict, spec: dict, workdir: str, runtime: list[str], timeout: float,
+            triton_cache: str | None = None) -> dict:
     """``row`` in its own process: fresh working directory, dump and Inductor cache (the
-    prebuilt ``runtime`` folders copied in, as a user's cache holds them)."""
+    prebuilt ``runtime`` folders copied in, as a user's cache holds them). ``triton_cache``:
+    a Triton cache all rows share (else each row's is inside its fresh Inductor cache)."""
     work = tempfile.mkdtemp(prefix="row_", dir=workdir)
     cwd, cache = os.path.join(work, "cwd"), os.path.join(work, "inductor")
     os.makedirs(cwd)
@@ -170,6 +172,8 @@ def run_row(row: dict, spec: dict, workdir: str, runtime: list[str], timeout: fl
     copied = runtime_builds(cache)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AOTI_DEBUG_") and k not in _DROPPED_ENV}
     env.update(TORCHINDUCTOR_CACHE_DIR=cache, AOTI_DEBUG_DIR=os.path.join(cwd, "dump"))
+    if triton_cache:
+        env["TRITON_CACHE_DIR"] = triton_cache
     result_path = os.path.join(work, "result.json")
     log_path = os.path.join(work, "child.log")
     cmd = [sys.executable, ROW_SCRIPT, json.dumps({**spec, **row}), result_path]
@@ -270,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds: no row starts after this, a running row is stopped; the table is printed")
     ap.add_argument("--row-timeout", type=float, default=900.0, help="seconds one row may take")
     ap.add_argument("--workdir", default=None, help="where rows run and dump (default: a temp dir)")
+    ap.add_argument("--triton-cache", default=None, metavar="DIR",
+                    help="a Triton cache shared by all rows: the stats kernel's first compile is paid "
+                         "once (by the first row that needs it, in its compile time), as on a machine "
+                         "that has run aoti_debug before; default: each row compiles everything")
     args = ap.parse_args(argv)
     start = time.monotonic()
     import torch
@@ -316,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"[{i + 1}/{len(rows)}] {what} ...")
             t0 = time.monotonic()
             try:
-                r = {**row, **run_row(row, spec, workdir, runtime, min(args.row_timeout, left))}
+                r = {**row, **run_row(row, spec, workdir, runtime, min(args.row_timeout, left),
+                                         args.triton_cache)}
             except Exception as e:  # the harness around the row (a full disk, ...): this row only
                 r = {**row, "error": one_line(e)}
             results.append(r)

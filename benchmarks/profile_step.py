@@ -42,6 +42,21 @@ def thread_cpu_s(name: str) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def stats_kernel_variants() -> int | None:
+    """How many variants of the fused stats kernel Triton compiled in this process (None:
+    not used, or a Triton whose JIT keeps them elsewhere)."""
+    from aoti_debug.runtime import fused_stats
+
+    kernel = fused_stats._kernel_obj
+    caches = getattr(kernel, "device_caches", None)
+    if not caches:
+        return None
+    try:
+        return sum(len(c[0]) for c in caches.values())
+    except (TypeError, IndexError):
+        return None
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=sorted(MODELS), default="transformer")
@@ -110,6 +125,9 @@ def main() -> int:
           f"back to back {steady * 1e3:.3f} ms ({steady / base_step:.2f}x); first call {first_call:.1f} s")
     if w0 is not None and w1 is not None:
         print(f"writer thread CPU: {(w1 - w0) / len(inputs) * 1e3:.3f} ms per step (back to back)")
+    variants = stats_kernel_variants()
+    if variants is not None:
+        print(f"fused stats kernel: {variants} compiled variants in this process")
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
     print(f"model thread, cProfile over {len(inputs)} lockstep steps (cProfile's own cost inflates these):")
