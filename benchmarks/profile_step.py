@@ -42,6 +42,14 @@ def thread_cpu_s(name: str) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def top(prof: cProfile.Profile, order: str, n: int) -> str:
+    """The profile's ``n`` top lines by ``order``, from its column header on."""
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats(order).print_stats(n)
+    text = out.getvalue()
+    return text[text.find("   ncalls"):] if "   ncalls" in text else text
+
+
 def stats_kernel_variants() -> int | None:
     """How many variants of the fused stats kernel Triton compiled in this process (None:
     not used, or a Triton whose JIT keeps them elsewhere)."""
@@ -65,6 +73,8 @@ def main() -> int:
     p.add_argument("--level", default="stats", choices=["stats", "print", "names", "save"])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--first-call", action="store_true",
+                   help="also profile the instrumented compile and first call (sorted by cumulative time)")
     args = p.parse_args()
 
     import torch
@@ -99,9 +109,14 @@ def main() -> int:
         torch._dynamo.reset()
         aoti_debug.enable(args.level)
         fn = torch.compile(model)
+        first_prof = cProfile.Profile() if args.first_call else None
         t0 = time.perf_counter()
+        if first_prof is not None:
+            first_prof.enable()
         fn(x)
         sync()
+        if first_prof is not None:
+            first_prof.disable()
         first_call = time.perf_counter() - t0
         with quiet():
             for _ in range(3):
@@ -125,14 +140,15 @@ def main() -> int:
           f"back to back {steady * 1e3:.3f} ms ({steady / base_step:.2f}x); first call {first_call:.1f} s")
     if w0 is not None and w1 is not None:
         print(f"writer thread CPU: {(w1 - w0) / len(inputs) * 1e3:.3f} ms per step (back to back)")
+    if first_prof is not None:
+        print(f"compile and first call, cProfile (cumulative), {first_call:.1f} s:")
+        print(top(first_prof, "cumulative", 2 * args.top))
+        print(top(first_prof, "tottime", args.top))
     variants = stats_kernel_variants()
     if variants is not None:
         print(f"fused stats kernel: {variants} compiled variants in this process")
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
-    print(f"model thread, cProfile over {len(inputs)} lockstep steps (cProfile's own cost inflates these):")
-    text = out.getvalue()
-    print(text[text.find("   ncalls"):] if "   ncalls" in text else text)
+    print(f"cProfile over {len(inputs)} lockstep steps, all threads (cProfile's own cost inflates these):")
+    print(top(prof, "tottime", args.top))
     return 0
 
 
