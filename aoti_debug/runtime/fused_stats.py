@@ -92,6 +92,7 @@ _kernel_obj: Any = _UNSET             # the Triton kernel, None when triton is u
 _interpreted = False                  # the kernel runs in Triton's interpreter
 _broken: set[tuple] = set()           # (kind, vec) whose compile/launch failed
 _tables: dict[tuple, torch.Tensor] = {}
+_compiled: dict[tuple, Any] = {}      # (device, kind, vec, block, aligned pointers) -> compiled kernel
 _scratch: dict[tuple, list] = {}      # (device, stream) -> [partials f64, counters i32]
 _sm_count: dict[int, int] = {}
 _TABLE_CACHE_MAX = 4096
@@ -268,13 +269,49 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
         tab = _device_table(values, stream_key, device)
         part, counters = _scratch_for(stream_key, device, programs, k_total)
     try:
-        kernel[(programs,)](base, tab, len(items), part, counters, out, k_total,
-                            KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block,
-                            TBLOCK=_TBLOCK, RBLOCK=_RBLOCK, num_warps=NUM_WARPS)
+        if not _interpreted:
+            ptrs = (base.data_ptr(), tab.data_ptr(), part.data_ptr(), counters.data_ptr(), out.data_ptr())
+            variant = (device.index, code, vec, block, tuple([p % 16 == 0 for p in ptrs]))
+            compiled = _compiled.get(variant)
+            if compiled is not None and _direct_launch(compiled, programs, stream_key[1], (
+                    ptrs[0], ptrs[1], len(items), ptrs[2], ptrs[3], ptrs[4], k_total,
+                    code, width, is_float, vec, block, _TBLOCK, _RBLOCK)):
+                return
+        compiled = kernel[(programs,)](base, tab, len(items), part, counters, out, k_total,
+                                       KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block,
+                                       TBLOCK=_TBLOCK, RBLOCK=_RBLOCK, num_warps=NUM_WARPS)
+        if not _interpreted and _launchable(compiled):
+            _compiled[variant] = compiled
     except Exception:
         if static is None:
             _broken.add((code, vec))
         raise
+
+
+def _launchable(compiled: Any) -> bool:
+    """Whether ``compiled`` (what Triton's JIT launch returned) can be launched directly
+    the next time: Triton 3.x's compiled kernel, with its launcher and metadata."""
+    return all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata"))
+
+
+def _no_hooks(hook: Any) -> bool:
+    """A launch hook slot with nothing in it: None, or Triton 3.6's empty ``HookChain``."""
+    return hook is None or getattr(hook, "calls", None) == []
+
+
+def _direct_launch(compiled: Any, programs: int, stream: int, args: tuple) -> bool:
+    """Launch a compiled variant without Triton's JIT dispatch (which binds, specialises
+    and hashes every argument at every call: most of a launch's host time). The arguments
+    are those the JIT call passed, in the kernel's order, pointers as integers; the
+    variant was chosen by the same alignment specialisation Triton's JIT applies. False
+    (the caller takes the JIT path) where launch hooks are installed (a profiler such as
+    Proton): they get their metadata from the JIT path."""
+    from triton import knobs
+
+    if not (_no_hooks(knobs.runtime.launch_enter_hook) and _no_hooks(knobs.runtime.launch_exit_hook)):
+        return False
+    compiled.run(programs, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
+    return True
 
 
 def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tuple[torch.Tensor, int] | None = None,

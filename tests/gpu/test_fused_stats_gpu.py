@@ -126,3 +126,44 @@ def test_other_device():
     ts = [torch.randn(10000, device="cuda:1"), torch.arange(10, device="cuda:1")]
     assert torch.cuda.current_device() == 0
     check(ts, ["f32", "i64"])
+
+
+def test_direct_launch_equals_the_jit_launch():
+    """A variant's second launch skips Triton's JIT dispatch (``_direct_launch``): the same
+    rows, bit for bit, as its first (JIT) launch and as the torch-op path, for every case."""
+    tensors = [t for _name, t in CASES]
+    fused_stats._compiled.clear()
+    first = fused_stats.summarize(tensors, packed=True).clone()
+    assert fused_stats._compiled, "no variant was kept for direct launches"
+    calls = []
+    real = fused_stats._direct_launch
+    fused_stats._direct_launch = lambda *a: calls.append(a[1]) or real(*a)
+    try:
+        again = fused_stats.summarize(tensors, packed=True)
+    finally:
+        fused_stats._direct_launch = real
+    torch.cuda.synchronize()
+    assert calls, "the second launch did not take the direct path"
+    assert torch.equal(first.view(torch.int64), again.view(torch.int64))
+    check(tensors, [n for n, _ in CASES])  # direct launches again, against the torch-op path
+
+
+def test_launch_hooks_still_see_every_launch():
+    """With a Triton launch hook installed (a profiler such as Proton), launches go through
+    the JIT path, which calls it."""
+    from triton import knobs
+
+    t = torch.randn(4096, device="cuda")
+    fused_stats.summarize([t])  # compiled and kept
+    seen = []
+
+    def hook(metadata):
+        seen.append(metadata)
+
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        fused_stats.summarize([t])
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    torch.cuda.synchronize()
+    assert seen
