@@ -39,6 +39,9 @@ ENV_REFERENCE = "AOTI_DEBUG_REFERENCE"
 ENV_SAVE_LAUNCHES = "AOTI_DEBUG_SAVE_LAUNCHES"
 ENV_RING = "AOTI_DEBUG_RING"
 ENV_TRIGGER = "AOTI_DEBUG_TRIGGER"
+#: ``0``: stats of CUDA tensors without the fused Triton kernel (read when the model runs:
+#: the Python runtime's torch-op path, the C++ runtime's host copies). For comparisons.
+ENV_FUSED_STATS = "AOTI_DEBUG_FUSED_STATS"
 #: ``AOTI_DEBUG_TRIGGER`` values: ``nonfinite`` fires at the first NaN/Inf birth (runtime/flight.py).
 TRIGGERS = ("nonfinite",)
 #: The largest ``AOTI_DEBUG_RING``: the ring's memory is bounded by its records anyway
