@@ -168,6 +168,7 @@ def _constants_body() -> str:
         f"constexpr const char* kRing = {cpp_string(config.ENV_RING)};",
         f"constexpr const char* kTrigger = {cpp_string(config.ENV_TRIGGER)};",
         f"constexpr const char* kFusedStats = {cpp_string(config.ENV_FUSED_STATS)};",
+        f"constexpr const char* kTraceDevice = {cpp_string(config.ENV_TRACE_DEVICE)};",
         "}  // namespace env",
         *names("format.schema.Record: the keys of a manifest record", "rec",
                [f.name for f in dataclasses.fields(schema.Record) if f.name not in schema.REFERENCE_ONLY_FIELDS]),
