@@ -14,6 +14,8 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -271,6 +273,80 @@ def test_every_failure_falls_back_to_the_host_path(built, tmp_path, case):
     else:
         assert len(warnings) == 1 and expected in warnings[0], warnings
         assert len(launches(calls)) <= 1  # the first failure turns the path off
+
+
+def test_the_device_trace_names_each_driver_call(built, tmp_path):
+    """AOTI_DEBUG_TRACE_DEVICE=1: every step on stderr (where a hang stopped), and the
+    stream polled (cuStreamQuery) before its synchronisation, records unchanged."""
+    pack = fake_pack(tmp_path / "pack.bin")
+    host, _h, _c, _e = run_harness(built, tmp_path, "host", pack, AOTI_DEBUG_FUSED_STATS="0")
+    recs, calls, _copied, err = run_harness(built, tmp_path, "traced", pack, AOTI_DEBUG_TRACE_DEVICE="1")
+    assert recs == host
+    lines = [x for x in err.splitlines() if x.startswith("[aoti_debug device] ")]
+    for step in ("loading libcuda.so.1", "driver ready", "pack " + pack + ": 28 kernels for sm_90", "sm_90, 132 SMs",
+                 "load kernel", "cuMemAlloc", "launch kernel", "wait for stream",
+                 "stream done after"):
+        assert any(step in x for x in lines), (step, lines[:20])
+    assert any(re.search(r"loaded kernel \d+: ok$", x) for x in lines)
+    assert not any("warning" in x for x in err.splitlines())
+    syncs = [i for i, x in enumerate(calls) if x == "sync"]
+    assert syncs and all(calls[i - 1] == "query" for i in syncs)
+    quiet, _calls, _c2, err2 = run_harness(built, tmp_path, "quiet", pack)
+    assert quiet == host and "[aoti_debug device]" not in err2
+
+
+# --------------------------------------------------------------------------- bounded waits of the build
+def test_a_held_build_lock_is_a_bounded_wait_that_names_its_holder(tmp_path):
+    from aoti_debug.codegen import native_library
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+         "from aoti_debug.codegen import native_library as n; import time\n"
+         "with n.build_lock(sys.argv[2]):\n    print('held', flush=True); time.sleep(60)", REPO, str(tmp_path)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        told = []
+        t0 = time.monotonic()
+        with pytest.raises(native_library.BuildError, match=rf"held by another build \(pid {holder.pid}\) for 0.5 s"):
+            with native_library.build_lock(str(tmp_path), timeout=0.5, trace=told.append):
+                pass
+        assert time.monotonic() - t0 < 5 and told and str(holder.pid) in told[0]
+    finally:
+        holder.kill()
+        holder.wait()
+    with native_library.build_lock(str(tmp_path), timeout=5):  # free again once its holder is gone
+        assert open(tmp_path / "build.lock").read().strip() == str(os.getpid())
+
+
+def test_workers_past_the_timeout_are_killed_and_the_build_is_a_warning(tmp_path, monkeypatch, caplog):
+    """Workers that do not finish in WORKERS_TIMEOUT_S: killed, named, and no compile in
+    this process after them (what stopped them could stop it too)."""
+    chosen = [v for v in device_stats.variants() if (v.kind, v.vec) == (9, 4)]
+    monkeypatch.setattr(device_stats, "WORKERS_TIMEOUT_S", 0.2)  # less than a worker takes to import Triton
+    t0 = time.monotonic()
+    with caplog.at_level("INFO", logger="aoti_debug"), pytest.raises(device_stats.BuildError) as e:
+        device_stats.compile_images(90, chosen, workers=1)
+    assert time.monotonic() - t0 < 10
+    m = re.search(r"did not finish in 0.2 s \(worker 0, pid (\d+)", str(e.value))
+    assert m, str(e.value)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(m.group(1)), 0)  # killed and reaped
+    assert "compiling in this process" not in caplog.text
+
+
+def test_the_build_trace_shows_its_phases(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(device_stats, "compile_images", lambda capability, chosen=None, workers=None: [
+        device_stats.KernelImage(v, "_stats_kernel", b"\x7fELFFAKE" + bytes(12), 4, 32,
+                                 (*device_stats.ARG_TYPES, *SCRATCH)) for v in device_stats.variants()])
+    monkeypatch.setattr(device_stats, "pack_key", lambda capability: f"trace{capability:07x}")
+    monkeypatch.setenv("AOTI_DEBUG_TRACE_BUILD", "1")
+    assert device_stats.pack_path(5) and device_stats.pack_path(5)
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[aoti_debug build ")]
+    assert any("lock of" in x and "held" in x for x in err) and any("built pack-sm5.bin" in x for x in err), err
+    monkeypatch.setenv("AOTI_DEBUG_TRACE_BUILD", "0")
+    device_stats.trace("not shown")
+    assert "not shown" not in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- what the compile side emits

@@ -181,6 +181,7 @@ def _constants_body() -> str:
         f"constexpr const char* kRing = {cpp_string(config.ENV_RING)};",
         f"constexpr const char* kTrigger = {cpp_string(config.ENV_TRIGGER)};",
         f"constexpr const char* kFusedStats = {cpp_string(config.ENV_FUSED_STATS)};",
+        f"constexpr const char* kTraceDevice = {cpp_string(config.ENV_TRACE_DEVICE)};",
         "}  // namespace env",
         "// runtime.flight: the flight recorder's limits, and config.TRIGGERS (flight.h knows nonfinite)",
         "namespace flight {",

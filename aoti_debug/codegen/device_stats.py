@@ -45,7 +45,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
+from .. import config
 from .native_library import BuildError
 
 log = logging.getLogger("aoti_debug")
@@ -71,7 +73,17 @@ _POINTER = {"bool": "u8", "uint8": "u8", "int8": "i8", "float8_e4m3fn": "u8", "f
             "float64": "fp64", "uint16": "u16", "uint32": "u32", "uint64": "u64"}
 _OBJECT_RE = re.compile(r"^stats-[0-9a-f]{12}/pack-sm(\d+)-[0-9a-f]{12}\.o$")
 
+#: How long a pack build waits for its worker processes, all together (a cold build of
+#: the 30 variants takes about 10 s with 8 workers), and how long a worker may take
+#: before it dumps its stack into its log and exits. A build that times out is one
+#: warning, and the models compiled then take the host path: it is never retried in this
+#: process, where whatever stopped the workers could stop the compile too.
+WORKERS_TIMEOUT_S = 300
+#: How long a thread waits for another thread's build in this process.
+THREAD_LOCK_TIMEOUT_S = WORKERS_TIMEOUT_S + 120
+
 _lock = threading.RLock()  # object_name builds the pack under it too
+_T0 = time.monotonic()
 _failed: dict[str, str] = {}
 _warned: set[str] = set()
 
@@ -268,11 +280,19 @@ def compile_images(capability: int, chosen: list[Variant] | None = None,
         base = {"kernels": os.path.abspath(fused_stats_kernels.__file__), "capability": int(capability),
                 "num_warps": fs.NUM_WARPS, "out": tmp}
         n = max(1, min(len(chosen), workers or min(8, os.cpu_count() or 1)))
-        jobs = [dict(base, variants=[v.job() for v in chosen[i::n]]) for i in range(n)]
+        jobs = [dict(base, variants=[v.job() for v in chosen[i::n]], timeout=max(1, WORKERS_TIMEOUT_S - 10),
+                     trace=config.trace_build()) for i in range(n)]
+        trace(f"compiling {len(chosen)} variants for sm_{capability} with {n} workers")
         try:
             results = _run_workers(jobs)
+        except WorkersTimedOut as e:
+            raise BuildError(str(e)) from e
         except (OSError, subprocess.SubprocessError, RuntimeError, ValueError) as e:
+            # Workers that cannot start or that fail (an interpreter that is no plain Python,
+            # say): the same compile in this process. Not after a timeout: what stopped the
+            # workers could stop this compile too.
             log.info("aoti_debug: stats kernel workers failed (%s); compiling in this process", e)
+            trace(f"workers failed ({e}); compiling in this process")
             from .stats_worker import compile_variants
 
             try:
@@ -297,35 +317,77 @@ def compile_images(capability: int, chosen: list[Variant] | None = None,
     return images
 
 
-def _run_workers(jobs: list[dict]) -> list[dict]:
+class WorkersTimedOut(RuntimeError):
+    """The worker processes did not finish in :data:`WORKERS_TIMEOUT_S`."""
+
+
+def trace(message: str) -> None:
+    """One line of the build's phases on stderr under ``AOTI_DEBUG_TRACE_BUILD=1``."""
+    if config.trace_build():
+        sys.stderr.write(f"[aoti_debug build +{time.monotonic() - _T0:.2f}s pid={os.getpid()}] {message}\n")
+        sys.stderr.flush()
+
+
+def _tail(path: str, lines: int = 30) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "\n".join(f.read().strip().splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _run_workers(jobs: list[dict], timeout: float | None = None) -> list[dict]:
+    """Each job compiled by a ``stats_worker.py`` process of its own; their results.
+
+    A worker reads its job from a file and writes its result to one, its stderr to a log
+    (no pipe to fill or to hold open); nothing waits longer than ``timeout`` in all, and
+    no worker outlives this call.
+
+    Raises:
+        WorkersTimedOut: they did not finish in time (the late one's log says where it was).
+        RuntimeError: a worker failed (its last line).
+        OSError: a worker could not start.
+    """
+    timeout = WORKERS_TIMEOUT_S if timeout is None else timeout
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stats_worker.py")
     env = dict(os.environ, TRITON_DISABLE_LINE_INFO="1")  # a third of the size; the same code
-    procs = []
-    for i, job in enumerate(jobs):
-        path = os.path.join(job["out"], f"job{i}.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(job, f)
-        result = os.path.join(job["out"], f"result{i}.json")
-        procs.append((subprocess.Popen([sys.executable, script, path, result], stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.PIPE, env=env, text=True), result))
-    out: list[dict] = []
-    errors = []
-    for p, result in procs:
-        try:
-            _stdout, stderr = p.communicate(timeout=900)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.communicate()
-            errors.append("timed out")
-            continue
-        if p.returncode != 0:
-            errors.append(stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {p.returncode}")
-            continue
-        with open(result, encoding="utf-8") as f:
-            out.extend(json.load(f))
-    if errors:
-        raise RuntimeError("; ".join(errors))
-    return out
+    deadline = time.monotonic() + timeout
+    procs: list[tuple[subprocess.Popen, str, str]] = []  # this call's workers: none outlives it
+    try:
+        for i, job in enumerate(jobs):
+            path = os.path.join(job["out"], f"job{i}.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(job, f)
+            result = os.path.join(job["out"], f"result{i}.json")
+            errors_log = os.path.join(job["out"], f"worker{i}.log")
+            with open(errors_log, "wb") as err:
+                p = subprocess.Popen([sys.executable, script, path, result], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=err, env=env)
+            procs.append((p, result, errors_log))
+            trace(f"worker {i} started: pid {p.pid}, {len(job['variants'])} variants for sm_{job['capability']}")
+        out: list[dict] = []
+        errors = []
+        for i, (p, result, errors_log) in enumerate(procs):
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise WorkersTimedOut(f"the stats kernel's worker processes did not finish in {timeout:g} s "
+                                      f"(worker {i}, pid {p.pid}: {_tail(errors_log, 12) or 'no output'})") from None
+            trace(f"worker {i} exited with {p.returncode}; its log:\n{_tail(errors_log)}")
+            if p.returncode != 0:
+                last = _tail(errors_log, 1)
+                errors.append(last or f"exit {p.returncode}")
+                continue
+            with open(result, encoding="utf-8") as f:
+                out.extend(json.load(f))
+        if errors:
+            raise RuntimeError("; ".join(errors))
+        return out
+    finally:
+        for p, _result, _log in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 # ---------------------------------------------------------------------------- cached builds
@@ -353,19 +415,25 @@ def _pack_name(capability: int) -> str:
 
 
 def _locked_build(folder: str, target: str, make) -> None:
-    """``make(tmp_path)`` writes ``target`` under a file lock, renamed into place when complete."""
-    import fcntl
+    """``make(tmp_path)`` writes ``target`` under the folder's file lock (bounded:
+    ``native_library.build_lock``), renamed into place when complete."""
+    from .native_library import build_lock
 
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "build.lock"), "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    if os.path.exists(target):  # built: no lock to wait for
+        return
+    with build_lock(folder, trace=trace):
+        trace(f"lock of {folder} held")
         if os.path.exists(target):
+            trace(f"{os.path.basename(target)} is there")
             return
         fd, tmp = tempfile.mkstemp(prefix=".build-", dir=folder)
         os.close(fd)
         try:
+            t0 = time.monotonic()
+            trace(f"building {target}")
             make(tmp)
             os.replace(tmp, target)
+            trace(f"built {os.path.basename(target)} in {time.monotonic() - t0:.1f} s")
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -373,15 +441,21 @@ def _locked_build(folder: str, target: str, make) -> None:
 
 def _built(what: str, build) -> str | None:
     """``build()``'s path, or None with one warning per process and ``what`` when it fails."""
-    with _lock:
+    if not _lock.acquire(timeout=THREAD_LOCK_TIMEOUT_S):  # re-entrant: object_name -> pack_path
+        _warn(what, f"another thread's build did not end in {THREAD_LOCK_TIMEOUT_S} s")
+        return None
+    try:
         if what in _failed:
             return None
         try:
             return build()
         except Exception as e:  # never takes the model's compile down: the host path remains
             _failed[what] = str(e)
+            trace(f"{what} failed: {type(e).__name__}: {e}")
             _warn(what, str(e) if isinstance(e, BuildError) else f"{type(e).__name__}: {e}")
             return None
+    finally:
+        _lock.release()
 
 
 def _warn(key: str, message: str) -> None:

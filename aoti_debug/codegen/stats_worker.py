@@ -11,16 +11,20 @@ The job (JSON): ``kernels`` (path of runtime/fused_stats_kernels.py), ``capabili
 the kernel's ``signature``, ``constexprs``, ``aligned`` (parameter positions specialised
 as 16-byte aligned, as Triton's JIT specialises aligned pointers) and a ``file`` name.
 Writes one JSON list: per variant what the launcher needs from Triton's metadata and the
-PTX parameter types of the entry point.
+PTX parameter types of the entry point. ``timeout`` (seconds): past it the worker writes
+every thread's stack to stderr (its log) and exits, so a stuck compile says where it
+stuck; ``trace``: each variant's start and end on stderr.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import importlib.util
 import json
 import os
 import re
 import sys
+import time
 
 _ENTRY_RE = re.compile(r"\.(?:visible|extern)\s+\.entry\s+(\w+)\s*\(([^)]*)\)")
 _PARAM_RE = re.compile(r"\.param\s+\.(\w+)")
@@ -52,7 +56,11 @@ def compile_variants(job: dict) -> list[dict]:
     kernel = _kernels(job["kernels"])._stats_kernel
     target = GPUTarget("cuda", int(job["capability"]), 32)
     out = []
+    t0 = time.monotonic()
     for v in job["variants"]:
+        if job.get("trace"):
+            print(f"[aoti_debug stats worker pid={os.getpid()} +{time.monotonic() - t0:.2f}s] compiling {v['file']}",
+                  file=sys.stderr, flush=True)
         attrs = {(int(i),): [["tt.divisibility", 16]] for i in v["aligned"]}
         src = ASTSource(kernel, dict(v["signature"]), dict(v["constexprs"]), attrs)
         compiled = triton.compile(src, target=target, options={"num_warps": int(job["num_warps"])})
@@ -69,12 +77,17 @@ def compile_variants(job: dict) -> list[dict]:
             "cooperative": bool(getattr(md, "launch_cooperative_grid", False)),
             "pdl": bool(getattr(md, "launch_pdl", False)), "triton": triton.__version__,
         })
+    if job.get("trace"):
+        print(f"[aoti_debug stats worker pid={os.getpid()} +{time.monotonic() - t0:.2f}s] done", file=sys.stderr,
+              flush=True)
     return out
 
 
 def main() -> int:
     with open(sys.argv[1], encoding="utf-8") as f:
         job = json.load(f)
+    if job.get("timeout"):
+        faulthandler.dump_traceback_later(float(job["timeout"]), exit=True)
     results = compile_variants(job)
     with open(sys.argv[2], "w", encoding="utf-8") as f:  # a file: whatever Triton prints stays out of it
         json.dump(results, f)
@@ -82,4 +95,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    # Python put this script's folder (aoti_debug/codegen) first on the path: its modules
+    # must not stand in for anything Triton imports.
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
     sys.exit(main())

@@ -10,17 +10,20 @@
 // Non-contiguous or misaligned tensors are first copied on the device (as the Python
 // runtime's .contiguous()). What the pack does not cover (other dtypes, other devices)
 // keeps the host path (host_tensor.h); so does everything once the device path failed
-// (one warning), and everything under AOTI_DEBUG_FUSED_STATS=0.
+// (one warning), and everything under AOTI_DEBUG_FUSED_STATS=0. AOTI_DEBUG_TRACE_DEVICE=1
+// traces every driver call on stderr; a stream that keeps a side waiting 30 s is a warning.
 #ifndef AOTI_DEBUG_PART_DEVICE_STATS_H
 #define AOTI_DEBUG_PART_DEVICE_STATS_H
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -33,6 +36,7 @@
 #include "interface.h"
 #include "state.h"
 #include "stats.h"
+#include "text.h"
 
 namespace AOTI_DEBUG_NS {
 namespace {
@@ -45,6 +49,7 @@ using Result = int;                 // CUresult; 0 is CUDA_SUCCESS
 using Device = int;                 // CUdevice
 using DevPtr = unsigned long long;  // CUdeviceptr
 using Handle = void*;               // CUcontext, CUmodule, CUfunction, CUstream
+constexpr Result kNotReady = 600;   // CUDA_ERROR_NOT_READY (cuStreamQuery: work still pending)
 constexpr int kAttrSms = 16;        // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
 constexpr int kAttrMajor = 75;      // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 constexpr int kAttrMinor = 76;      // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
@@ -66,6 +71,7 @@ struct Api {
   Result (*copy_htod_async)(DevPtr dst, const void* src, size_t n, Handle stream);
   Result (*copy_dtoh_async)(void* dst, DevPtr src, size_t n, Handle stream);
   Result (*stream_synchronize)(Handle stream);
+  Result (*stream_query)(Handle stream);
   Result (*stream_is_capturing)(Handle stream, int* status);  // CUstreamCaptureStatus: 0 none
   Result (*error_name)(Result error, const char** text);
 };
@@ -98,6 +104,7 @@ inline std::string load(Api& api) {
   bind(api.copy_htod_async, "cuMemcpyHtoDAsync_v2");
   bind(api.copy_dtoh_async, "cuMemcpyDtoHAsync_v2");
   bind(api.stream_synchronize, "cuStreamSynchronize");
+  bind(api.stream_query, "cuStreamQuery");
   bind(api.stream_is_capturing, "cuStreamIsCapturing");
   bind(api.error_name, "cuGetErrorName");
   if (!missing.empty()) return "libcuda.so.1 lacks " + missing;  // never closed: a handle of the process's driver
@@ -219,7 +226,7 @@ struct LoadedPack {
 };
 
 struct DeviceStats {
-  bool tried = false, off = false, broken = false;
+  bool tried = false, off = false, broken = false, trace = false;
   cu::Api api{};
   std::vector<LoadedPack*> packs;  // never freed: modules were loaded from them
   std::vector<std::pair<const DeviceOps*, LoadedPack*>> by_wrapper;  // each wrapper's (null: unusable)
@@ -239,6 +246,52 @@ std::string cu_error(DeviceStats& D, const char* call, cu::Result r) {
   const char* name = nullptr;
   if (D.api.error_name) D.api.error_name(r, &name);
   return std::string(call) + ": " + (name ? name : "error " + std::to_string(r));
+}
+
+// AOTI_DEBUG_TRACE_DEVICE=1: one line per step on stderr (where a hang or a failure is).
+void trace(const DeviceStats& D, const std::string& line) {
+  if (D.trace) emit_line("[aoti_debug device] " + line);
+}
+
+std::string hex(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof(b), "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+// A side waits this long for its stream before it says so (once per process).
+constexpr int kSlowWaitSeconds = 30;
+
+// Waits for `stream`: cuStreamQuery until it is done, then cuStreamSynchronize for its
+// error. One warning when it takes kSlowWaitSeconds, naming the launch after which the
+// stats kernel went on the stream: a kernel that never ends (ours or an earlier one) is
+// named instead of a silent hang. It then keeps waiting: the buffers are the kernel's
+// until it ends, and the host path would wait for the same stream.
+cu::Result wait_stream(Shared& S, DeviceStats& D, cu::Handle stream, const char* after) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  bool told = false;
+  trace(D, "wait for stream " + hex(reinterpret_cast<uint64_t>(stream)));
+  for (int polls = 0;; ++polls) {
+    cu::Result r = D.api.stream_query(stream);
+    if (r != cu::kNotReady) break;
+    if (polls < 2000) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if (!told && Clock::now() - t0 > std::chrono::seconds(kSlowWaitSeconds)) {
+      told = true;
+      warn_once(S, "device-stats-slow", "the CUDA stream has not finished the stats kernels launched after " +
+                                            std::string(after) + " in " + std::to_string(kSlowWaitSeconds) +
+                                            " s; still waiting (a kernel on that stream does not end?)");
+    }
+  }
+  cu::Result r = D.api.stream_synchronize(stream);
+  trace(D, "stream done after " +
+               std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count()) +
+               " us: " + (r == 0 ? std::string("ok") : cu_error(D, "cuStreamSynchronize", r)));
+  return r;
 }
 
 LoadedPack* load_pack(Shared& S, DeviceStats& D, const DeviceOps& dev) {
@@ -270,6 +323,9 @@ LoadedPack* load_pack(Shared& S, DeviceStats& D, const DeviceOps& dev) {
       lp->error = parse_pack(lp->bytes.data(), lp->bytes.size(), lp->pack);
     }
   }
+  trace(D, "pack " + key + ": " + (lp->error.empty() ? std::to_string(lp->pack.kernels.size()) + " kernels for sm_" +
+                                                          std::to_string(lp->pack.capability)
+                                                    : lp->error));
   if (!lp->error.empty()) {
     warn_once(S, "device-stats-pack", "the stats kernels cannot be used (" + lp->error +
                                          "): CUDA tensors are copied to the host for their stats");
@@ -316,6 +372,8 @@ DeviceState* device_state(Shared& S, DeviceStats& D, LoadedPack& lp, int ordinal
   ds.functions.assign(lp.pack.kernels.size(), nullptr);
   ds.unloadable.assign(lp.pack.kernels.size(), 0);
   ds.usable = true;
+  trace(D, "cuda:" + std::to_string(ordinal) + " context " + hex(reinterpret_cast<uint64_t>(ctx)) + ": sm_" +
+               std::to_string(major * 10 + minor) + ", " + std::to_string(ds.sms) + " SMs");
   return &ds;
 }
 
@@ -324,11 +382,15 @@ cu::Handle kernel_function(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceStat
   if (ds.functions[i] || ds.unloadable[i]) return ds.functions[i];
   cu::Handle module = nullptr, fn = nullptr;
   const char* call = "cuModuleLoadData";
-  cu::Result r = D.api.module_load_data(&module, lp.pack.kernels[i].image);
+  const PackKernel& pk = lp.pack.kernels[i];
+  trace(D, "load kernel " + std::to_string(i) + " (kind " + std::to_string(pk.kind) + ", vec " +
+               std::to_string(pk.vec) + ")");
+  cu::Result r = D.api.module_load_data(&module, pk.image);
   if (r == 0) {
     call = "cuModuleGetFunction";
-    r = D.api.module_get_function(&fn, module, lp.pack.kernels[i].name);
+    r = D.api.module_get_function(&fn, module, pk.name);
   }
+  trace(D, "loaded kernel " + std::to_string(i) + ": " + (r == 0 && fn ? std::string("ok") : cu_error(D, call, r)));
   if (r != 0 || !fn) {
     ds.unloadable[i] = 1;
     warn_once(S, "device-stats-load", "cannot load the stats kernel (" + cu_error(D, call, r) +
@@ -379,8 +441,8 @@ uint64_t contiguous_copy(AtenTensorHandle h, const HostTensor& t, DeviceCopies& 
 // Grows the pinned staging buffer and the device buffer of `ds` to what a side needs
 // (doubling). Every earlier side ended with a stream synchronisation, so nothing still
 // uses the buffers being replaced.
-std::string reserve(DeviceStats& D, DeviceState& ds, cu::Handle stream, uint64_t out_bytes, uint64_t part_bytes,
-                    uint64_t tab_bytes, uint64_t counter_bytes) {
+std::string reserve(Shared& S, DeviceStats& D, DeviceState& ds, cu::Handle stream, const char* after,
+                    uint64_t out_bytes, uint64_t part_bytes, uint64_t tab_bytes, uint64_t counter_bytes) {
   const bool grow = out_bytes > ds.out_bytes || part_bytes > ds.part_bytes || tab_bytes > ds.tab_bytes ||
                     counter_bytes > ds.counter_bytes;
   DeviceState want = ds;
@@ -406,6 +468,9 @@ std::string reserve(DeviceStats& D, DeviceState& ds, cu::Handle stream, uint64_t
   const uint64_t total = want.out_bytes + want.part_bytes + want.tab_bytes + want.counter_bytes;
   cu::DevPtr buf = 0;
   cu::Result r = D.api.mem_alloc(&buf, static_cast<size_t>(total));
+  trace(D, "cuMemAlloc " + std::to_string(total) + " bytes (out " + std::to_string(want.out_bytes) + ", partials " +
+               std::to_string(want.part_bytes) + ", tables " + std::to_string(want.tab_bytes) + ", counters " +
+               std::to_string(want.counter_bytes) + "): " + (r == 0 ? hex(buf) : cu_error(D, "cuMemAlloc", r)));
   if (r != 0) return cu_error(D, "cuMemAlloc", r);
   // The counters start at zero; each launch leaves the ones it used at zero again.
   std::memset(D.host, 0, static_cast<size_t>(want.counter_bytes));
@@ -414,7 +479,7 @@ std::string reserve(DeviceStats& D, DeviceState& ds, cu::Handle stream, uint64_t
                             static_cast<size_t>(want.counter_bytes), stream);
   if (r == 0) {
     call = "cuStreamSynchronize";
-    r = D.api.stream_synchronize(stream);  // done before the staging buffer is written again
+    r = wait_stream(S, D, stream, after);  // done before the staging buffer is written again
   }
   if (r != 0) {
     D.api.mem_free(buf);
@@ -432,7 +497,8 @@ std::string reserve(DeviceStats& D, DeviceState& ds, cu::Handle stream, uint64_t
 // `stream` as fused_stats._launch launches them; "" or the failing call. Items whose
 // kind the pack has no kernel for are left out (`launched` says which were done).
 std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& ds, cu::Handle stream,
-                        std::vector<DeviceItem>& items, std::vector<Summary>& results, std::vector<char>& launched) {
+                        const char* after, std::vector<DeviceItem>& items, std::vector<Summary>& results,
+                        std::vector<char>& launched) {
   const Pack& pk = lp.pack;
   const int64_t m = static_cast<int64_t>(items.size());
   const int64_t block = pk.block;
@@ -509,7 +575,7 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
   }
   if (groups.empty()) return "";
   const uint64_t out_bytes = static_cast<uint64_t>(9 * m) * 8;
-  std::string err = reserve(D, ds, stream, out_bytes, static_cast<uint64_t>(max_group_programs) * 9 * 8, tab_bytes,
+  std::string err = reserve(S, D, ds, stream, after, out_bytes, static_cast<uint64_t>(max_group_programs) * 9 * 8, tab_bytes,
                             static_cast<uint64_t>(m) * 4);
   if (!err.empty()) return err;
   // An all-empty group's base was chosen before the buffer may have moved: it stands on the new one.
@@ -529,13 +595,17 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
     void* params[kKernelArgCount + kMaxScratch] = {&base, &tab, &k, &d_part, &d_counters, &d_out, &k_total};
     for (uint32_t i = 0; i < pk.scratch; ++i) params[kKernelArgCount + i] = &scratch[i];
     const PackKernel& pkk = pk.kernels[g.kernel];
+    trace(D, "launch kernel " + std::to_string(g.kernel) + " after " + after + ": grid " + std::to_string(g.programs) +
+                 ", block " + std::to_string(32 * pkk.num_warps) + ", shared " + std::to_string(pkk.shared) + ", k " +
+                 std::to_string(k) + ", k_total " + std::to_string(k_total) + ", base " + hex(base) + ", stream " +
+                 hex(reinterpret_cast<uint64_t>(stream)));
     r = D.api.launch_kernel(ds.functions[g.kernel], static_cast<unsigned>(g.programs), 1, 1, 32 * pkk.num_warps, 1,
                             1, pkk.shared, stream, params, nullptr);
     if (r != 0) return cu_error(D, "cuLaunchKernel", r);
   }
   r = D.api.copy_dtoh_async(D.host, d_out, static_cast<size_t>(out_bytes), stream);
   if (r != 0) return cu_error(D, "cuMemcpyDtoHAsync", r);
-  r = D.api.stream_synchronize(stream);
+  r = wait_stream(S, D, stream, after);
   if (r != 0) return cu_error(D, "cuStreamSynchronize", r);
   const double* o = reinterpret_cast<const double*>(D.host);
   for (const Group& g : groups) {
@@ -578,8 +648,12 @@ void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, con
         D.tried = true;
         const char* off = std::getenv(schema::env::kFusedStats);
         D.off = off && std::strcmp(off, "0") == 0;
+        const char* tr = std::getenv(schema::env::kTraceDevice);
+        D.trace = tr && *tr && std::strcmp(tr, "0") != 0;
+        trace(D, D.off ? "off (AOTI_DEBUG_FUSED_STATS=0)" : "loading libcuda.so.1");
         if (D.off) return;
         std::string why = cu::load(D.api);
+        trace(D, why.empty() ? "driver ready" : why);
         if (!why.empty()) {
           D.broken = true;
           warn_once(S, "device-stats-driver", why + ": CUDA tensors are copied to the host for their stats");
@@ -626,7 +700,7 @@ void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, con
     if (items.empty()) return;
     out.assign(n, Summary());
     done.assign(n, 0);
-    std::string err = launch_side(S, D, *lp, *ds, stream, items, out, done);
+    std::string err = launch_side(S, D, *lp, *ds, stream, site.kernel, items, out, done);
     if (!err.empty()) {
       D.broken = true;
       done.assign(n, 0);
