@@ -8,6 +8,7 @@ tests/gpu/test_cpp_device_stats_gpu.py."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -60,16 +61,18 @@ def fake_pack(path, capability=90, leave_out=(12,)) -> str:
     return str(path)
 
 
-def run_harness(built, tmp_path, name, pack, mode="file", level="stats", **env):
+def run_harness(built, tmp_path, name, pack, mode="file", level="stats", args=(), **env):
     root = tmp_path / name
     log = tmp_path / f"{name}.log"
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("AOTI_DEBUG_", "FAKE_CU_"))}
     environ.update(LD_LIBRARY_PATH=str(built / "lib"), AOTI_DEBUG_DIR=str(root), AOTI_DEBUG_RUN_ID="run",
                    FAKE_CU_LOG=str(log), **env)
-    proc = subprocess.run([str(built / "harness"), pack, mode, level], capture_output=True, text=True, env=environ,
-                          timeout=300)
+    proc = subprocess.run([str(built / "harness"), pack, mode, level, *args], capture_output=True, text=True,
+                          env=environ, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     copied = int(re.search(r"copied=(\d+)", proc.stdout).group(1))
+    # Every run: no device value copied before a device synchronisation.
+    assert re.search(r"unsynced=0\b", proc.stdout), proc.stdout
     calls = log.read_text().splitlines() if log.exists() else []
     recs = records(only_run(str(root))) if level != "names" else []
     return recs, calls, copied, proc.stderr
@@ -293,6 +296,28 @@ def test_the_device_trace_names_each_driver_call(built, tmp_path):
     assert syncs and all(calls[i - 1] == "query" for i in syncs)
     quiet, _calls, _c2, err2 = run_harness(built, tmp_path, "quiet", pack)
     assert quiet == host and "[aoti_debug device]" not in err2
+
+
+def test_the_flight_trigger_saves_device_tensors_after_a_synchronisation(built, tmp_path):
+    """With the flight recorder (native/flight.h), stats on the device copy nothing and wait
+    for the current stream only: the tensors the nonfinite trigger saves are read after a
+    device synchronisation (run_harness checks that no copy came before one), and hold the
+    values the records' stats describe."""
+    pack = fake_pack(tmp_path / "pack.bin", leave_out=())
+    recs, calls, _copied, err = run_harness(built, tmp_path, "trigger", pack, args=("finite-inputs",),
+                                            AOTI_DEBUG_RING="2", AOTI_DEBUG_TRIGGER="nonfinite")
+    assert launches(calls) and "warning" not in err, err[-3000:]
+    with open(os.path.join(only_run(str(tmp_path / "trigger")), "run.json")) as fh:
+        fired = json.load(fh)["flight"]["fired"]
+    assert fired["value"] == "nan" and fired["kernel_call"] == 0 and fired["saved"], fired
+    saved = [r for r in recs if r.get("file") in fired["saved"]]
+    assert {r["phase"] for r in saved} == {"before", "after"} and any(r["dtype"] == "float32" for r in saved)
+    run = only_run(str(tmp_path / "trigger"))
+    for r in saved:
+        t = torch.load(os.path.join(run, r["file"]), weights_only=True)
+        assert list(t.shape) == r["shape"] and str(t.dtype) == "torch." + r["dtype"], r
+        if t.dtype == torch.float32:
+            assert int(t.isnan().sum()) == r["stats"]["nan"] and int(t.isinf().sum()) == r["stats"]["inf"], r
 
 
 # --------------------------------------------------------------------------- bounded waits of the build

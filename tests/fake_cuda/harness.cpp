@@ -2,7 +2,11 @@
 // below reports as CUDA tensors (their memory is host memory, as the fake libcuda.so.1's),
 // one launch site called twice, and the C++ runtime (runtime.h: every part, inlined)
 // recording them with the DeviceOps a GPU wrapper lends.
-//   harness PACK file|linked|nostream stats|print|save   -> the records; "copied=<bytes>"
+//   harness PACK file|linked|nostream stats|print|save [finite-inputs]
+//                                      -> the records; "copied=<bytes> unsynced=<copies>"
+//   (finite-inputs: the launch reads only integer tensors, so that its NaN/Inf outputs are
+//   a birth for AOTI_DEBUG_TRIGGER=nonfinite; unsynced: copies of device values made before
+//   any DeviceOps::synchronize)
 //   harness PACK parse                                    -> parse_pack's verdict
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 
@@ -78,6 +82,7 @@ void fill(AtenTensorHandle t, uint64_t seed) {
     }
   }
 }
+uint64_t g_synced = 0, g_unsynced = 0;
 }  // namespace
 
 extern "C" {
@@ -94,6 +99,10 @@ AOTITorchError aoti_torch_get_data_ptr(AtenTensorHandle t, void** r) { *r = t->d
 AOTITorchError aoti_torch_get_storage_offset(AtenTensorHandle, int64_t* r) { *r = 0; return 0; }
 AOTITorchError aoti_torch_get_storage_size(AtenTensorHandle t, int64_t* r) { *r = numel_of(t) * t->esize; return 0; }
 AOTITorchError aoti_torch_delete_tensor_object(AtenTensorHandle t) { delete t; return 0; }
+AOTITorchError aoti_torch_new_tensor_handle(AtenTensorHandle t, AtenTensorHandle* r) {
+  *r = new AtenTensorOpaque(*t);  // the same memory (never freed by a handle)
+  return 0;
+}
 AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t* sizes, const int64_t* strides, int32_t dtype,
                                         int32_t device_type, int32_t device_index, AtenTensorHandle* r) {
   *r = make(dtype, device_type, std::vector<int64_t>(sizes, sizes + ndim),
@@ -102,6 +111,7 @@ AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t* sizes, cons
   return 0;
 }
 AOTITorchError aoti_torch_copy_(AtenTensorHandle dst, AtenTensorHandle src, int32_t) {
+  if (src->device_type != 0 && dst->device_type == 0 && !g_synced) g_unsynced += 1;
   int64_t n = numel_of(src);
   size_t nd = src->sizes.size();
   std::vector<int64_t> idx(nd, 0);
@@ -135,11 +145,15 @@ std::string g_pack_file;
 
 const DeviceOps* ops(const std::string& mode, const unsigned char* pack) {
   static DeviceOps o = {
-      [] { return 0; },
+      [] {
+        g_synced += 1;
+        return 0;
+      },
       [](int) { return "fake error"; },
       [](void* dst, const void* src, size_t n) {
         std::memcpy(dst, src, n);
         g_copied += n;
+        if (!g_synced) g_unsynced += 1;
         return 0;
       },
       [](void** p, size_t n) {
@@ -183,6 +197,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::string level = argc > 3 ? argv[3] : "stats";
+  bool finite_inputs = argc > 4 && std::string(argv[4]) == "finite-inputs";
   schema::Level lv = level == "print" ? schema::kPrint : level == "save" ? schema::kSave : schema::kStats;
   const int cuda = kDeviceCuda, cpu = kDeviceCpu;
   std::vector<AtenTensorHandle> ts = {
@@ -209,7 +224,7 @@ int main(int argc, char** argv) {
   std::vector<Arg> before_args, after_args;
   std::vector<Value> before_vals, after_vals;
   for (int i = 0; i < 16; ++i) {
-    if (i != 14) {
+    if (i != 14 && (!finite_inputs || i == 3 || i == 4 || i == 7)) {
       before_args.push_back({names[i], "input", "tensor", names[i], static_cast<int>(before_args.size()), i == 13, ""});
       before_vals.push_back(Value(ts[i]));
     }
@@ -230,6 +245,7 @@ int main(int argc, char** argv) {
     entry_launch(&graph, &token, &before, before_vals.data(), before_vals.size());
     entry_done(&graph, &token, &after, after_vals.data(), after_vals.size());
   }
-  std::printf("copied=%llu\n", static_cast<unsigned long long>(g_copied));
+  std::printf("copied=%llu unsynced=%llu\n", static_cast<unsigned long long>(g_copied),
+              static_cast<unsigned long long>(g_unsynced));
   return 0;
 }
