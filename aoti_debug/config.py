@@ -39,6 +39,15 @@ ENV_REFERENCE = "AOTI_DEBUG_REFERENCE"
 ENV_SAVE_LAUNCHES = "AOTI_DEBUG_SAVE_LAUNCHES"
 ENV_RING = "AOTI_DEBUG_RING"
 ENV_TRIGGER = "AOTI_DEBUG_TRIGGER"
+#: ``0``: stats of CUDA tensors without the fused Triton kernel (read when the model runs:
+#: the Python runtime's torch-op path, the C++ runtime's host copies). For comparisons.
+ENV_FUSED_STATS = "AOTI_DEBUG_FUSED_STATS"
+#: ``1``: the build of the CUDA stats kernels for the C++ runtime (codegen/device_stats.py:
+#: lock, worker processes, their phases) is traced on stderr, with times. For diagnosis.
+ENV_TRACE_BUILD = "AOTI_DEBUG_TRACE_BUILD"
+#: ``1``: the C++ runtime traces each CUDA driver call of its stats on the device
+#: (native/device_stats.h) on stderr, read when the model first records a CUDA tensor.
+ENV_TRACE_DEVICE = "AOTI_DEBUG_TRACE_DEVICE"
 #: ``AOTI_DEBUG_TRIGGER`` values: ``nonfinite`` fires at the first NaN/Inf birth (runtime/flight.py).
 TRIGGERS = ("nonfinite",)
 #: The largest ``AOTI_DEBUG_RING``: the ring's memory is bounded by its records anyway
@@ -94,6 +103,16 @@ def parse_bool(name: str, value: str | None) -> bool:
     if text in ("1", "true", "yes", "on"):
         return True
     raise ConfigError(f"{name}={value!r} is not a boolean: use 1 or 0")
+
+
+def trace_build(env: Mapping[str, str] | None = None) -> bool:
+    """Whether ``AOTI_DEBUG_TRACE_BUILD`` asks for the stats kernels' build phases on
+    stderr (a value that is no boolean counts as on: it was set to see them)."""
+    value = (os.environ if env is None else env).get(ENV_TRACE_BUILD)
+    try:
+        return parse_bool(ENV_TRACE_BUILD, value)
+    except ConfigError:
+        return True
 
 
 def unclosed_bracket(pattern: str) -> bool:

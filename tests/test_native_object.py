@@ -33,9 +33,16 @@ def test_each_level_links_the_object_of_its_features():
         assert name.startswith(cpp_runtime.abi_namespace() + "-obj-") and name.endswith(".o")
         block = cpp_runtime.linked_block("cpu", "stats", name)
         assert cpp_runtime.linked_objects(block + block) == [name]  # spliced twice: linked once
-        assert "entry_launch" not in block and len(block) < 20000  # the glue, not the runtime
+        # the glue (with the CUDA side that lends the stats kernels), not the runtime
+        assert "entry_launch" not in block and len(block) < 22000
+        stats = "stats-0123456789ab/pack-sm90-0123456789ab.o"
+        with_stats = cpp_runtime.linked_block("cuda", "stats", name, stats=stats)
+        assert cpp_runtime.linked_objects(with_stats + with_stats) == [name, stats]
+        assert "#define AOTI_DEBUG_STATS_PACK_SYMBOL aoti_debug_stats_pack_v1" in with_stats
     with pytest.raises(ValueError):
         cpp_runtime.linked_block("cpu", "stats", "../../etc/x.o")
+    with pytest.raises(ValueError):
+        cpp_runtime.linked_block("cuda", "stats", name, stats="../x.o")
 
 
 _CHILD = """

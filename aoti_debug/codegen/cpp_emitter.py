@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import re
 
-from . import cpp_runtime, native_library, native_object, python_emitter
+from . import cpp_runtime, device_stats, native_library, native_object, python_emitter
 from .cpp_runtime import LEVEL_CODES, NAMESPACE
 from .emit import cpp_string
 from .launch import Launch, LaunchArg
@@ -59,15 +59,22 @@ def _aot_mode() -> bool:
 
 
 def header_block(manager, device: str) -> str:
-    """The runtime block for this graph's wrapper header."""
+    """The runtime block for this graph's wrapper header. GPU wrappers at levels stats and
+    print also get the stats kernels (``device_stats``): linked into an AOTInductor
+    package with its runtime object, named by file for a JIT module; an inlined runtime
+    gets none (its CUDA tensors' stats are computed on the host)."""
+    level = manager.settings.level
+    capability = device_stats.wanted(device, level)
     if _aot_mode():
-        level = manager.settings.level
         why = native_object.linkable(device)
         if why is None and native_object.object_path(level):
-            return cpp_runtime.linked_block(device, level, native_object.object_spec(native_object.variant(level)).name)
+            stats = device_stats.object_name(capability) if capability is not None else None
+            return cpp_runtime.linked_block(device, level, native_object.object_spec(native_object.variant(level)).name,
+                                            stats=stats)
         log.debug("aoti_debug: the AOTInductor runtime is inlined into the wrapper: %s", why or "no object")
         return cpp_runtime.inline_block(device, level)
-    return cpp_runtime.library_block(device, native_library.library_path() or "")
+    stats = device_stats.pack_path(capability) if capability is not None else None
+    return cpp_runtime.library_block(device, native_library.library_path() or "", stats=stats or "")
 
 
 def ensure_header(manager, wrapper) -> None:

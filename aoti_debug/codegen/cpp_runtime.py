@@ -5,9 +5,9 @@ The runtime is a set of parts in ``native/`` (shipped as package data), one job 
 each a header that includes what it uses so that it builds alone (the native tests do
 that): ``interface.h`` (what the wrapper passes), ``json.h``, ``text.h``, ``state.h``
 (process-wide state and warnings), ``env.h``, ``graph.h``, ``dtypes.h``, ``names.h``,
-``threads.h``, ``stats.h``, ``host_tensor.h``, ``run_json.h``, ``crc.h``, ``pt_writer.h``,
-``records.h``, ``flight.h``, ``flight_hooks.h``, ``run_dir.h``, ``entry.h``, and the
-wrapper-side glue (``glue_*.h``).
+``threads.h``, ``stats.h``, ``host_tensor.h``, ``device_stats.h``, ``run_json.h``,
+``crc.h``, ``pt_writer.h``, ``records.h``, ``flight.h``, ``flight_hooks.h``, ``run_dir.h``,
+``entry.h``, and the wrapper-side glue (``glue_*.h``).
 
 ``constants.h`` is generated here, never written by hand: level codes from
 :data:`aoti_debug.config.LEVELS`, record, stats and run.json keys from
@@ -66,6 +66,7 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("threads.h", "records"),
     ("stats.h", "records"),
     ("host_tensor.h", "records"),
+    ("device_stats.h", "records"),
     ("run_json.h", "records"),
     ("crc.h", "files"),
     ("pt_writer.h", "files"),
@@ -87,7 +88,9 @@ OBJECT_SOURCE = "object.cpp"
 #: The macro that names, in a wrapper, the runtime object its package links (a path
 #: relative to aoti_debug's folder in Inductor's cache): what the link step looks for.
 LINK_MACRO = "AOTI_DEBUG_LINKED_OBJECT"
-_LINK_RE = re.compile(rf'^#define {LINK_MACRO} "([\w.+/-]+)"$', re.M)
+#: ... and the object holding its stats kernels (codegen/device_stats.py), where it has one.
+LINK_STATS_MACRO = "AOTI_DEBUG_LINKED_STATS"
+_LINK_RE = re.compile(rf'^#define (?:{LINK_MACRO}|{LINK_STATS_MACRO}) "([\w.+/-]+)"$', re.M)
 
 
 def level_codes() -> dict[str, int]:
@@ -177,6 +180,8 @@ def _constants_body() -> str:
         f"constexpr const char* kSaveLaunches = {cpp_string(config.ENV_SAVE_LAUNCHES)};",
         f"constexpr const char* kRing = {cpp_string(config.ENV_RING)};",
         f"constexpr const char* kTrigger = {cpp_string(config.ENV_TRIGGER)};",
+        f"constexpr const char* kFusedStats = {cpp_string(config.ENV_FUSED_STATS)};",
+        f"constexpr const char* kTraceDevice = {cpp_string(config.ENV_TRACE_DEVICE)};",
         "}  // namespace env",
         "// runtime.flight: the flight recorder's limits, and config.TRIGGERS (flight.h knows nonfinite)",
         "namespace flight {",
@@ -342,13 +347,25 @@ def inline_block(device: str, level: str) -> str:
     return _block(device, title, _versions() + runtime_source(level).splitlines())
 
 
-def linked_block(device: str, level: str, name: str) -> str:
-    """What an AOTInductor wrapper's header gets when its package links the runtime object
-    ``name`` (built for ``level``'s features): the interface and a glue that calls it."""
+def _object_name(name: str) -> str:
     if not _LINK_RE.fullmatch(f'#define {LINK_MACRO} "{name}"') or ".." in name.split("/"):
         raise ValueError(f"not a runtime object name: {name!r}")
+    return name
+
+
+def linked_block(device: str, level: str, name: str, stats: str | None = None) -> str:
+    """What an AOTInductor wrapper's header gets when its package links the runtime object
+    ``name`` (built for ``level``'s features): the interface and a glue that calls it.
+    ``stats``: the object holding the stats kernels (``device_stats.object_name``), linked
+    too, whose symbol the glue lends the runtime."""
+    from .device_stats import SYMBOL
+
     inc, body = _join([INTERFACE, GLUE_CUDA, GLUE_LINKED])
-    lines = [f"#define {LINK_MACRO} {cpp_string(name)}", *constants_header().splitlines(), *inc, *body]
+    lines = [f"#define {LINK_MACRO} {cpp_string(_object_name(name))}"]
+    if stats:
+        lines += [f"#define {LINK_STATS_MACRO} {cpp_string(_object_name(stats))}",
+                  f"#define AOTI_DEBUG_STATS_PACK_SYMBOL {SYMBOL}"]
+    lines += [*constants_header().splitlines(), *inc, *body]
     return _block(device, f"runtime for level {level}, linked: {name}", lines)
 
 
@@ -358,10 +375,14 @@ def linked_objects(code: str) -> list[str]:
     return list(dict.fromkeys(m.group(1) for m in _LINK_RE.finditer(code)))
 
 
-def library_block(device: str, library: str) -> str:
+def library_block(device: str, library: str, stats: str = "") -> str:
     """What a JIT cpp_wrapper's header gets: the interface and a glue that loads the
     runtime library at ``library`` ("" when it could not be built: the model then runs
-    uninstrumented, with one warning)."""
+    uninstrumented, with one warning). ``stats``: the file holding the stats kernels
+    (``device_stats.pack_path``), or "" (CUDA tensors' stats then on the host)."""
     inc, body = _join([INTERFACE, GLUE_CUDA, GLUE_LIBRARY])
-    lines = [f"#define AOTI_DEBUG_LIBRARY {cpp_string(library)}", *constants_header().splitlines(), *inc, *body]
+    lines = [f"#define AOTI_DEBUG_LIBRARY {cpp_string(library)}"]
+    if stats:
+        lines.append(f"#define AOTI_DEBUG_STATS_PACK_FILE {cpp_string(stats)}")
+    lines += [*constants_header().splitlines(), *inc, *body]
     return _block(device, "runtime library " + (library or "(not built)"), lines)

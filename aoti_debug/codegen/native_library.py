@@ -15,6 +15,7 @@ wrappers compiled meanwhile run uninstrumented (one warning when they run).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -36,6 +37,10 @@ log = logging.getLogger("aoti_debug")
 
 LIBRARY_FILE = "libaoti_debug_rt.so"
 BUILD_TIMEOUT_S = 900
+#: How long a build waits for another process's build of the same files (their file
+#: lock) before it gives up with one warning: longer than a build may take, and finite,
+#: so that a hung or stopped holder costs a warning instead of a compile that never ends.
+LOCK_TIMEOUT_S = BUILD_TIMEOUT_S + 300
 _lock = threading.Lock()
 _failed: dict[str, str] = {}  # artifact path -> why it failed (warned once)
 
@@ -189,19 +194,51 @@ def built(spec_of: Callable[[], Build], warn: Callable[[str, str], None]) -> str
     return spec.path
 
 
+@contextlib.contextmanager
+def build_lock(directory: str, timeout: float = LOCK_TIMEOUT_S, trace: Callable[[str], None] | None = None):
+    """``directory/build.lock`` held (``flock``, released when the block ends or the process
+    dies) with this process's pid written in it, so that a waiter can name the holder.
+
+    Raises:
+        BuildError: another process held it for ``timeout`` seconds.
+    """
+    import fcntl
+
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "build.lock")
+    with open(path, "a+") as lock:
+        deadline = time.monotonic() + timeout
+        told = False
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                lock.seek(0)
+                holder = lock.read().strip() or "?"
+                if trace is not None and not told:
+                    trace(f"waiting for {path} (held by pid {holder})")
+                    told = True
+                if time.monotonic() >= deadline:
+                    raise BuildError(f"{path} was held by another build (pid {holder}) for {timeout:g} s") from None
+                time.sleep(0.2)
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        yield
+
+
 def build(spec) -> float:
     """Build ``spec.path`` (this library, or a runtime object: native_object.py) unless it
     is there; seconds spent compiling. ``spec`` has ``directory``, ``path``, ``compiler``,
     ``openmp`` (its flags, empty: built without) and ``command(gen_dir, output, openmp)``.
 
     Raises:
-        BuildError: the compiler failed (with and without OpenMP) or could not run.
+        BuildError: the compiler failed (with and without OpenMP) or could not run, or
+            another process's build held the lock too long.
     """
-    import fcntl
-
-    os.makedirs(spec.directory, exist_ok=True)
-    with open(os.path.join(spec.directory, "build.lock"), "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+    with build_lock(spec.directory):
         if os.path.exists(spec.path):
             return 0.0
         gen_dir = tempfile.mkdtemp(prefix="build-", dir=spec.directory)

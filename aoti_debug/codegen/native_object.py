@@ -29,7 +29,7 @@ import shutil
 import sys
 import tempfile
 
-from . import cpp_runtime, native_library
+from . import cpp_runtime, device_stats, native_library
 from .native_library import BuildError
 
 log = logging.getLogger("aoti_debug")
@@ -169,7 +169,18 @@ def linked(names: list[str]):
     try:
         for name in names:
             copy = os.path.join(tmp, os.path.basename(name))
-            shutil.copyfile(object_for_link(name), copy)
+            if device_stats.is_object_name(name):
+                # The stats kernels: the glue refers to them weakly, so a package links without them.
+                try:
+                    shutil.copyfile(device_stats.object_for_link(name), copy)
+                except (BuildError, OSError) as e:
+                    if name not in _warned:
+                        _warned.add(name)
+                        log.warning("aoti_debug: the stats kernels %s are not linked (%s); that package copies "
+                                    "CUDA tensors to the host for their stats", name, e)
+                    continue
+            else:
+                shutil.copyfile(object_for_link(name), copy)
             copies.append(copy)
         extra.extend(copies)
         yield

@@ -55,6 +55,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..config import ENV_FUSED_STATS
 from .stats import device_summary
 
 #: Elements per tile (one vector of the program), warps per program.
@@ -98,7 +99,7 @@ _sm_count: dict[int, int] = {}
 _TABLE_CACHE_MAX = 4096
 
 #: ``AOTI_DEBUG_FUSED_STATS=0`` (read at import) sends everything down the torch-op path.
-ENABLED = os.environ.get("AOTI_DEBUG_FUSED_STATS", "1") != "0"
+ENABLED = os.environ.get(ENV_FUSED_STATS, "1") != "0"
 
 
 # --------------------------------------------------------------------------- kernel
@@ -228,40 +229,51 @@ def _device_table(values: list[int], stream_key: tuple, device: torch.device) ->
     return tab
 
 
-def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: torch.Tensor, k_total: int,
-            device: torch.device, stream_key: tuple, block: int, max_programs: int, min_tiles: int,
-            static: Any = None) -> None:
-    """One launch for all tensors of one kind: ``items`` = [(output row, contiguous tensor)].
+def plan(ptrs: Sequence[int], numels: Sequence[int], rows: Sequence[int], width: int, spare: int, block: int,
+         max_programs: int, min_tiles: int) -> tuple[int, int, list[int], int]:
+    """One launch's layout, for tensors of one kind at ``ptrs`` (element ``width`` bytes):
+    ``(base address, vec, table, programs)``. The C++ runtime builds the same
+    (``codegen/native/device_stats.h``).
 
-    Table row per tensor (int64): offset from ``base`` in units of ``vec`` elements,
-    numel, first program, programs, tiles per program, output row. Programs of one
-    tensor are consecutive; a program finds its tensor by counting first programs <= pid.
+    The base is the lowest non-empty tensor's address (``spare`` when every tensor is
+    empty); ``vec`` is 16 bytes of elements when the base and every tensor's offset from
+    it are 16-byte aligned, else 1. Table row per tensor (int64): offset from the base in
+    units of ``vec`` elements, numel, first program, programs, tiles per program, output
+    row. Programs of one tensor are consecutive; a program finds its tensor by counting
+    first programs <= pid.
     """
-    code, width, is_float = spec
-    ptrs = [t.data_ptr() if t.numel() else -1 for _, t in items]
-    live = [p for p in ptrs if p >= 0]
-    if live:
-        base_ptr = min(live)
-        base = items[ptrs.index(base_ptr)][1]
-    else:
-        base, base_ptr = out, out.data_ptr()
-    if code in (0, 3, 4) and base is not out:
-        base = base.view(torch.uint8)  # bool / float8 pointers: plain bytes for Triton
+    live = [p for p, n in zip(ptrs, numels) if n]
+    base = min(live) if live else spare
     vec = 16 // width
-    if base_ptr % 16 or (vec > 1 and any((p - base_ptr) % 16 for p in live)):
+    if base % 16 or (vec > 1 and any((p - base) % 16 for p in live)):
         vec = 1
-    if (code, vec) in _broken:
-        raise RuntimeError("the kernel failed before for this dtype")
     unit = width * vec
     values: list[int] = []
     programs = 0
-    for (row, t), p in zip(items, ptrs):
-        n = t.numel()
+    for p, n, row in zip(ptrs, numels, rows):
         tiles = -(-n // block)
         per = max(min_tiles, -(-tiles // max_programs))
         nprog = max(1, -(-tiles // per))
-        values += ((p - base_ptr) // unit if n else 0, n, programs, nprog, per, row)
+        values += ((p - base) // unit if n else 0, n, programs, nprog, per, row)
         programs += nprog
+    return base, vec, values, programs
+
+
+def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: torch.Tensor, k_total: int,
+            device: torch.device, stream_key: tuple, block: int, max_programs: int, min_tiles: int,
+            static: Any = None) -> None:
+    """One launch for all tensors of one kind: ``items`` = [(output row, contiguous tensor)],
+    laid out by :func:`plan`."""
+    code, width, is_float = spec
+    ptrs = [t.data_ptr() for _, t in items]
+    numels = [t.numel() for _, t in items]
+    base_ptr, vec, values, programs = plan(ptrs, numels, [row for row, _ in items], width, out.data_ptr(), block,
+                                           max_programs, min_tiles)
+    base = next((t for (_, t), p, n in zip(items, ptrs, numels) if n and p == base_ptr), out)
+    if code in (0, 3, 4) and base is not out:
+        base = base.view(torch.uint8)  # bool / float8 pointers: plain bytes for Triton
+    if (code, vec) in _broken:
+        raise RuntimeError("the kernel failed before for this dtype")
     if static is not None:  # inside a CUDA-graph capture: the graph's own static buffers
         tab = static.table_for(values)
         part, counters = static.scratch(programs, k_total)

@@ -353,6 +353,14 @@ bool save_record(Shared& S, FlightRecord& r, const Site& site, AtenTensorHandle 
 #if AOTI_DEBUG_WITH_FILES
   HostTensor t;
   err = describe(h, t);
+  // Stats on the device (device_stats.h) waited for the current stream only and copied
+  // nothing: the device is synchronised here, as record_side does for the host path.
+  if (err.empty() && t.device_type != kDeviceCpu && dev && dev->synchronize) {
+    int e = dev->synchronize();
+    if (e != 0)
+      err = std::string("device error before reading values: ") +
+            (dev->error_string ? dev->error_string(e) : "error " + std::to_string(e));
+  }
   if (err.empty()) err = host_values(h, t, dev);
   const TypeInfo* ti = type_info(t.dtype);
   if (err.empty() && !ti) err = "unsupported dtype";

@@ -1,5 +1,6 @@
-// Wrapper side, GPU wrappers (AOTI_DEBUG_CUDA): the CUDA runtime functions lent to the
-// runtime (DeviceOps) and AOTI_DEBUG_SYNC's check after a launch. CPU wrappers lend
+// Wrapper side, GPU wrappers (AOTI_DEBUG_CUDA): the CUDA runtime functions, the current
+// stream and the stats kernels lent to the runtime (DeviceOps), and AOTI_DEBUG_SYNC's
+// check after a launch. CPU wrappers lend
 // nothing and their kernels run synchronously: the "before" line already names a crash.
 #ifndef AOTI_DEBUG_PART_GLUE_CUDA_H
 #define AOTI_DEBUG_PART_GLUE_CUDA_H
@@ -13,6 +14,23 @@
 
 #ifdef AOTI_DEBUG_CUDA
 #include <cuda_runtime_api.h>
+
+// Weak: a host or package without them still loads (stats on the host, device_stats.h).
+#if defined(__GNUC__)
+extern "C" __attribute__((weak)) AOTITorchError aoti_torch_get_current_cuda_stream(int32_t, void**);
+#define AOTI_DEBUG_CURRENT_STREAM aoti_torch_get_current_cuda_stream
+#else
+#define AOTI_DEBUG_CURRENT_STREAM nullptr
+#endif
+#if defined(AOTI_DEBUG_STATS_PACK_SYMBOL) && defined(__GNUC__)
+extern "C" __attribute__((weak)) const unsigned char AOTI_DEBUG_STATS_PACK_SYMBOL[];
+#define AOTI_DEBUG_STATS_PACK_DATA AOTI_DEBUG_STATS_PACK_SYMBOL
+#else
+#define AOTI_DEBUG_STATS_PACK_DATA nullptr
+#endif
+#ifndef AOTI_DEBUG_STATS_PACK_FILE
+#define AOTI_DEBUG_STATS_PACK_FILE ""
+#endif
 #endif
 
 namespace AOTI_DEBUG_NS {
@@ -35,6 +53,12 @@ const DeviceOps kCudaOps = {
       std::snprintf(buf, cap, "%s", prop.name);
       return 0;
     },
+    [](int32_t device, void** stream) {
+      auto fn = AOTI_DEBUG_CURRENT_STREAM;
+      return fn ? static_cast<int>(fn(device, stream)) : -1;
+    },
+    AOTI_DEBUG_STATS_PACK_DATA,
+    AOTI_DEBUG_STATS_PACK_FILE,
 };
 const DeviceOps* const kWrapperDevice = &kCudaOps;
 

@@ -207,6 +207,9 @@ struct DeviceOps {
   void (*free_host)(void* p);                            // cudaFreeHost
   void (*clear_error)();                                 // cudaGetLastError
   int (*device_name)(char* buf, size_t cap);             // the current device's name
+  int (*current_stream)(int32_t device, void** stream);  // torch's (the wrapper's); device_stats.h
+  const unsigned char* stats_pack;  // stats kernels linked into this .so (AOTI), or null
+  const char* stats_pack_file;      // ... or their file (cpp_wrapper), or ""
 };
 
 // One per wrapper .so (a static of its glue): the runtime keeps that graph's label and

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -79,22 +80,26 @@ std::string tensor_pickle(const TypeInfo& ti, const std::vector<int64_t>& shape,
     stride[i] = st;
     st *= std::max<int64_t>(shape[i], 1);
   }
+  // dtypes without a typed storage class (uint16/32/64, complex32, float8: type_info names
+  // the dtype itself) are pickled as torch.save pickles them: _rebuild_tensor_v3 over an
+  // UntypedStorage counted in bytes, the dtype last (torch.load reads a dtype in v2's
+  // storage slot as a storage class and fails).
+  bool untyped = std::strcmp(ti.storage, ti.name) == 0;
   std::string o = "\x80\x02";
-  o += "ctorch._utils\n_rebuild_tensor_v2\n";
+  o += untyped ? "ctorch._utils\n_rebuild_tensor_v3\n" : "ctorch._utils\n_rebuild_tensor_v2\n";
   o += "((";
   pickle_str(o, "storage");
-  o += "ctorch\n";
-  o += ti.storage;
-  o += "\n";
+  o += untyped ? "ctorch.storage\nUntypedStorage\n" : "ctorch\n" + std::string(ti.storage) + "\n";
   pickle_str(o, "0");
   pickle_str(o, "cpu");
-  pickle_int(o, numel);
+  pickle_int(o, untyped ? numel * ti.unit * ti.units : numel);
   o += "tQ";
   pickle_int(o, 0);
   pickle_tuple(o, shape);
   pickle_tuple(o, stride);
   o += "\x89";
   o += "ccollections\nOrderedDict\n)R";
+  if (untyped) o += "ctorch\n" + std::string(ti.name) + "\n";
   o += "tR.";
   return o;
 }

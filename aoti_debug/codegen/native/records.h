@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "constants.h"
+#include "device_stats.h"
 #include "dtypes.h"
 #include "env.h"
 #include "host_tensor.h"
@@ -121,8 +122,9 @@ std::string save_values(Shared& S, const Site& site, const Arg& a, const char* p
 }
 #endif
 
+// `on_device`: the tensor's stats computed on the device (device_stats.h), or null.
 void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase, AtenTensorHandle h,
-                   const DeviceOps* dev, JsonObject& rec) {
+                   const DeviceOps* dev, JsonObject& rec, const Summary* on_device) {
   namespace R = schema::rec;
   HostTensor t;
   std::string err;
@@ -132,9 +134,10 @@ void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase,
     rec.boolean(R::kUninitialised, true);
     return;
   }
-  if (err.empty()) err = host_values(h, t, dev);
+  if (err.empty() && !on_device) err = host_values(h, t, dev);
   Summary sm;
-  bool have_stats = err.empty() && t.data && summarize(t.data, t.numel, t.dtype, sm);
+  if (on_device) sm = *on_device;
+  bool have_stats = err.empty() && (on_device || (t.data && summarize(t.data, t.numel, t.dtype, sm)));
   if (err.empty() && !have_stats) err = "stats: unsupported dtype";
   std::string content_key;
   if (have_stats) {
@@ -233,10 +236,15 @@ void record_side(Shared& S, const Site& site, const Value* v, size_t count, cons
                  const std::string& label, const DeviceOps* dev, std::vector<std::string>* lines_out = nullptr) {
   namespace R = schema::rec;
   size_t n = std::min(static_cast<size_t>(site.n), count);
+  // CUDA tensors summarised on the device need no copy (save needs the values anyway).
+  std::vector<Summary> on_device;
+  std::vector<char> done;
+  if (site.level != schema::kSave) device_summaries(S, site, v, n, phase, dev, on_device, done);
   // The model may run on a stream of its own (AOTI's run(stream)); the shim's copy runs
   // on the current one: wait for the device before reading any of its tensors.
   for (size_t i = 0; dev && dev->synchronize && i < n; ++i) {
     int32_t type = kDeviceCpu;
+    if (i < done.size() && done[i]) continue;
     if (v[i].kind() == Value::kTensor && aoti_torch_get_device_type(v[i].handle(), &type) == 0 &&
         type != kDeviceCpu) {
       int e = dev->synchronize();
@@ -261,7 +269,8 @@ void record_side(Shared& S, const Site& site, const Value* v, size_t count, cons
     if (a.expr && *a.expr && std::strcmp(a.expr, a.name) != 0) rec.str(R::kExpr, a.expr);
     if (a.volatile_why && *a.volatile_why) rec.str(R::kVolatile, a.volatile_why);
     if (v[i].kind() == Value::kTensor) {
-      record_tensor(S, site, a, phase, v[i].handle(), dev, rec);
+      const Summary* sm = i < done.size() && done[i] ? &on_device[i] : nullptr;
+      record_tensor(S, site, a, phase, v[i].handle(), dev, rec, sm);
     } else {
       record_scalar(site, a, phase, v[i], rec);
     }

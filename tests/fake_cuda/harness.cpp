@@ -1,0 +1,251 @@
+// A GPU wrapper without a GPU (tests/test_device_stats.py): tensors that the AOTI shim
+// below reports as CUDA tensors (their memory is host memory, as the fake libcuda.so.1's),
+// one launch site called twice, and the C++ runtime (runtime.h: every part, inlined)
+// recording them with the DeviceOps a GPU wrapper lends.
+//   harness PACK file|linked|nostream stats|print|save [finite-inputs]
+//                                      -> the records; "copied=<bytes> unsynced=<copies>"
+//   (finite-inputs: the launch reads only integer tensors, so that its NaN/Inf outputs are
+//   a birth for AOTI_DEBUG_TRIGGER=nonfinite; unsynced: copies of device values made before
+//   any DeviceOps::synchronize)
+//   harness PACK parse                                    -> parse_pack's verdict
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+struct AtenTensorOpaque {
+  int32_t dtype, device_type, device_index;
+  std::vector<int64_t> sizes, strides;
+  unsigned char* data;  // first element
+  size_t esize;
+};
+
+namespace {
+size_t element_size(int32_t dtype) {
+  switch (dtype) {
+    case 0: case 1: case 11: case 23: case 24: return 1;
+    case 2: case 5: case 15: case 27: return 2;
+    case 3: case 6: case 28: return 4;
+    case 8: return 4;  // complex32
+    case 9: return 8;  // complex64
+    case 10: return 16;  // complex128
+    default: return 8;
+  }
+}
+
+AtenTensorHandle make(int32_t dtype, int32_t device_type, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                      size_t byte_offset = 0) {
+  auto* t = new AtenTensorOpaque{dtype, device_type, 0, sizes, strides, nullptr, element_size(dtype)};
+  int64_t span = 1;
+  for (size_t i = 0; i < sizes.size(); ++i) span += (sizes[i] - 1) * strides[i];
+  size_t bytes = static_cast<size_t>(std::max<int64_t>(span, 1)) * t->esize + byte_offset;
+  unsigned char* p = static_cast<unsigned char*>(std::aligned_alloc(256, (bytes + 255) / 256 * 256));
+  t->data = p + byte_offset;
+  return t;
+}
+
+int64_t numel_of(const AtenTensorOpaque* t) {
+  int64_t n = 1;
+  for (int64_t s : t->sizes) n *= s;
+  return n;
+}
+
+// Deterministic contents: floats with a NaN and an Inf, everything else raw bits.
+void fill(AtenTensorHandle t, uint64_t seed) {
+  int64_t span = 1;
+  for (size_t i = 0; i < t->sizes.size(); ++i) span += (t->sizes[i] - 1) * t->strides[i];
+  uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull;
+  for (int64_t i = 0; i < span; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    unsigned char* e = t->data + i * t->esize;
+    if (t->dtype == 6 || t->dtype == 9) {  // float32, complex64 (two floats)
+      for (size_t part = 0; part < t->esize / 4; ++part) {
+        float f = static_cast<float>(static_cast<int64_t>((x >> (20 + part)) % 20001) - 10000) / 7.0f;
+        if (i == 3) f = NAN;
+        if (i == 5) f = INFINITY;
+        std::memcpy(e + 4 * part, &f, 4);
+      }
+    } else if (t->dtype == 4) {  // int64
+      int64_t v = static_cast<int64_t>(x >> 11) - (int64_t{1} << 52);
+      std::memcpy(e, &v, 8);
+    } else if (t->dtype == 11) {  // bool
+      *e = (x >> 33) & 1;
+    } else {
+      for (size_t b = 0; b < t->esize; ++b) e[b] = static_cast<unsigned char>(x >> (8 * b + 13));
+    }
+  }
+}
+uint64_t g_synced = 0, g_unsynced = 0;
+}  // namespace
+
+extern "C" {
+AOTITorchError aoti_torch_get_dim(AtenTensorHandle t, int64_t* r) {
+  *r = static_cast<int64_t>(t->sizes.size());
+  return 0;
+}
+AOTITorchError aoti_torch_get_sizes(AtenTensorHandle t, int64_t** r) { *r = t->sizes.data(); return 0; }
+AOTITorchError aoti_torch_get_strides(AtenTensorHandle t, int64_t** r) { *r = t->strides.data(); return 0; }
+AOTITorchError aoti_torch_get_dtype(AtenTensorHandle t, int32_t* r) { *r = t->dtype; return 0; }
+AOTITorchError aoti_torch_get_device_type(AtenTensorHandle t, int32_t* r) { *r = t->device_type; return 0; }
+AOTITorchError aoti_torch_get_device_index(AtenTensorHandle t, int32_t* r) { *r = t->device_index; return 0; }
+AOTITorchError aoti_torch_get_data_ptr(AtenTensorHandle t, void** r) { *r = t->data; return 0; }
+AOTITorchError aoti_torch_get_storage_offset(AtenTensorHandle, int64_t* r) { *r = 0; return 0; }
+AOTITorchError aoti_torch_get_storage_size(AtenTensorHandle t, int64_t* r) { *r = numel_of(t) * t->esize; return 0; }
+AOTITorchError aoti_torch_delete_tensor_object(AtenTensorHandle t) { delete t; return 0; }
+AOTITorchError aoti_torch_new_tensor_handle(AtenTensorHandle t, AtenTensorHandle* r) {
+  *r = new AtenTensorOpaque(*t);  // the same memory (never freed by a handle)
+  return 0;
+}
+AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t* sizes, const int64_t* strides, int32_t dtype,
+                                        int32_t device_type, int32_t device_index, AtenTensorHandle* r) {
+  *r = make(dtype, device_type, std::vector<int64_t>(sizes, sizes + ndim),
+            std::vector<int64_t>(strides, strides + ndim));
+  (*r)->device_index = device_index;
+  return 0;
+}
+AOTITorchError aoti_torch_copy_(AtenTensorHandle dst, AtenTensorHandle src, int32_t) {
+  if (src->device_type != 0 && dst->device_type == 0 && !g_synced) g_unsynced += 1;
+  int64_t n = numel_of(src);
+  size_t nd = src->sizes.size();
+  std::vector<int64_t> idx(nd, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t so = 0, d = 0;
+    for (size_t k = 0; k < nd; ++k) {
+      so += idx[k] * src->strides[k];
+      d += idx[k] * dst->strides[k];
+    }
+    std::memcpy(dst->data + d * dst->esize, src->data + so * src->esize, src->esize);
+    for (size_t k = nd; k-- > 0;) {
+      if (++idx[k] < src->sizes[k]) break;
+      idx[k] = 0;
+    }
+  }
+  return 0;
+}
+AOTITorchError aoti_torch__reinterpret_tensor(AtenTensorHandle, int64_t, const int64_t*, const int64_t*, int64_t,
+                                              AtenTensorHandle*) {
+  return 1;
+}
+}
+
+#include "runtime.h"
+
+using namespace aoti_debug_rt_1;
+
+namespace {
+uint64_t g_copied = 0;
+std::string g_pack_file;
+
+const DeviceOps* ops(const std::string& mode, const unsigned char* pack) {
+  static DeviceOps o = {
+      [] {
+        g_synced += 1;
+        return 0;
+      },
+      [](int) { return "fake error"; },
+      [](void* dst, const void* src, size_t n) {
+        std::memcpy(dst, src, n);
+        g_copied += n;
+        if (!g_synced) g_unsynced += 1;
+        return 0;
+      },
+      [](void** p, size_t n) {
+        *p = std::malloc(n);
+        return *p ? 0 : 2;
+      },
+      [](void* p) { std::free(p); },
+      [] {},
+      [](char* buf, size_t cap) {
+        std::snprintf(buf, cap, "Fake GPU");
+        return 0;
+      },
+      [](int32_t, void** stream) {
+        *stream = reinterpret_cast<void*>(0x5151);
+        return 0;
+      },
+      nullptr,
+      "",
+  };
+  if (mode == "nostream") o.current_stream = nullptr;
+  if (mode == "linked") o.stats_pack = pack;
+  else o.stats_pack_file = g_pack_file.c_str();
+  return &o;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_pack_file = argv[1];
+  std::string mode = argv[2];
+  std::ifstream f(argv[1], std::ios::binary);
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  unsigned char* pack = static_cast<unsigned char*>(std::aligned_alloc(256, (bytes.size() + 256) / 256 * 256));
+  if (!bytes.empty()) std::memcpy(pack, bytes.data(), bytes.size());
+  if (mode == "parse") {
+    Pack p;
+    std::string err = parse_pack(pack, bytes.size(), p);
+    std::printf("%s|%zu|%zu\n", err.empty() ? "ok" : err.c_str(), p.kernels.size(), p.dtypes.size());
+    for (const PackKernel& k : p.kernels) {
+      std::printf("%u %u %u %u %u %s\n", k.kind, k.vec, k.num_warps, k.shared, k.width, k.name);
+    }
+    return 0;
+  }
+  std::string level = argc > 3 ? argv[3] : "stats";
+  bool finite_inputs = argc > 4 && std::string(argv[4]) == "finite-inputs";
+  schema::Level lv = level == "print" ? schema::kPrint : level == "save" ? schema::kSave : schema::kStats;
+  const int cuda = kDeviceCuda, cpu = kDeviceCpu;
+  std::vector<AtenTensorHandle> ts = {
+      make(kF32, cuda, {3, 1000}, {1000, 1}),     // 0
+      make(kBF16, cuda, {257}, {1}),              // 1
+      make(kF16, cuda, {64, 33}, {33, 1}),        // 2
+      make(kI64, cuda, {5000}, {1}),              // 3
+      make(kBool, cuda, {100}, {1}),              // 4
+      make(kC64, cuda, {10}, {1}),                // 5
+      make(kF32, cuda, {40, 50}, {1, 40}),        // 6: non-contiguous
+      make(kI64, cuda, {77}, {1}, 4),             // 7: misaligned for its width
+      make(kF32, cuda, {0, 5}, {5, 1}),           // 8: empty
+      make(kU16, cuda, {300}, {1}),               // 9: no kernel in the test's pack
+      make(kF8E4M3FN, cuda, {999}, {1}),          // 10
+      make(kF32, cuda, {3000000}, {1}),           // 11: many programs
+      make(kF32, cpu, {10}, {1}),                 // 12: a CPU tensor
+      make(kF32, cuda, {8}, {1}),                 // 13: uninitialised before the launch
+      make(kF32, cuda, {100}, {1}, 4),            // 14: (after) 4 bytes off 16: the float32 group unvectorised
+      make(kF64, cuda, {50}, {1}),                // 15
+  };
+  for (size_t i = 0; i < ts.size(); ++i) fill(ts[i], i + 1);
+  static const char* names[] = {"a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9", "a10", "a11", "a12",
+                                "a13", "a14", "a15"};
+  std::vector<Arg> before_args, after_args;
+  std::vector<Value> before_vals, after_vals;
+  for (int i = 0; i < 16; ++i) {
+    if (i != 14 && (!finite_inputs || i == 3 || i == 4 || i == 7)) {
+      before_args.push_back({names[i], "input", "tensor", names[i], static_cast<int>(before_args.size()), i == 13, ""});
+      before_vals.push_back(Value(ts[i]));
+    }
+    if (i != 13) {
+      after_args.push_back({names[i], "output", "tensor", names[i], static_cast<int>(after_args.size()), 0, ""});
+      after_vals.push_back(Value(ts[i]));
+    }
+  }
+  Site before = {"", "triton_fake_kernel_0", "triton_fake_kernel_0", lv, 0, static_cast<int>(before_args.size()),
+                 static_cast<int>(before_args.size()), before_args.data(), "", "before,after", __FILE__, __LINE__,
+                 "", "inference", "", 0, ""};
+  Site after = before;
+  after.n = static_cast<int>(after_args.size());
+  after.args = after_args.data();
+  Graph graph = {nullptr, ops(mode, pack)};
+  Token token = {0, 0};
+  for (int call = 0; call < 2; ++call) {
+    entry_launch(&graph, &token, &before, before_vals.data(), before_vals.size());
+    entry_done(&graph, &token, &after, after_vals.data(), after_vals.size());
+  }
+  std::printf("copied=%llu unsynced=%llu\n", static_cast<unsigned long long>(g_copied),
+              static_cast<unsigned long long>(g_unsynced));
+  return 0;
+}

@@ -1,0 +1,441 @@
+"""Stats of CUDA tensors on the device in the C++ runtime (codegen/device_stats.py,
+native/device_stats.h), without a GPU: the stats kernel compiled for sm_90 by Triton
+(cubins, their launch parameters), the pack that carries them and its parser, and the
+whole runtime recording "CUDA" tensors through a stand-in libcuda.so.1 and AOTI shim
+(tests/fake_cuda/): the launches it makes against ``fused_stats.plan``, what it copies,
+records equal to the host path's, and every way it falls back. GPU tests:
+tests/gpu/test_cpp_device_stats_gpu.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from aoti_debug.codegen import cpp_runtime, device_stats
+from aoti_debug.runtime import fused_stats
+from tests.conftest import REPO, only_run, records
+
+CXX = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+INCLUDE = os.path.join(os.path.dirname(torch.__file__), "include")
+FAKE = os.path.join(REPO, "tests", "fake_cuda")
+SCRATCH = ("u64", "u64")  # Triton 3.6: global and profile scratch pointers
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The stand-in libcuda.so.1 and the harness (tests/fake_cuda), built once."""
+    if CXX is None:
+        pytest.fail("no C++ compiler: the C++ runtime cannot be checked")
+    d = tmp_path_factory.mktemp("device_stats")
+    cpp_runtime.write_constants(str(d))
+    (d / "runtime.h").write_text(cpp_runtime.runtime_source(None))
+    lib = d / "lib"
+    lib.mkdir()
+    common = [CXX, "-std=c++17", "-O1", "-Wall", "-Wno-unused-function", "-I", str(d), "-I", cpp_runtime.NATIVE_DIR,
+              "-I", INCLUDE]
+    for cmd in ([*common, "-shared", "-fPIC", os.path.join(FAKE, "libcuda.cpp"), "-o", str(lib / "libcuda.so.1"),
+                 "-pthread"],
+                [*common, os.path.join(FAKE, "harness.cpp"), "-o", str(d / "harness"), "-ldl", "-pthread"]):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr[-4000:]
+    return d
+
+
+def fake_pack(path, capability=90, leave_out=(12,)) -> str:
+    """A pack of every variant but the kinds ``leave_out``, each "cubin" naming its variant
+    for the stand-in driver."""
+    images = [device_stats.KernelImage(v, "_stats_kernel", b"\x7fELFFAKE" + struct.pack("<III", v.kind, v.width, v.vec),
+                                       4, 32, (*device_stats.ARG_TYPES, *SCRATCH))
+              for v in device_stats.variants() if v.kind not in leave_out]
+    path.write_bytes(device_stats.write_pack(capability, images, device_stats.dtypes()))
+    return str(path)
+
+
+def run_harness(built, tmp_path, name, pack, mode="file", level="stats", args=(), **env):
+    root = tmp_path / name
+    log = tmp_path / f"{name}.log"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("AOTI_DEBUG_", "FAKE_CU_"))}
+    environ.update(LD_LIBRARY_PATH=str(built / "lib"), AOTI_DEBUG_DIR=str(root), AOTI_DEBUG_RUN_ID="run",
+                   FAKE_CU_LOG=str(log), **env)
+    proc = subprocess.run([str(built / "harness"), pack, mode, level, *args], capture_output=True, text=True,
+                          env=environ, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    copied = int(re.search(r"copied=(\d+)", proc.stdout).group(1))
+    # Every run: no device value copied before a device synchronisation.
+    assert re.search(r"unsynced=0\b", proc.stdout), proc.stdout
+    calls = log.read_text().splitlines() if log.exists() else []
+    recs = records(only_run(str(root))) if level != "names" else []
+    return recs, calls, copied, proc.stderr
+
+
+def launches(calls: list[str]) -> list[tuple[dict, list[dict]]]:
+    """The logged launches: the launch's fields and its table rows."""
+    out = []
+    for line in calls:
+        if line.startswith("launch "):
+            out.append((dict(kv.split("=", 1) for kv in line.split()[1:]), []))
+        elif line.startswith("row "):
+            out[-1][1].append({k: int(v) for k, v in (kv.split("=", 1) for kv in line.split()[1:])})
+    return out
+
+
+# --------------------------------------------------------------------------- the kernel for sm_90
+@pytest.fixture(scope="module")
+def real_pack(tmp_path_factory):
+    """Two variants compiled for sm_90 by Triton, without a GPU (the rest: the GPU tests)."""
+    chosen = [v for v in device_stats.variants() if (v.kind, v.vec) in ((9, 4), (10, 1))]
+    logger = logging.getLogger("aoti_debug")
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = seen.append
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        images = device_stats.compile_images(90, chosen, workers=2)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert not any("workers failed" in r.getMessage() for r in seen)  # compiled by the worker processes
+    path = tmp_path_factory.mktemp("real_pack") / "pack-sm90.bin"
+    path.write_bytes(device_stats.write_pack(90, images, device_stats.dtypes()))
+    return images, str(path)
+
+
+def test_cubins_for_sm90_are_built_without_a_gpu(real_pack):
+    images, path = real_pack
+    assert [(im.variant.kind, im.variant.vec) for im in images] == [(9, 4), (10, 1)]
+    for im in images:
+        assert im.image[:4] == b"\x7fELF" and b"_stats_kernel" in im.image and len(im.image) > 1000
+        assert im.name == "_stats_kernel" and im.num_warps == fused_stats.NUM_WARPS
+        assert 0 <= im.shared <= device_stats.MAX_SHARED
+        # The PTX entry's parameters: the launcher's seven, then Triton's scratch pointers.
+        assert im.params[:7] == device_stats.ARG_TYPES and set(im.params[7:]) <= {"u64"}
+    pack = device_stats.read_pack(open(path, "rb").read())
+    assert pack["signature"] == " ".join(images[0].params) and pack["scratch"] == len(images[0].params) - 7
+    assert (pack["block"], pack["programs_per_sm"], pack["min_tiles"]) == (
+        fused_stats.BLOCK, fused_stats.PROGRAMS_PER_SM, fused_stats.MIN_TILES)
+    assert all(k["offset"] % device_stats.IMAGE_ALIGN == 0 for k in pack["kernels"])
+    assert [k["image"] for k in pack["kernels"]] == [im.image for im in images]
+
+
+def test_the_runtime_accepts_what_triton_built(built, real_pack):
+    """The C++ parser takes the real pack: its parameter signature is the one it launches."""
+    images, path = real_pack
+    out = subprocess.run([str(built / "harness"), path, "parse"], capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"ok|2|{len(device_stats.dtypes())}", lines
+    assert lines[1:] == [f"{im.variant.kind} {im.variant.vec} {im.num_warps} {im.shared} {im.variant.width} {im.name}"
+                         for im in images], lines
+
+
+def test_variants_and_dtypes_cover_what_the_python_runtime_launches():
+    kinds = {spec for spec in fused_stats._KINDS.values()}
+    got = {(v.kind, v.width, v.is_float): set() for v in device_stats.variants()}
+    for v in device_stats.variants():
+        got[(v.kind, v.width, v.is_float)].add(v.vec)
+    assert set(got) == kinds and all(vecs == {1, 16 // k[1]} for k, vecs in got.items())
+    names = {n: (kind, units) for n, kind, units in device_stats.dtypes()}
+    for dtype, (code, _w, _f) in fused_stats._KINDS.items():
+        assert names[str(dtype).replace("torch.", "")] == (code, 1)
+    assert names["complex64"] == (fused_stats._KINDS[torch.float32][0], 2)
+    assert names["complex32"] == (fused_stats._KINDS[torch.float16][0], 2)
+    # Only what fused_stats._prepare reads: the fnuz float8 formats stay on the host path.
+    assert "float8_e4m3fnuz" not in names and "quint8" not in names
+
+
+def test_bad_packs_are_refused(built, tmp_path):
+    good = open(fake_pack(tmp_path / "good.bin"), "rb").read()
+
+    def verdict(data: bytes) -> str:
+        p = tmp_path / "bad.bin"
+        p.write_bytes(data)
+        out = subprocess.run([str(built / "harness"), str(p), "parse"], capture_output=True, text=True, check=True)
+        return out.stdout.splitlines()[0].split("|")[0]
+
+    assert verdict(good) == "ok"
+    bad_sig = good.replace(b"u64 u64 u32 u64 u64 u64 u32 u64 u64", b"u64 u64 u32 u64 u64 u64 u64 u64 u64")
+    first_image = device_stats.read_pack(good)["kernels"][0]["offset"]
+    cases = {
+        "not a stats pack": b"X" + good[1:],
+        "another version": good[:8] + struct.pack("<I", 2) + good[12:],
+        "size is wrong": good[:-1],
+        "parameters": bad_sig,
+        "malformed": good[:first_image] + b"\0" + good[first_image + 1:],
+        "do not fit": good[:16] + struct.pack("<I", 100000) + good[20:],
+    }
+    for why, data in cases.items():
+        assert why in verdict(data), why
+
+
+# --------------------------------------------------------------------------- the runtime, with a stand-in driver
+def _key(r):
+    return (r["seq"], r["phase"], r["arg"])
+
+
+def test_device_records_equal_the_host_path_and_copy_only_results(built, tmp_path):
+    pack = fake_pack(tmp_path / "pack.bin")
+    dev, calls, copied, err = run_harness(built, tmp_path, "device", pack)
+    host, host_calls, host_copied, _ = run_harness(built, tmp_path, "host", pack, AOTI_DEBUG_FUSED_STATS="0")
+    assert not host_calls and "warning" not in err, err
+    assert dev == host  # every record, stats and checksum to the bit (the stand-in uses the runtime's summarize)
+    tensors = [r for r in dev if r["kind"] == "tensor" and not r.get("uninitialised")]
+    assert tensors and all(r["stats"] is not None and r["checksum"] and "error" not in r for r in tensors)
+    assert {r["dtype"] for r in tensors} >= {"float32", "bfloat16", "float16", "int64", "bool", "complex64",
+                                             "float8_e4m3fn", "uint16", "float64"}
+    # Only the uint16 tensor (no kernel in this pack) is copied: 300 elements, 4 sides.
+    assert copied == 300 * 2 * 4 and host_copied > 100 * copied
+    found = launches(calls)
+    # 4 sides; per side one launch per kind with a kernel: f32, bf16, f16, i64, bool, f8, f64 (complex64 as f32).
+    assert len(found) == 4 * 7, [f for f, _ in found]
+    sms = 132
+    for fields, rows in found:
+        width = int(fields["width"])
+        assert fields["block"] == f"{32 * fused_stats.NUM_WARPS},1,1" and fields["shared"] == "32"
+        assert fields["scratch"] == "0,0" and fields["extra"] in ("(nil)", "0") and fields["stream"] == "0x5151"
+        assert int(fields["k"]) == len(rows) and all(r["counter"] == 0 for r in rows)
+        numels = [r["n"] for r in rows]
+        # The plan is relative: the base's alignment and each tensor's offset from it, as logged.
+        base = (1 << 20) + int(fields["base"])
+        ptrs = [base + r["q"] * width * int(fields["vec"]) for r in rows]
+        _b, vec, table, programs = fused_stats.plan(ptrs, numels, [r["row"] for r in rows], width, base,
+                                                    fused_stats.BLOCK, fused_stats.PROGRAMS_PER_SM * sms,
+                                                    fused_stats.MIN_TILES)
+        assert int(fields["grid"].split(",")[0]) == programs and fields["grid"].endswith(",1,1")
+        assert table == [x for r in rows for x in (r["q"], r["n"], r["first"], r["nprog"], r["per"], r["row"])]
+        assert int(fields["vec"]) == vec
+        if vec > 1:
+            assert all(r["mod16"] == 0 for r in rows if r["n"])
+    kinds_vec = {(int(f["kind"]), int(f["vec"])) for f, _ in found}
+    assert (9, 1) in kinds_vec and (9, 4) in kinds_vec  # after: the misaligned float32 makes its group unvectorised
+    big = [r for _f, rows in found for r in rows if r["n"] == 3_000_000]
+    assert big and all(r["nprog"] > 100 for r in big)
+    # Per side one copy of the results, 9 doubles per tensor on the device: before, 12 of
+    # the 15 values (not the CPU, uint16 and uninitialised ones); after, 13 of 15.
+    dtoh = [int(x.split()[1]) for x in calls if x.startswith("dtoh ")]
+    assert dtoh == [9 * 8 * m for m in (12, 13, 12, 13)]
+    assert sum(1 for x in calls if x == "sync") >= 4
+    assert sum(1 for x in calls if x.startswith("load ")) == len(kinds_vec)  # modules loaded once, reused
+
+
+def test_print_lines_and_linked_packs_match_the_host_path(built, tmp_path, capfd):
+    pack = fake_pack(tmp_path / "pack.bin")
+    dev, calls, _c, err_dev = run_harness(built, tmp_path, "linked", pack, mode="linked", level="print")
+    host, _h, _c2, err_host = run_harness(built, tmp_path, "host", pack, level="print", AOTI_DEBUG_FUSED_STATS="0")
+    assert dev == host and launches(calls)
+    lines = [x for x in err_dev.splitlines() if " min=" in x]
+    assert lines and lines == [x for x in err_host.splitlines() if " min=" in x]
+
+
+def test_save_copies_the_values_and_launches_nothing(built, tmp_path):
+    pack = fake_pack(tmp_path / "pack.bin")
+    recs, calls, copied, _ = run_harness(built, tmp_path, "save", pack, level="save")
+    assert not launches(calls) and copied > 0 and any(r.get("file") for r in recs)
+
+
+@pytest.mark.parametrize("case", ["launch", "sync", "arch", "bad-file", "nostream", "capturing", "no-context"])
+def test_every_failure_falls_back_to_the_host_path(built, tmp_path, case):
+    pack = fake_pack(tmp_path / "pack.bin")
+    host, _h, _c, _e = run_harness(built, tmp_path, "host", pack, AOTI_DEBUG_FUSED_STATS="0")
+    env, mode = {}, "file"
+    if case in ("launch", "sync"):
+        env["FAKE_CU_FAIL"] = case
+    elif case == "arch":
+        env["FAKE_CU_CC"] = "80"
+    elif case == "capturing":
+        env["FAKE_CU_CAPTURING"] = "1"
+    elif case == "no-context":
+        env["FAKE_CU_NO_CTX"] = "1"
+    elif case == "nostream":
+        mode = "nostream"
+    if case == "bad-file":
+        pack = str(tmp_path / "missing.bin")
+    recs, calls, copied, err = run_harness(built, tmp_path, case, pack, mode=mode, **env)
+    assert recs == host  # the records are whole: the host path took over
+    assert copied > 0
+    warnings = [x for x in err.splitlines() if "warning" in x]
+    expected = {
+        "launch": "CUDA error while computing stats on the device after triton_fake_kernel_0 (cuLaunchKernel: "
+                  "CUDA_ERROR_ILLEGAL_ADDRESS",
+        "sync": "(cuStreamSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS",
+        "arch": "the stats kernels were compiled for sm_90, cuda:0 is sm_80",
+        "bad-file": "cannot open " + pack,
+    }.get(case)
+    if expected is None:
+        assert not warnings and not launches(calls), (warnings, calls[:5])
+    else:
+        assert len(warnings) == 1 and expected in warnings[0], warnings
+        assert len(launches(calls)) <= 1  # the first failure turns the path off
+
+
+def test_the_device_trace_names_each_driver_call(built, tmp_path):
+    """AOTI_DEBUG_TRACE_DEVICE=1: every step on stderr (where a hang stopped), and the
+    stream polled (cuStreamQuery) before its synchronisation, records unchanged."""
+    pack = fake_pack(tmp_path / "pack.bin")
+    host, _h, _c, _e = run_harness(built, tmp_path, "host", pack, AOTI_DEBUG_FUSED_STATS="0")
+    recs, calls, _copied, err = run_harness(built, tmp_path, "traced", pack, AOTI_DEBUG_TRACE_DEVICE="1")
+    assert recs == host
+    lines = [x for x in err.splitlines() if x.startswith("[aoti_debug device] ")]
+    for step in ("loading libcuda.so.1", "driver ready", "pack " + pack + ": 28 kernels for sm_90", "sm_90, 132 SMs",
+                 "load kernel", "cuMemAlloc", "launch kernel", "wait for stream",
+                 "stream done after"):
+        assert any(step in x for x in lines), (step, lines[:20])
+    assert any(re.search(r"loaded kernel \d+: ok$", x) for x in lines)
+    assert not any("warning" in x for x in err.splitlines())
+    syncs = [i for i, x in enumerate(calls) if x == "sync"]
+    assert syncs and all(calls[i - 1] == "query" for i in syncs)
+    quiet, _calls, _c2, err2 = run_harness(built, tmp_path, "quiet", pack)
+    assert quiet == host and "[aoti_debug device]" not in err2
+
+
+def test_the_flight_trigger_saves_device_tensors_after_a_synchronisation(built, tmp_path):
+    """With the flight recorder (native/flight.h), stats on the device copy nothing and wait
+    for the current stream only: the tensors the nonfinite trigger saves are read after a
+    device synchronisation (run_harness checks that no copy came before one), and hold the
+    values the records' stats describe."""
+    pack = fake_pack(tmp_path / "pack.bin", leave_out=())
+    recs, calls, _copied, err = run_harness(built, tmp_path, "trigger", pack, args=("finite-inputs",),
+                                            AOTI_DEBUG_RING="2", AOTI_DEBUG_TRIGGER="nonfinite")
+    assert launches(calls) and "warning" not in err, err[-3000:]
+    with open(os.path.join(only_run(str(tmp_path / "trigger")), "run.json")) as fh:
+        fired = json.load(fh)["flight"]["fired"]
+    assert fired["value"] == "nan" and fired["kernel_call"] == 0 and fired["saved"], fired
+    saved = [r for r in recs if r.get("file") in fired["saved"]]
+    assert {r["phase"] for r in saved} == {"before", "after"} and any(r["dtype"] == "float32" for r in saved)
+    run = only_run(str(tmp_path / "trigger"))
+    for r in saved:
+        t = torch.load(os.path.join(run, r["file"]), weights_only=True)
+        assert list(t.shape) == r["shape"] and str(t.dtype) == "torch." + r["dtype"], r
+        if t.dtype == torch.float32:
+            assert int(t.isnan().sum()) == r["stats"]["nan"] and int(t.isinf().sum()) == r["stats"]["inf"], r
+
+
+# --------------------------------------------------------------------------- bounded waits of the build
+def test_a_held_build_lock_is_a_bounded_wait_that_names_its_holder(tmp_path):
+    from aoti_debug.codegen import native_library
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+         "from aoti_debug.codegen import native_library as n; import time\n"
+         "with n.build_lock(sys.argv[2]):\n    print('held', flush=True); time.sleep(60)", REPO, str(tmp_path)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        told = []
+        t0 = time.monotonic()
+        with pytest.raises(native_library.BuildError, match=rf"held by another build \(pid {holder.pid}\) for 0.5 s"):
+            with native_library.build_lock(str(tmp_path), timeout=0.5, trace=told.append):
+                pass
+        assert time.monotonic() - t0 < 5 and told and str(holder.pid) in told[0]
+    finally:
+        holder.kill()
+        holder.wait()
+    with native_library.build_lock(str(tmp_path), timeout=5):  # free again once its holder is gone
+        assert open(tmp_path / "build.lock").read().strip() == str(os.getpid())
+
+
+def test_workers_past_the_timeout_are_killed_and_the_build_is_a_warning(tmp_path, monkeypatch, caplog):
+    """Workers that do not finish in WORKERS_TIMEOUT_S: killed, named, and no compile in
+    this process after them (what stopped them could stop it too)."""
+    chosen = [v for v in device_stats.variants() if (v.kind, v.vec) == (9, 4)]
+    monkeypatch.setattr(device_stats, "WORKERS_TIMEOUT_S", 0.2)  # less than a worker takes to import Triton
+    t0 = time.monotonic()
+    with caplog.at_level("INFO", logger="aoti_debug"), pytest.raises(device_stats.BuildError) as e:
+        device_stats.compile_images(90, chosen, workers=1)
+    assert time.monotonic() - t0 < 10
+    m = re.search(r"did not finish in 0.2 s \(worker 0, pid (\d+)", str(e.value))
+    assert m, str(e.value)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(m.group(1)), 0)  # killed and reaped
+    assert "compiling in this process" not in caplog.text
+
+
+def test_the_build_trace_shows_its_phases(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(device_stats, "compile_images", lambda capability, chosen=None, workers=None: [
+        device_stats.KernelImage(v, "_stats_kernel", b"\x7fELFFAKE" + bytes(12), 4, 32,
+                                 (*device_stats.ARG_TYPES, *SCRATCH)) for v in device_stats.variants()])
+    monkeypatch.setattr(device_stats, "pack_key", lambda capability: f"trace{capability:07x}")
+    monkeypatch.setenv("AOTI_DEBUG_TRACE_BUILD", "1")
+    assert device_stats.pack_path(5) and device_stats.pack_path(5)
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[aoti_debug build ")]
+    assert any("lock of" in x and "held" in x for x in err) and any("built pack-sm5.bin" in x for x in err), err
+    monkeypatch.setenv("AOTI_DEBUG_TRACE_BUILD", "0")
+    device_stats.trace("not shown")
+    assert "not shown" not in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- what the compile side emits
+def test_jit_and_aoti_blocks_name_the_stats_kernels():
+    block = cpp_runtime.library_block("cuda", "/x/lib.so", stats="/cache/stats-0/pack-sm90.bin")
+    assert '#define AOTI_DEBUG_STATS_PACK_FILE "/cache/stats-0/pack-sm90.bin"' in block
+    assert not re.search(r'^#define AOTI_DEBUG_STATS_PACK_FILE "[^"]', cpp_runtime.library_block("cuda", "/x/lib.so"),
+                         re.M)
+    name = "stats-0123456789ab/pack-sm90-0123456789ab.o"
+    assert device_stats.is_object_name(name) and not device_stats.is_object_name("../" + name)
+    assert device_stats.SYMBOL in device_stats._object_source("pack.bin")
+    assert device_stats.wanted("cpu", "stats") is None and device_stats.wanted("cuda", "save") is None
+
+
+def test_the_pack_object_holds_the_pack_as_its_symbol(tmp_path):
+    """The AOTI side: the object built from a pack defines the symbol the glue refers to,
+    with the pack's bytes, and a program that refers to it weakly links with or without it."""
+    pack = fake_pack(tmp_path / "pack.bin")
+    shutil.copyfile(pack, tmp_path / "p.bin")
+    (tmp_path / "p.s").write_text(device_stats._object_source("p.bin"))
+    subprocess.run([CXX, "-c", "p.s", "-o", "p.o"], cwd=tmp_path, check=True)
+    (tmp_path / "main.cpp").write_text(
+        f'#include <cstdio>\nextern "C" __attribute__((weak)) const unsigned char {device_stats.SYMBOL}[];\n'
+        f"int main() {{ if (!{device_stats.SYMBOL}) {{ std::puts(\"none\"); return 0; }}\n"
+        f"  std::printf(\"%.8s %p\\n\", reinterpret_cast<const char*>({device_stats.SYMBOL}), "
+        f"(const void*){device_stats.SYMBOL}); return 0; }}\n")
+    for objects, want in (([str(tmp_path / "p.o")], "AOTIDSTS"), ([], "none")):
+        exe = str(tmp_path / ("with" if objects else "without"))
+        subprocess.run([CXX, "-fPIC", "-pie", str(tmp_path / "main.cpp"), *objects, "-o", exe], check=True)
+        out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
+        assert out.startswith(want), out
+        if objects:
+            assert int(out.split()[1], 16) % device_stats.IMAGE_ALIGN == 0
+
+
+def test_pack_and_object_are_built_once_and_linked(tmp_path, monkeypatch, caplog):
+    """The compile side's cache: the pack (Triton's compile stood in for) and the object
+    holding it, built once; the object goes into AOTInductor's link list with the runtime
+    object, and a stats object that cannot be had is a warning, never a failed link."""
+    from aoti_debug.codegen import native_object
+
+    calls = []
+
+    def fake_compile(capability, chosen=None, workers=None):
+        calls.append(capability)
+        return [device_stats.KernelImage(v, "_stats_kernel", b"\x7fELFFAKE" + bytes(12), 4, 32,
+                                         (*device_stats.ARG_TYPES, *SCRATCH)) for v in device_stats.variants()]
+
+    monkeypatch.setattr(device_stats, "compile_images", fake_compile)
+    monkeypatch.setattr(device_stats, "pack_key", lambda capability: f"{capability:012x}")
+    pack = device_stats.pack_path(7)
+    assert pack and device_stats.read_pack(open(pack, "rb").read())["capability"] == 7
+    name = device_stats.object_name(7)
+    assert name and device_stats.is_object_name(name) and device_stats.pack_path(7) == pack
+    assert device_stats.object_name(7) == name and calls == [7]  # built once
+    path = device_stats.object_for_link(name)
+    syms = subprocess.run(["readelf", "-sW", path], capture_output=True, text=True).stdout
+    assert re.search(rf"OBJECT\s+GLOBAL\s+HIDDEN\s+\S+\s+{device_stats.SYMBOL}$", syms, re.M), syms
+    extra = native_object._kernel_objects()
+    assert extra is not None
+    missing = name.replace("pack-sm7-", "pack-sm8-")
+    with caplog.at_level("WARNING", logger="aoti_debug"), native_object.linked([missing, name]):
+        linked = [p for p in extra if os.path.basename(p) == os.path.basename(name)]
+        assert len(linked) == 1 and open(linked[0], "rb").read() == open(path, "rb").read()
+        assert not any(os.path.basename(missing) in p for p in extra)
+    assert not any(os.path.basename(name) in p for p in extra)  # removed after the compile
+    assert "are not linked" in caplog.text
