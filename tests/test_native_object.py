@@ -164,3 +164,43 @@ def test_link_step_gets_a_copy_and_the_list_is_left_clean(files_object):
             assert copy != files_object and open(copy, "rb").read() == open(files_object, "rb").read()
             raise RuntimeError("compile failed")
     assert CUDACodeCache.aot_kernels_o == before and not os.path.exists(copy)
+
+
+def _cpuinfo(tmp_path, flags: str) -> str:
+    path = tmp_path / f"cpuinfo-{flags.replace(' ', '-')}"
+    path.write_text(f"processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu sse2 {flags}\n\nprocessor\t: 1\n")
+    return str(path)
+
+
+def test_isa_flags_from_cpuinfo_without_inductors_probe(tmp_path, monkeypatch):
+    """The runtime's vector flags come from the CPU's flags, as Inductor would pick them,
+    without Inductor's probe builds (20-40 s in a fresh cache, on CUDA models too)."""
+    from torch._inductor import cpu_vec_isa
+
+    from aoti_debug.codegen import native_library
+
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", lambda: pytest.fail("Inductor's ISA probe ran"))
+    avx512 = _cpuinfo(tmp_path, "avx2 fma f16c avx512f avx512dq avx512vl avx512bw")
+    assert native_library._isa_flags(avx512) == ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma"]
+    assert native_library._isa_flags(_cpuinfo(tmp_path, "avx2 fma f16c")) == ["-mavx2", "-mfma", "-mf16c"]
+    assert native_library._isa_flags(_cpuinfo(tmp_path, "avx fma")) == []
+    assert native_library._isa_flags(str(tmp_path / "missing")) == []
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    assert native_library._isa_flags(avx512) == ["-mavx2", "-mfma", "-mf16c"]
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    assert native_library._isa_flags(avx512) == []
+
+
+def test_isa_flags_agree_with_inductor_here():
+    """On this machine: the flags Inductor's own probe picks (x86 with AVX2 or AVX-512)."""
+    from torch._inductor import cpu_vec_isa
+
+    from aoti_debug.codegen import native_library
+
+    isa = cpu_vec_isa.pick_vec_isa()
+    inductor = isa.build_arch_flags().split() if isa else []
+    ours = native_library._isa_flags()
+    if "-mavx512bf16" in inductor or "-mavx512vnni" in inductor:  # extensions the stats loops do not use
+        inductor = [f for f in inductor if f not in ("-mavx512bf16", "-mavx512vnni")]
+    assert sorted(set(ours)) == sorted(set(inductor))

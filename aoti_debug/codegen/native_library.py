@@ -80,16 +80,39 @@ def _cache_root() -> str:
         return os.path.join(tempfile.gettempdir(), "aoti_debug_cache")
 
 
-def _isa_flags() -> list[str]:
-    """The vector ISA flags Inductor compiles this CPU's kernels with (the stats loops
-    use them); none when Inductor cannot say."""
-    try:
-        from torch._inductor import cpu_vec_isa  # torch 2.11 and 2.13
+#: x86 vector ISAs the runtime's stats loops are compiled for, best first: the CPU flags
+#: each needs (``/proc/cpuinfo``) and the compiler flags Inductor's ``VecAVX512`` and
+#: ``VecAVX2`` use for them (torch 2.11 and 2.13).
+_X86_ISAS = (
+    ("avx512", ("avx512f", "avx512dq", "avx512vl", "avx512bw", "fma"),
+     ("-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma")),
+    ("avx2", ("avx2", "fma", "f16c"), ("-mavx2", "-mfma", "-mf16c")),
+)
 
-        isa = cpu_vec_isa.pick_vec_isa()
-        return isa.build_arch_flags().split() if isa else []
-    except Exception:
+
+def _isa_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
+    """The vector ISA flags for this CPU, as Inductor would pick them, read from
+    ``cpuinfo`` (none off x86 Linux, or where ``ATEN_CPU_CAPABILITY=default``).
+
+    Not Inductor's ``cpu_vec_isa.pick_vec_isa()``: it compiles and runs probe programs
+    (20-40 s in a fresh Inductor cache on the GPU machine), and every process that builds
+    or looks up the runtime would pay it, also for a CUDA model, where Inductor never asks.
+    """
+    capability = os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    if capability == "default":
         return []
+    try:
+        with open(cpuinfo) as f:
+            line = next((ln for ln in f if ln.startswith("flags")), "")
+    except OSError:
+        return []
+    have = set(line.partition(":")[2].split())
+    for name, needs, flags in _X86_ISAS:
+        if capability == "avx2" and name == "avx512":
+            continue
+        if have.issuperset(needs):
+            return list(flags)
+    return []
 
 
 @functools.lru_cache(maxsize=1)
