@@ -4,7 +4,7 @@
 // (stats.h), so that the device path's records equal the host path's to the bit. Every
 // call is logged (FAKE_CU_LOG) for the test to check the launches against fused_stats.plan.
 // FAKE_CU_SMS, FAKE_CU_CC: the device; FAKE_CU_FAIL=launch|sync: that call fails with
-// CUDA_ERROR_ILLEGAL_ADDRESS; FAKE_CU_CAPTURING: the stream is being captured.
+// CUDA_ERROR_ILLEGAL_ADDRESS (also "capture-query": cuStreamIsCapturing, the first call after a fault); FAKE_CU_CAPTURING: the stream is being captured.
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -168,7 +168,8 @@ int cuStreamQuery(void*) {  // the work is done when it is queued: the runtime t
   logf("query\n");
   return 0;
 }
-int cuStreamIsCapturing(void*, int* status) {
+int cuStreamIsCapturing(void*, int* status) {  // a sticky error from an earlier fault fails every call
+  if (failing("capture-query")) return 700;  // CUDA_ERROR_ILLEGAL_ADDRESS
   *status = std::getenv("FAKE_CU_CAPTURING") ? 1 : 0;
   return 0;
 }

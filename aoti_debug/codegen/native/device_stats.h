@@ -687,20 +687,27 @@ void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, con
       return;
     }
     int capturing = 0;
-    if (D.api.stream_is_capturing(stream, &capturing) != 0 || capturing != 0) return;  // CUDA graph capture
-    // Only now anything goes on the stream: the copies of non-contiguous tensors first.
-    std::vector<DeviceItem> ready;
-    for (size_t j = 0; j < items.size(); ++j) {
-      DeviceItem it = items[j];
-      if (it.copy && !(it.ptr = contiguous_copy(v[it.index].handle(), metas[j], copies))) continue;
-      it.row = static_cast<int64_t>(ready.size());
-      ready.push_back(it);
+    std::string err;
+    if (cu::Result r = D.api.stream_is_capturing(stream, &capturing); r != 0) {
+      err = cu_error(D, "cuStreamIsCapturing", r);  // the first call after a fault: its sticky error
+    } else if (capturing != 0) {
+      return;  // inside a CUDA graph capture: the host path (which records nothing there)
     }
-    items.swap(ready);
-    if (items.empty()) return;
-    out.assign(n, Summary());
-    done.assign(n, 0);
-    std::string err = launch_side(S, D, *lp, *ds, stream, site.kernel, items, out, done);
+    if (err.empty()) {
+      // Only now anything goes on the stream: the copies of non-contiguous tensors first.
+      std::vector<DeviceItem> ready;
+      for (size_t j = 0; j < items.size(); ++j) {
+        DeviceItem it = items[j];
+        if (it.copy && !(it.ptr = contiguous_copy(v[it.index].handle(), metas[j], copies))) continue;
+        it.row = static_cast<int64_t>(ready.size());
+        ready.push_back(it);
+      }
+      items.swap(ready);
+      if (items.empty()) return;
+      out.assign(n, Summary());
+      done.assign(n, 0);
+      err = launch_side(S, D, *lp, *ds, stream, site.kernel, items, out, done);
+    }
     if (!err.empty()) {
       D.broken = true;
       done.assign(n, 0);
