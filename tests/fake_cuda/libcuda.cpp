@@ -3,8 +3,9 @@
 // cuLaunchKernel does what the stats kernel does, with the C++ runtime's own summarize()
 // (stats.h), so that the device path's records equal the host path's to the bit. Every
 // call is logged (FAKE_CU_LOG) for the test to check the launches against fused_stats.plan.
-// FAKE_CU_SMS, FAKE_CU_CC: the device; FAKE_CU_FAIL=launch|sync: that call fails with
-// CUDA_ERROR_ILLEGAL_ADDRESS (also "capture-query": cuStreamIsCapturing, the first call after a fault); FAKE_CU_CAPTURING: the stream is being captured.
+// FAKE_CU_SMS, FAKE_CU_CC: the device; FAKE_CU_FAIL=launch|sync|capture-query: that call
+// (cuLaunchKernel, cuStreamSynchronize, cuStreamIsCapturing) fails with
+// CUDA_ERROR_ILLEGAL_ADDRESS; FAKE_CU_CAPTURING: the stream is being captured.
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
