@@ -36,13 +36,16 @@ import torch
 from .. import config
 from ..format.protocol import PROTOCOL_VERSION, Site, SiteArg, jsonable, make_site, record
 from ..format.schema import arg_line, graph_line, names_line, site_line, tensor_filename
-from . import fused_stats, native_stats
+from . import cpu_records, fused_stats, native_stats
 from . import session as _session
 from .session import Job, warn_once
 from .stats import device_summary, format_checksum, stats_fields
 
 #: A handle's runtime library before its first record side asked for it.
 _UNSET: Any = object()
+
+#: The levels whose CPU records the runtime library may write as text (cpu_records).
+_TEXT_LEVELS = ("stats", "print")
 
 #: Graph labels are handed out under this lock (the counters under the session's own).
 _labels = threading.Lock()
@@ -105,6 +108,9 @@ class GraphHandle:
         self.native = native
         """The runtime library for CPU stats (``native_stats.for_graph``)."""
         self._library = _UNSET
+        self._records = _UNSET
+        """The library's record function for CPU sides (``cpu_records``), or None."""
+        self._plans: dict[tuple[int, str], cpu_records.SidePlan] = {}
         self._tls = threading.local()
         self.top_sites = False
         """Some site is in the top-level graph: the flight recorder counts graph calls by them."""
@@ -233,6 +239,9 @@ class GraphHandle:
                 flat.extend((i, a, name, v) for name, v in _flatten(a.arg, value))
             else:
                 flat.append((i, a, a.arg, value))
+        if extra is None and self.level in _TEXT_LEVELS and sess.flight is None and \
+                self._cpu_lines(sess, site, phase, label, launch, call, flat):
+            return
         first_seq = sess.next_seq(len(flat))
         for k, (i, a, name, v) in enumerate(flat):
             rec = record(seq=first_seq + k, launch=launch, graph=label, wrapper=wrapper, kernel=kernel, op=op,
@@ -310,12 +319,44 @@ class GraphHandle:
             finish = _finisher(sess, job_stats, payload) if job_stats is not None or payload is not None else None
             jobs.append(Job(rec, event, finish, nbytes))
 
-    def _native_stats(self, items: list[tuple[dict, torch.Tensor]]) -> list[int]:
-        """Fills the stats and checksum of the CPU tensors the runtime library reads (one
-        call for the side); the positions of the others."""
+    def _native_library(self) -> native_stats.Library | None:
         lib = self._library
         if lib is _UNSET:
             lib = self._library = native_stats.for_graph(self.native)
+        return lib
+
+    def _cpu_lines(self, sess, site: Site, phase: str, label: str, launch: int, call: int, flat: list) -> bool:
+        """The side's records written as text by the runtime library (one call, one write:
+        ``cpu_records``) when every value is one it writes; False: the record dicts' path."""
+        records = self._records
+        if records is _UNSET:
+            lib = self._native_library()
+            records = self._records = cpu_records.for_library(lib) if lib is not None else None
+        if records is None or sess._writer is None or not flat:
+            return False
+        key = (id(site), phase)
+        plan = self._plans.get(key)
+        if plan is None or plan.site is not site or plan.label != label:
+            plan = self._plans[key] = cpu_records.SidePlan(site, phase, label, self.wrapper, self.level == "print")
+        try:
+            out = records.side(plan, flat, launch, call, sess.next_seq)
+        except Exception as e:
+            self._records = None
+            warn_once(f"cpu-records-{type(e).__name__}", f"the runtime library could not write CPU records, "
+                                                         f"building them in Python: {e}")
+            return False
+        if out is None:
+            return False
+        lines, prints = out
+        if prints:
+            _emit(prints[:-1])  # one write for the side
+        sess.write_lines(lines)
+        return True
+
+    def _native_stats(self, items: list[tuple[dict, torch.Tensor]]) -> list[int]:
+        """Fills the stats and checksum of the CPU tensors the runtime library reads (one
+        call for the side); the positions of the others."""
+        lib = self._native_library()
         if lib is None:
             return list(range(len(items)))
         try:

@@ -46,18 +46,30 @@ void json_str(std::string& out, const char* s) {
 
 void json_str(std::string& out, const std::string& s) { json_str(out, s.c_str()); }
 
-// The shortest text that reads back to the same double (what Python's repr gives).
-std::string fmt_double(double v) {
+// Appends the shortest text that reads back to the same double (what Python's repr
+// gives), without a temporary string: records write several per value.
+void json_double(std::string& out, double v) {
   char buf[40];
 #if defined(__cpp_lib_to_chars) && __cpp_lib_to_chars >= 201611L
-  auto res = std::to_chars(buf, buf + sizeof(buf) - 1, v);
-  *res.ptr = 0;
+  char* end = std::to_chars(buf, buf + sizeof(buf), v).ptr;
 #else
-  std::snprintf(buf, sizeof(buf), "%.17g", v);  // exact, not always the shortest
+  char* end = buf + std::snprintf(buf, sizeof(buf), "%.17g", v);  // exact, not always the shortest
 #endif
-  std::string s(buf);
-  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
+  bool plain = true;  // an integral value: Python writes "3.0", to_chars "3"
+  for (const char* c = buf; c < end; ++c) plain &= *c != '.' && *c != 'e' && *c != 'n' && *c != 'i';
+  out.append(buf, static_cast<size_t>(end - buf));
+  if (plain) out += ".0";
+}
+
+std::string fmt_double(double v) {
+  std::string s;
+  json_double(s, v);
   return s;
+}
+
+void json_int(std::string& out, int64_t v) {
+  char buf[24];
+  out.append(buf, static_cast<size_t>(std::to_chars(buf, buf + sizeof(buf), v).ptr - buf));
 }
 
 // A JSON number for a stat: null when NaN (Python's summary_to_stats gives None).
@@ -67,17 +79,26 @@ void json_stat(std::string& out, double v) {
   } else if (std::isinf(v)) {
     out += v > 0 ? "\"inf\"" : "\"-inf\"";
   } else {
-    out += fmt_double(v);
+    json_double(out, v);
   }
 }
 
-void json_ints(std::string& o, const std::vector<int64_t>& v) {
+void json_ints(std::string& o, const int64_t* v, size_t n) {
   o += "[";
-  for (size_t i = 0; i < v.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     if (i) o += ",";
-    o += std::to_string(v[i]);
+    json_int(o, v[i]);
   }
   o += "]";
+}
+
+void json_ints(std::string& o, const std::vector<int64_t>& v) { json_ints(o, v.data(), v.size()); }
+
+// `"key":` for a key from the generated schema names, with the separator before it.
+std::string json_key(const char* key, const char* before = ",") {
+  std::string k = before;
+  json_str(k, key);
+  return k + ":";
 }
 
 // A compact JSON object built key by key; keys come from the generated schema names

@@ -35,27 +35,39 @@ struct Summary {
 };
 
 // format.schema.Stats as a JSON object, keys from schema::stat: what both runtimes
-// write into a record (the Python runtime gets it through cpu_summary.h).
-std::string stats_json(const Summary& sm) {
+// write into a record (the Python runtime gets it through cpu_summary.h and cpu_records.h).
+void append_stats_json(std::string& o, const Summary& sm) {
   namespace K = schema::stat;
-  std::string o = "{";
-  auto stat = [&](const char* k, double v) {
-    if (o.size() > 1) o += ",";
-    json_str(o, k);
-    o += ":";
-    json_stat(o, v);
-  };
-  stat(K::kMin, sm.mn);
-  stat(K::kMax, sm.mx);
-  stat(K::kMean, sm.mean);
-  stat(K::kStd, sm.sd);
-  stat(K::kAbsmax, sm.absmax);
-  o += ",";
-  json_str(o, K::kNan);
-  o += ":" + std::to_string(sm.nan) + ",";
-  json_str(o, K::kInf);
-  o += ":" + std::to_string(sm.inf) + "}";
+  static const std::string kMin = json_key(K::kMin, "{"), kMax = json_key(K::kMax), kMean = json_key(K::kMean),
+      kStd = json_key(K::kStd), kAbsmax = json_key(K::kAbsmax), kNan = json_key(K::kNan), kInf = json_key(K::kInf);
+  o += kMin;
+  json_stat(o, sm.mn);
+  o += kMax;
+  json_stat(o, sm.mx);
+  o += kMean;
+  json_stat(o, sm.mean);
+  o += kStd;
+  json_stat(o, sm.sd);
+  o += kAbsmax;
+  json_stat(o, sm.absmax);
+  o += kNan;
+  json_int(o, sm.nan);
+  o += kInf;
+  json_int(o, sm.inf);
+  o += "}";
+}
+
+std::string stats_json(const Summary& sm) {
+  std::string o;
+  append_stats_json(o, sm);
   return o;
+}
+
+// The checksum as a record spells it: 16 lower-case hex digits (stats.format_checksum).
+void append_checksum(std::string& o, uint64_t v) {
+  char buf[16];
+  for (int i = 15; i >= 0; --i, v >>= 4) buf[i] = "0123456789abcdef"[v & 15];
+  o.append(buf, 16);
 }
 
 // Neumaier-compensated sum of block partials.

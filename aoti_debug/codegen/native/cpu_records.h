@@ -1,0 +1,186 @@
+// The manifest lines (and level print's lines) of one launch side of CPU values, for the
+// Python runtime (runtime/cpu_records.py): the text its record dicts encode to
+// (format.writer.encode_record, keys in protocol.record's order), built here from the
+// values' metadata and, per value, the text of the fields that do not change from one
+// call of the launch to the next, which the caller encodes once per launch site. Stats
+// and checksum come from cpu_values + summarize, as in cpu_summary.h and the C++
+// runtime's records: the three agree bit for bit.
+#ifndef AOTI_DEBUG_PART_CPU_RECORDS_H
+#define AOTI_DEBUG_PART_CPU_RECORDS_H
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "constants.h"
+#include "dtypes.h"
+#include "host_tensor.h"
+#include "json.h"
+#include "stats.h"
+#include "text.h"
+
+namespace AOTI_DEBUG_NS {
+namespace {
+
+// What one value of `spec` is (runtime/cpu_records.py spells the same numbers).
+enum CpuItem : int64_t {
+  kItemTensor = 0,  // a strided CPU tensor: metadata, stats, checksum
+  kItemUnwritten = 1,  // a tensor no launch wrote yet: metadata only, "uninitialised"
+  kItemInt = 2,     // a Python int, "kind": "scalar"
+  kItemSymInt = 3,  // a Python int where codegen expected a symint, "kind": "symint"
+  kItemNone = 4,    // None, "kind": "none"
+};
+
+struct CpuText {  // a run of bytes the caller owns
+  const char* p;
+  size_t n;
+};
+
+inline CpuText cpu_text(const int64_t* at) {
+  return CpuText{reinterpret_cast<const char*>(static_cast<intptr_t>(at[0])), static_cast<size_t>(at[1])};
+}
+
+inline void put(std::string& o, CpuText t) { o.append(t.p, t.n); }
+
+// `spec`: count, first seq, launch, kernel call, then (pointer, length) of the side's
+// head text (the record fields between "launch" and "kernel_call") and of its print
+// prefix ("[aoti_debug] <phase> <kernel> launch=", length 0: no print lines); per value:
+// its kind (CpuItem), (pointer, length) of its body text (the fields after
+// "kernel_call"), of its print text for a tensor (" <arg> (<role>) ") and for a scalar
+// (" <arg> = "), then for a tensor: data pointer, dtype (c10::ScalarType), ndim, the
+// sizes and strides (in elements); for an int its value. Writes the manifest lines, one
+// per value, then the print lines (scalars first, as the Python runtime prints them)
+// into `out`; `lengths` gets the end of each. Returns 0; -1 when `spec` is malformed;
+// -3 when `cap` is too small (`lengths` then holds what is needed; nothing is written);
+// 1 + i when the i-th value's dtype is not read here (nothing is written).
+int cpu_records(const int64_t* spec, size_t spec_len, char* out, size_t cap, int64_t* lengths) {
+  namespace R = schema::rec;
+  static const std::string kSeq = json_key(R::kSeq, "{"), kLaunch = json_key(R::kLaunch),
+      kCall = json_key(R::kKernelCall), kKind = json_key(R::kKind), kDtype = json_key(R::kDtype),
+      kShape = json_key(R::kShape), kStride = json_key(R::kStride), kDevice = json_key(R::kDevice),
+      kNumel = json_key(R::kNumel), kStats = json_key(R::kStats), kChecksum = json_key(R::kChecksum),
+      kValue = json_key(R::kValue), kUnwritten = json_key(R::kUninitialised);
+  constexpr int64_t kMaxDim = 64;
+  if (spec_len < 8) return -1;
+  const int64_t count = spec[0], seq = spec[1], launch = spec[2], call = spec[3];
+  const CpuText head = cpu_text(spec + 4), prefix = cpu_text(spec + 6);
+  std::string lines, scalars, prints;
+  lines.reserve(static_cast<size_t>(count) * 480);
+  std::vector<unsigned char> buf;
+  size_t at = 8;
+  for (int64_t i = 0; i < count; ++i) {
+    if (at + 7 > spec_len) return -1;
+    const int64_t kind = spec[at];
+    const CpuText body = cpu_text(spec + at + 1), ptensor = cpu_text(spec + at + 3), pscalar = cpu_text(spec + at + 5);
+    at += 7;
+    lines += kSeq;
+    json_int(lines, seq + i);
+    lines += kLaunch;
+    json_int(lines, launch);
+    lines += ',';
+    put(lines, head);
+    lines += kCall;
+    json_int(lines, call);
+    lines += ',';
+    put(lines, body);
+    lines += kKind;
+    if (kind == kItemInt || kind == kItemSymInt) {
+      if (at + 1 > spec_len) return -1;
+      lines += kind == kItemInt ? "\"scalar\"" : "\"symint\"";
+      lines += kValue;
+      json_int(lines, spec[at]);
+      lines += kDtype;
+      lines += "\"int\"}\n";
+      if (prefix.n) {
+        put(scalars, prefix);
+        json_int(scalars, launch);
+        put(scalars, pscalar);
+        json_int(scalars, spec[at]);
+        scalars += '\n';
+      }
+      at += 1;
+      continue;
+    }
+    if (kind == kItemNone) {
+      lines += "\"none\"}\n";
+      if (prefix.n) {
+        put(scalars, prefix);
+        json_int(scalars, launch);
+        put(scalars, pscalar);
+        scalars += "None\n";
+      }
+      continue;
+    }
+    if ((kind != kItemTensor && kind != kItemUnwritten) || at + 3 > spec_len) return -1;
+    const void* data = reinterpret_cast<const void*>(static_cast<intptr_t>(spec[at]));
+    const int32_t dtype = static_cast<int32_t>(spec[at + 1]);
+    const int64_t nd = spec[at + 2];
+    if (nd < 0 || nd > kMaxDim || at + 3 + 2 * static_cast<size_t>(nd) > spec_len) return -1;
+    const int64_t* shape = spec + at + 3;
+    const int64_t* stride = shape + nd;
+    at += 3 + 2 * static_cast<size_t>(nd);
+    const TypeInfo* ti = type_info(dtype);
+    if (!ti) return static_cast<int>(1 + i);
+    int64_t numel = 1;
+    for (int64_t d = 0; d < nd; ++d) numel *= shape[d];
+    lines += "\"tensor\"";
+    lines += kDtype;
+    lines += '"';
+    lines += ti->name;
+    lines += '"';
+    lines += kShape;
+    json_ints(lines, shape, static_cast<size_t>(nd));
+    lines += kStride;
+    json_ints(lines, stride, static_cast<size_t>(nd));
+    lines += kDevice;
+    lines += "\"cpu\"";
+    lines += kNumel;
+    json_int(lines, numel);
+    if (kind == kItemUnwritten) {  // memory no launch had written: not data (no stats, not printed)
+      lines += kUnwritten;
+      lines += "true}\n";
+      continue;
+    }
+    if (numel != 0 && data == nullptr) return static_cast<int>(1 + i);
+    Summary sm;
+    const void* values = numel == 0 ? ""
+        : cpu_values(data, static_cast<size_t>(ti->unit * ti->units), shape, stride, static_cast<size_t>(nd), numel,
+                     buf);
+    if (!summarize(values, numel, dtype, sm)) return static_cast<int>(1 + i);
+    lines += kStats;
+    append_stats_json(lines, sm);
+    lines += kChecksum;
+    lines += '"';
+    append_checksum(lines, sm.checksum);
+    lines += "\"}\n";
+    if (prefix.n) {  // hooks._print_line
+      put(prints, prefix);
+      json_int(prints, launch);
+      put(prints, ptensor);
+      prints += ti->name;
+      prints += '[';
+      prints += nd ? "" : "scalar";
+      for (int64_t d = 0; d < nd; ++d) {
+        if (d) prints += 'x';
+        json_int(prints, shape[d]);
+      }
+      prints += "] cpu min=" + fmt6(sm.mn) + " max=" + fmt6(sm.mx) + " mean=" + fmt6(sm.mean) + " std=" +
+          fmt6(sm.sd) + " absmax=" + fmt6(sm.absmax) + " nan=" + std::to_string(sm.nan) + " inf=" +
+          std::to_string(sm.inf) + "\n";
+    }
+  }
+  const size_t need = lines.size() + scalars.size() + prints.size();
+  lengths[0] = static_cast<int64_t>(lines.size());
+  lengths[1] = static_cast<int64_t>(need);
+  if (need > cap) return -3;
+  std::memcpy(out, lines.data(), lines.size());
+  std::memcpy(out + lines.size(), scalars.data(), scalars.size());
+  std::memcpy(out + lines.size() + scalars.size(), prints.data(), prints.size());
+  return 0;
+}
+
+}  // namespace
+}  // namespace AOTI_DEBUG_NS
+
+#endif  // AOTI_DEBUG_PART_CPU_RECORDS_H
