@@ -124,8 +124,8 @@ def test_a_conjugate_view_takes_the_dict_path(library, fresh_session):
     records_obj = cpu_records.for_library(library)
     plan = cpu_records.SidePlan(Site("", "k", "k", (_arg("z"),), ()), "before", "graph0", "python", False)
     flat = [(0, plan.site.before[0], "z", z.conj())]
-    assert records_obj.side(plan, flat, 1, 0, lambda n: 1) is None
-    assert records_obj.side(plan, [(0, plan.site.before[0], "z", z)], 1, 0, lambda n: 1) is not None
+    assert records_obj.side(plan, flat, 1, 0, lambda n: 1, -1) is None
+    assert records_obj.side(plan, [(0, plan.site.before[0], "z", z)], 1, 0, lambda n: 1, -1) is not None
 
 
 def test_a_compiled_model_writes_the_same_records_both_ways(library, tmp_path, monkeypatch):
@@ -172,7 +172,7 @@ def test_a_failing_library_warns_once_and_the_dict_path_records(library, fresh_s
     g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
     site = Site("", "k", "k", (_arg("x"),), (), None, 0, "")
     g.launch(site, [torch.ones(2)])
-    g._records._fn = g._records._fn_nogil = lambda *args: -1
+    g._records._fn = lambda *args: -1
     g.launch(site, [torch.ones(3)])
     g.launch(site, [torch.ones(4)])
     aoti_debug.flush()

@@ -235,6 +235,10 @@ class RunWriter:
     def tensor_path(self, filename: str) -> str:
         return os.path.join(self.path, TENSOR_DIR, filename)
 
+    def fileno(self) -> int:
+        """The manifest's descriptor (opened with O_APPEND: whole writes land whole)."""
+        return self._manifest
+
     def append(self, record: dict) -> None:
         self.append_all([record])
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import array
 import ctypes
+import os
 import threading
 from typing import Any, Sequence
 
@@ -31,7 +32,7 @@ from ..format.writer import encode_record
 RECORDS_SYMBOL = "aoti_debug_rt_cpu_records"
 ITEM_TENSOR, ITEM_UNWRITTEN, ITEM_INT, ITEM_SYMINT, ITEM_NONE = range(5)
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
 _STRIDED = torch.strided
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 #: Sides whose tensors hold more than this are summarised with the GIL released.
@@ -62,10 +63,11 @@ class SidePlan:
         self._keep: list[bytes] = []
         head, _ = self._split(self._record(SiteArg("", "", "", ""), "", 0))
         prefix = f"[aoti_debug] {phase:<6} {site.kernel} launch=" if printing else ""
-        #: count, seq, launch, call: filled per call; then the head and the print prefix
+        #: the head's and the print prefix's (pointer, length) (``spec`` after count, seq,
+        #: launch and call)
         self.header = (*self._text(head), *self._text(prefix))
-        #: record arg name -> (its kind when it is a tensor, then its texts)
-        self.entries: dict[str, tuple[int, int, int, int, int, int, int, bool]] = {}
+        #: record arg name -> what ``spec`` says of it as a tensor, an int, None (:meth:`entry`)
+        self.entries: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
 
     def _record(self, a: SiteArg, name: str, i: int) -> dict:
         return record(seq=0, launch=0, graph=self.label, wrapper=self.wrapper, kernel=self.site.kernel,
@@ -88,84 +90,101 @@ class SidePlan:
         self._keep.append(raw)
         return _address(raw), len(raw)
 
-    def entry(self, i: int, a: SiteArg, name: str) -> tuple[int, int, int, int, int, int, int, bool]:
-        """The kind and texts of the value named ``name`` (arg ``a``, its ``i``-th value)."""
+    def entry(self, i: int, a: SiteArg, name: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """What ``spec`` says of the value named ``name`` (arg ``a``, its ``i``-th value)
+        before its own fields, when it is a tensor, an int or None."""
         found = self.entries.get(name)
         if found is None:
             _, body = self._split(self._record(a, name, i))
+            texts = (*self._text(body), *self._text(f" {name} ({a.role}) " if self.printing else ""),
+                     *self._text(f" {name} = " if self.printing else ""))
             unwritten = a.uninitialised and self.phase == "before"
-            found = self.entries[name] = (
-                ITEM_UNWRITTEN if unwritten else ITEM_TENSOR, *self._text(body),
-                *self._text(f" {name} ({a.role}) " if self.printing else ""),
-                *self._text(f" {name} = " if self.printing else ""), a.kind_hint == "symint")
+            found = self.entries[name] = ((ITEM_UNWRITTEN if unwritten else ITEM_TENSOR, *texts),
+                                          (ITEM_SYMINT if a.kind_hint == "symint" else ITEM_INT, *texts),
+                                          (ITEM_NONE, *texts))
         return found
 
 
 class Records:
-    """One runtime library's record function, with a reusable output buffer per thread."""
+    """One runtime library's record function, with reusable output buffers per thread."""
 
     def __init__(self, library: Any):
         self.codes: dict[torch.dtype, tuple[int, int, bool]] = library.codes
-        lib = library._lib
-        fn = ctypes.PyDLL(library.path, mode=ctypes.RTLD_LOCAL, handle=lib._handle)[RECORDS_SYMBOL]
-        fn_nogil = lib[RECORDS_SYMBOL]
-        for f in (fn, fn_nogil):
-            f.restype = ctypes.c_int
-            f.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        # Called with the GIL held; the library releases it for large sides itself, through
+        # these (releasing it for a few microseconds of work hands it to another thread,
+        # and taking it back can wait a whole switch interval, 5 ms).
+        fn = ctypes.PyDLL(library.path, mode=ctypes.RTLD_LOCAL, handle=library._lib._handle)[RECORDS_SYMBOL]
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
         self._fn = fn
-        self._fn_nogil = fn_nogil
+        api = ctypes.pythonapi
+        self._gil = (ctypes.cast(api.PyEval_SaveThread, ctypes.c_void_p).value,
+                     ctypes.cast(api.PyEval_RestoreThread, ctypes.c_void_p).value, NOGIL_BYTES)
         self._tls = threading.local()
 
     def side(self, plan: SidePlan, flat: Sequence[tuple[int, SiteArg, str, Any]], launch: int, call: int,
-             next_seq: Any) -> tuple[memoryview, str] | None:
-        """The side's manifest lines and print text, or None where a value is not one this
-        path writes (the caller's dict path records the side). ``next_seq(n)`` hands out
-        the records' numbers, once the side is known to be written here."""
+             next_seq: Any, fd: int) -> tuple[memoryview | None, str] | None:
+        """Writes the side's manifest lines to ``fd`` (the manifest; -1: returned instead)
+        and returns ``(lines or None, print text)``; None where a value is not one this path
+        writes (the caller's dict path records the side). ``next_seq(n)`` hands out the
+        records' numbers, once the side is known to be written here.
+
+        Raises:
+            OSError: writing to ``fd`` failed.
+            RuntimeError: the library failed otherwise.
+        """
         codes = self.codes
-        spec: list[int] = [len(flat), 0, launch, call, *plan.header]
-        nbytes = 0
+        spec: list[int] = [len(flat), 0, launch, call, *plan.header, fd, *self._gil]
         entries = plan.entries
-        for i, a, name, v in flat:
-            e = entries.get(name) or plan.entry(i, a, name)
-            tv = type(v)
-            if tv in _PLAIN:
-                kind = codes.get(v.dtype)
-                if kind is None or v.layout is not _STRIDED or not v.is_cpu or v.is_neg() or \
-                        (kind[2] and v.is_conj()):
+        try:
+            for i, a, name, v in flat:
+                e = entries.get(name) or plan.entry(i, a, name)
+                tv = type(v)
+                if tv is _TENSOR or tv is _PARAMETER:
+                    kind = codes.get(v.dtype)
+                    if kind is None or v.layout is not _STRIDED or not v.is_cpu or v.is_neg() or \
+                            (kind[2] and v.is_conj()):
+                        return None
+                    shape = v.shape
+                    spec += e[0]
+                    spec += (v.data_ptr(), kind[0], len(shape))
+                    spec += shape
+                    spec += v.stride()
+                elif tv is int and _INT64[0] <= v <= _INT64[1]:
+                    spec += e[1]
+                    spec.append(v)
+                elif v is None:
+                    spec += e[2]
+                else:
                     return None
-                shape = v.shape
-                spec += e[:7]
-                spec += (v.data_ptr(), kind[0], len(shape), *shape, *v.stride())
-                nbytes += kind[1] * v.numel()
-            elif tv is int and _INT64[0] <= v <= _INT64[1]:
-                spec += (ITEM_SYMINT if e[7] else ITEM_INT, *e[1:7], v)
-            elif v is None:
-                spec += (ITEM_NONE, *e[1:7])
-            else:
-                return None
+        except RuntimeError:  # a tensor without strides or storage (another layout)
+            return None
         spec[1] = next_seq(len(flat))
         packed = array.array("q", spec)
-        lengths = array.array("q", (0, 0))
         tls = self._tls
         buf = getattr(tls, "buf", None)
         if buf is None:
             buf = self._grow(_START_BYTES)
-        fn = self._fn_nogil if nbytes > NOGIL_BYTES else self._fn
-        at, out = packed.buffer_info()[0], lengths.buffer_info()[0]
-        rc = fn(at, len(packed), tls.address, len(buf), out)
+        fn = self._fn
+        at, result = packed.buffer_info()[0], tls.result
+        rc = fn(at, len(packed), tls.address, len(buf), tls.result_address)
         if rc == -3:  # a larger buffer, kept for the next sides
-            buf = self._grow(max(2 * len(buf), lengths[1]))
-            rc = fn(at, len(packed), tls.address, len(buf), out)
+            buf = self._grow(max(2 * len(buf), result[1]))
+            rc = fn(at, len(packed), tls.address, len(buf), tls.result_address)
+        if rc == -4:
+            raise OSError(result[2], os.strerror(result[2]))
         if rc != 0:
             raise RuntimeError(f"{RECORDS_SYMBOL} returned {rc}")
-        end, total = lengths[0], lengths[1]
+        end, total = result[0], result[1]
         prints = buf[end:total].decode("utf-8", "replace") if total > end else ""
-        return memoryview(buf)[:end], prints
+        return (memoryview(buf)[:end] if fd < 0 else None), prints
 
     def _grow(self, size: int) -> bytearray:
         tls = self._tls
         tls.buf = bytearray(size)
         tls.address = ctypes.addressof((ctypes.c_char * size).from_buffer(tls.buf))
+        tls.result = array.array("q", (0, 0, 0))
+        tls.result_address = tls.result.buffer_info()[0]
         return tls.buf
 
 

@@ -338,8 +338,12 @@ class GraphHandle:
         plan = self._plans.get(key)
         if plan is None or plan.site is not site or plan.label != label:
             plan = self._plans[key] = cpu_records.SidePlan(site, phase, label, self.wrapper, self.level == "print")
-        try:
-            out = records.side(plan, flat, launch, call, sess.next_seq)
+        w = sess._writer
+        try:  # straight into the manifest when nothing is queued before these records
+            out = records.side(plan, flat, launch, call, sess.next_seq, -1 if sess._queue else w.fileno())
+        except OSError as e:
+            warn_once("manifest", f"cannot append to manifest in {sess.path!r}: {e}")
+            return True
         except Exception as e:
             self._records = None
             warn_once(f"cpu-records-{type(e).__name__}", f"the runtime library could not write CPU records, "
@@ -350,7 +354,8 @@ class GraphHandle:
         lines, prints = out
         if prints:
             _emit(prints[:-1])  # one write for the side
-        sess.write_lines(lines)
+        if lines is not None:
+            sess.write_lines(lines)
         return True
 
     def _native_stats(self, items: list[tuple[dict, torch.Tensor]]) -> list[int]:

@@ -8,10 +8,13 @@
 #ifndef AOTI_DEBUG_PART_CPU_RECORDS_H
 #define AOTI_DEBUG_PART_CPU_RECORDS_H
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "constants.h"
 #include "dtypes.h"
@@ -43,18 +46,66 @@ inline CpuText cpu_text(const int64_t* at) {
 
 inline void put(std::string& o, CpuText t) { o.append(t.p, t.n); }
 
-// `spec`: count, first seq, launch, kernel call, then (pointer, length) of the side's
-// head text (the record fields between "launch" and "kernel_call") and of its print
-// prefix ("[aoti_debug] <phase> <kernel> launch=", length 0: no print lines); per value:
-// its kind (CpuItem), (pointer, length) of its body text (the fields after
-// "kernel_call"), of its print text for a tensor (" <arg> (<role>) ") and for a scalar
-// (" <arg> = "), then for a tensor: data pointer, dtype (c10::ScalarType), ndim, the
-// sizes and strides (in elements); for an int its value. Writes the manifest lines, one
-// per value, then the print lines (scalars first, as the Python runtime prints them)
-// into `out`; `lengths` gets the end of each. Returns 0; -1 when `spec` is malformed;
-// -3 when `cap` is too small (`lengths` then holds what is needed; nothing is written);
-// 1 + i when the i-th value's dtype is not read here (nothing is written).
-int cpu_records(const int64_t* spec, size_t spec_len, char* out, size_t cap, int64_t* lengths) {
+// Releases the GIL of the calling Python thread for as long as it lives, through the
+// functions the caller passed (PyEval_SaveThread/PyEval_RestoreThread: this library
+// does not link Python); does nothing without them.
+class WithoutGil {
+ public:
+  WithoutGil(int64_t save, int64_t restore) : restore_(reinterpret_cast<void (*)(void*)>(restore)) {
+    if (save && restore) state_ = reinterpret_cast<void* (*)()>(save)();
+  }
+  ~WithoutGil() {
+    if (state_) restore_(state_);
+  }
+  WithoutGil(const WithoutGil&) = delete;
+  WithoutGil& operator=(const WithoutGil&) = delete;
+
+ private:
+  void (*restore_)(void*);
+  void* state_ = nullptr;
+};
+
+constexpr size_t kCpuHeader = 12;
+constexpr size_t kCpuItem = 7;
+
+// The bytes of the tensors `spec` describes (0 when it is malformed: checked again later).
+uint64_t cpu_records_bytes(const int64_t* spec, size_t spec_len) {
+  uint64_t total = 0;
+  size_t at = kCpuHeader;
+  for (int64_t i = 0; i < spec[0] && at + kCpuItem <= spec_len; ++i) {
+    int64_t kind = spec[at];
+    at += kCpuItem;
+    if (kind == kItemInt || kind == kItemSymInt) {
+      at += 1;
+    } else if (kind == kItemTensor || kind == kItemUnwritten) {
+      if (at + 3 > spec_len || spec[at + 2] < 0 || at + 3 + 2 * static_cast<size_t>(spec[at + 2]) > spec_len) break;
+      const TypeInfo* ti = type_info(static_cast<int32_t>(spec[at + 1]));
+      int64_t numel = 1;
+      for (int64_t d = 0; d < spec[at + 2]; ++d) numel *= spec[at + 3 + d];
+      if (ti && kind == kItemTensor) total += static_cast<uint64_t>(numel) * static_cast<uint64_t>(ti->unit * ti->units);
+      at += 3 + 2 * static_cast<size_t>(spec[at + 2]);
+    }
+  }
+  return total;
+}
+
+// `spec`: count, first seq, launch, kernel call, (pointer, length) of the side's head
+// text (the record fields between "launch" and "kernel_call") and of its print prefix
+// ("[aoti_debug] <phase> <kernel> launch=", length 0: no print lines), the manifest's
+// file descriptor (-1: the lines go to `out`), PyEval_SaveThread and
+// PyEval_RestoreThread (0: the GIL is kept) and the tensor bytes above which the GIL is
+// released; then per value its kind (CpuItem), (pointer, length) of its body text (the
+// fields after "kernel_call"), of its print text for a tensor (" <arg> (<role>) ") and
+// for a scalar (" <arg> = "), then for a tensor its data pointer, dtype
+// (c10::ScalarType), ndim, sizes and strides (in elements); for an int its value.
+// The manifest lines, one per value, are written to the descriptor in one write (or
+// into `out`), then the print lines into `out` (scalars first, as the Python runtime
+// prints them); `result` gets the end of the lines in `out` (0 when written), the end
+// of the print lines and an errno. Returns 0; -1 when `spec` is malformed; -3 when
+// `cap` is too small (`result[1]` then holds what is needed; nothing is written); -4
+// when the write failed (`result[2]`: errno); 1 + i when the i-th value's dtype is not
+// read here (nothing is written).
+int cpu_records(const int64_t* spec, size_t spec_len, char* out, size_t cap, int64_t* result) {
   namespace R = schema::rec;
   static const std::string kSeq = json_key(R::kSeq, "{"), kLaunch = json_key(R::kLaunch),
       kCall = json_key(R::kKernelCall), kKind = json_key(R::kKind), kDtype = json_key(R::kDtype),
@@ -62,18 +113,22 @@ int cpu_records(const int64_t* spec, size_t spec_len, char* out, size_t cap, int
       kNumel = json_key(R::kNumel), kStats = json_key(R::kStats), kChecksum = json_key(R::kChecksum),
       kValue = json_key(R::kValue), kUnwritten = json_key(R::kUninitialised);
   constexpr int64_t kMaxDim = 64;
-  if (spec_len < 8) return -1;
+  if (spec_len < kCpuHeader) return -1;
   const int64_t count = spec[0], seq = spec[1], launch = spec[2], call = spec[3];
   const CpuText head = cpu_text(spec + 4), prefix = cpu_text(spec + 6);
-  std::string lines, scalars, prints;
-  lines.reserve(static_cast<size_t>(count) * 480);
-  std::vector<unsigned char> buf;
-  size_t at = 8;
+  const int fd = static_cast<int>(spec[8]);
+  WithoutGil nogil(cpu_records_bytes(spec, spec_len) > static_cast<uint64_t>(spec[11]) ? spec[9] : 0, spec[10]);
+  thread_local std::string lines, scalars, prints;
+  thread_local std::vector<unsigned char> buf;
+  lines.clear();
+  scalars.clear();
+  prints.clear();
+  size_t at = kCpuHeader;
   for (int64_t i = 0; i < count; ++i) {
-    if (at + 7 > spec_len) return -1;
+    if (at + kCpuItem > spec_len) return -1;
     const int64_t kind = spec[at];
     const CpuText body = cpu_text(spec + at + 1), ptensor = cpu_text(spec + at + 3), pscalar = cpu_text(spec + at + 5);
-    at += 7;
+    at += kCpuItem;
     lines += kSeq;
     json_int(lines, seq + i);
     lines += kLaunch;
@@ -170,13 +225,29 @@ int cpu_records(const int64_t* spec, size_t spec_len, char* out, size_t cap, int
           std::to_string(sm.inf) + "\n";
     }
   }
-  const size_t need = lines.size() + scalars.size() + prints.size();
-  lengths[0] = static_cast<int64_t>(lines.size());
-  lengths[1] = static_cast<int64_t>(need);
+  const size_t in_out = fd < 0 ? lines.size() : 0;
+  const size_t need = in_out + scalars.size() + prints.size();
+  result[0] = static_cast<int64_t>(in_out);
+  result[1] = static_cast<int64_t>(need);
+  result[2] = 0;
   if (need > cap) return -3;
-  std::memcpy(out, lines.data(), lines.size());
-  std::memcpy(out + lines.size(), scalars.data(), scalars.size());
-  std::memcpy(out + lines.size() + scalars.size(), prints.data(), prints.size());
+  if (fd >= 0) {  // one write: a killed process leaves whole lines
+    const char* p = lines.data();
+    size_t n = lines.size();
+    while (n > 0) {
+      ssize_t w = ::write(fd, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        result[2] = w < 0 ? errno : ENOSPC;
+        return -4;
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+  std::memcpy(out, lines.data(), in_out);
+  std::memcpy(out + in_out, scalars.data(), scalars.size());
+  std::memcpy(out + in_out + scalars.size(), prints.data(), prints.size());
   return 0;
 }
 
