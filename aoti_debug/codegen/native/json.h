@@ -105,21 +105,25 @@ std::string json_key(const char* key, const char* before = ",") {
 // (constants.h), so a renamed field in format/schema.py fails this build.
 class JsonObject {
  public:
-  JsonObject() : s_("{") {}
+  JsonObject() {
+    s_.reserve(512);  // a record's size: no regrowth while it is built
+    s_.push_back('{');
+  }
   JsonObject& key(const char* k) {
     if (s_.size() > 1) s_.push_back(',');
     json_str(s_, k);
     s_.push_back(':');
     return *this;
   }
-  JsonObject& str(const char* k, const std::string& v) {
+  JsonObject& str(const char* k, const char* v) {
     key(k);
     json_str(s_, v);
     return *this;
   }
+  JsonObject& str(const char* k, const std::string& v) { return str(k, v.c_str()); }
   JsonObject& num(const char* k, int64_t v) {
     key(k);
-    s_ += std::to_string(v);
+    json_int(s_, v);
     return *this;
   }
   JsonObject& boolean(const char* k, bool v) {
@@ -132,7 +136,22 @@ class JsonObject {
     s_ += json;
     return *this;
   }
+  JsonObject& ints(const char* k, const std::vector<int64_t>& v) {
+    key(k);
+    json_ints(s_, v);
+    return *this;
+  }
+  // Writes the key and hands back the text, for the caller to append the value's JSON.
+  std::string& value(const char* k) {
+    key(k);
+    return s_;
+  }
   std::string close() const { return s_ + "}"; }
+  // Appends the closed object to `out` (no copy of its own).
+  void close_into(std::string& out) const {
+    out += s_;
+    out += '}';
+  }
 
  private:
   std::string s_;

@@ -59,13 +59,12 @@ const TypeInfo* record_metadata(AtenTensorHandle h, HostTensor& t, std::string& 
   err = describe(h, t);
   const TypeInfo* ti = err.empty() ? type_info(t.dtype) : nullptr;
   rec.str(R::kKind, "tensor");
-  rec.str(R::kDtype, ti ? std::string(ti->name) : "dtype" + std::to_string(t.dtype));
-  std::string ints;
-  json_ints(ints, t.shape);
-  rec.raw(R::kShape, ints);
-  ints.clear();
-  json_ints(ints, t.stride);
-  rec.raw(R::kStride, ints);
+  if (ti) {
+    rec.str(R::kDtype, ti->name);
+  } else {
+    rec.str(R::kDtype, "dtype" + std::to_string(t.dtype));
+  }
+  rec.ints(R::kShape, t.shape).ints(R::kStride, t.stride);
   rec.str(R::kDevice, device_string(t.device_type, t.device_index));
   rec.num(R::kNumel, t.numel);
   return ti;
@@ -128,14 +127,19 @@ void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase,
   if (err.empty() && !have_stats) err = "stats: unsupported dtype";
   std::string content_key;
   if (have_stats) {
-    std::string st = stats_json(sm);
-    char ck[24];
-    std::snprintf(ck, sizeof(ck), "%016llx", static_cast<unsigned long long>(sm.checksum));
-    rec.raw(R::kStats, st);
-    rec.str(R::kChecksum, ck);
+    std::string& o = rec.value(R::kStats);  // the record's text, appended to in place
+    const size_t st = o.size();
+    append_stats_json(o, sm);
+    const size_t st_end = o.size();
+    rec.value(R::kChecksum) += '"';
+    append_checksum(o, sm.checksum);
+    o += '"';
     // Identity of the values (as hooks._content_key): dtype, shape, checksum, exact stats;
     // only level save points at files by it.
-    if (site.level == schema::kSave) content_key = std::string(ti->name) + "|" + shape_text(t.shape) + "|" + ck + "|" + st;
+    if (site.level == schema::kSave) {
+      content_key = std::string(ti->name) + "|" + shape_text(t.shape) + "|" + o.substr(o.size() - 17, 16) + "|" +
+          o.substr(st, st_end - st);
+    }
   } else {
     rec.raw(R::kStats, "null");
   }
@@ -238,6 +242,7 @@ void record_side(Shared& S, const Site& site, const Value* v, size_t count, cons
   }
   write_site(S, site, label);
   std::string lines;
+  lines.reserve(512 * n);
   for (size_t i = 0; i < n; ++i) {
     const Arg& a = site.args[i];
     S.seq += 1;
@@ -254,8 +259,8 @@ void record_side(Shared& S, const Site& site, const Value* v, size_t count, cons
     } else {
       record_scalar(site, a, phase, v[i], rec);
     }
-    lines += rec.close();
-    lines += "\n";
+    rec.close_into(lines);
+    lines += '\n';
   }
   append_manifest(S, lines);
 }
