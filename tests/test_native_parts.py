@@ -152,6 +152,9 @@ int main(int argc, char** argv) {
 """
 
 STRINGS = ["plain", 'quo"te', "back\\slash", "tab\tnew\nline\r", "\x01\x1f", "é ü 😀", "a/b:c d", "..x..", "___"]
+#: Long ones: json_str scans eight bytes at a time, then byte by byte.
+LONG_STRINGS = [f"cpp_fused_add_native_layer_norm_{c}_view_12345678" for c in ('"', "\\", "\n", "\x1f", "\x7f", "é")] + \
+    ["é" * 9 + '"' + "x" * 9, "a" * 64, "b" * 7 + "\t", "c" + "~" * 15 + "\\"]
 
 
 def test_json_and_names_as_python_writes_them(gen):
@@ -161,6 +164,7 @@ def test_json_and_names_as_python_writes_them(gen):
         return subprocess.run([exe, *args], capture_output=True, check=True).stdout.decode().split("\n")[:-1]
 
     assert [json.loads(x) for x in run("json", *STRINGS)] == STRINGS
+    assert [json.loads(x) for x in run("json", *LONG_STRINGS)] == LONG_STRINGS
     doubles = ["0.1", "1e-300", "123456789.125", "-0.0", "3.0", "1e22", "2.5e-05", "1.7976931348623157e308"]
     assert run("double", *doubles) == [repr(float(x)) for x in doubles]
     # One policy for non-finite values: what format.schema.Stats.to_dict writes, strict JSON.
@@ -290,7 +294,7 @@ def test_library_exports_its_entry_points_and_shares_state(library):
     lib.aoti_debug_rt_abi.restype = ctypes.c_char_p
     assert lib.aoti_debug_rt_abi().decode() == cpp_runtime.abi_namespace()
     for name in ("aoti_debug_rt_launch", "aoti_debug_rt_done", "aoti_debug_runtime_warnings",
-                 "aoti_debug_rt_cpu_summaries", "aoti_debug_rt_dtype_name"):
+                 "aoti_debug_rt_cpu_summaries", "aoti_debug_rt_cpu_records", "aoti_debug_rt_dtype_name"):
         assert hasattr(lib, name), name
     if shutil.which("nm"):
         symbols = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True).stdout
@@ -299,8 +303,9 @@ def test_library_exports_its_entry_points_and_shares_state(library):
         # process-wide state as STB_GNU_UNIQUE objects (shared with AOTI .so files of the same sources)
         assert any("6sharedEvE1s" in s for s in unique) and any("6claimsEvE1c" in s for s in unique), unique
         c_names = sorted(s for s in ours if not s.startswith("_Z"))
-        assert c_names == ["aoti_debug_rt_abi", "aoti_debug_rt_cpu_summaries", "aoti_debug_rt_done",
-                           "aoti_debug_rt_dtype_name", "aoti_debug_rt_launch", "aoti_debug_runtime_warnings"]
+        assert c_names == ["aoti_debug_rt_abi", "aoti_debug_rt_cpu_records", "aoti_debug_rt_cpu_summaries",
+                           "aoti_debug_rt_done", "aoti_debug_rt_dtype_name", "aoti_debug_rt_launch",
+                           "aoti_debug_runtime_warnings"]
 
 
 def test_concurrent_builders_make_one_library(tmp_path):

@@ -104,7 +104,7 @@ void record_phase(Shared& S, Local& L, const std::string& label, const Site& sit
   register_graph(S, L, label, site, graph);
   if (S.usable) {
     Resolved r(S, site, values, count);
-    record_side(S, site, r.data(), r.size(), phase, label, graph->device);
+    record_side(S, L, site, r.data(), r.size(), phase, label, graph->device);
   }
   if (claims().info_stale) write_info(S);
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -17,17 +18,33 @@
 namespace AOTI_DEBUG_NS {
 namespace {
 
+// The first byte at or after `p` (and before `end`) that a JSON string must escape: a
+// control character, '"' or '\\'. Eight bytes at a time (kernel names are long).
+inline const unsigned char* json_plain_end(const unsigned char* p, const unsigned char* end) {
+  constexpr uint64_t kOnes = 0x0101010101010101ull, kHigh = 0x8080808080808080ull;
+  for (; end - p >= 8; p += 8) {
+    uint64_t x;
+    std::memcpy(&x, p, 8);
+    uint64_t quote = x ^ (kOnes * '"'), slash = x ^ (kOnes * '\\');
+    // a byte < 0x20, or a zero byte of `quote` or `slash` (bytes >= 0x80 never count)
+    uint64_t hit = ((x - kOnes * 0x20) | (quote - kOnes) | (slash - kOnes)) & ~x & kHigh;
+    if (hit) break;
+  }
+  while (p < end && *p >= 0x20 && *p != '"' && *p != '\\') ++p;
+  return p;
+}
+
 void json_str(std::string& out, const char* s) {
   out.push_back('"');
   const unsigned char* p = reinterpret_cast<const unsigned char*>(s);
+  const unsigned char* end = p + std::strlen(s);
   for (;;) {
-    // Characters that need no escape are copied a run at a time (kernel names are long).
+    // Characters that need no escape are copied a run at a time.
     const unsigned char* run = p;
-    while (*p >= 0x20 && *p != '"' && *p != '\\') ++p;
+    p = json_plain_end(p, end);
     out.append(reinterpret_cast<const char*>(run), static_cast<size_t>(p - run));
-    unsigned char c = *p;
-    if (!c) break;
-    ++p;
+    if (p == end) break;
+    unsigned char c = *p++;
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -146,6 +163,14 @@ class JsonObject {
     key(k);
     return s_;
   }
+  // Appends fields encoded already (`inner()` of another object) as fields of this one.
+  JsonObject& fields(const std::string& text) {
+    if (s_.size() > 1 && !text.empty()) s_.push_back(',');
+    s_ += text;
+    return *this;
+  }
+  // The fields, without the braces.
+  std::string inner() const { return s_.substr(1); }
   std::string close() const { return s_ + "}"; }
   // Appends the closed object to `out` (no copy of its own).
   void close_into(std::string& out) const {

@@ -18,6 +18,7 @@
 #include "constants.h"
 #include "dtypes.h"
 #include "env.h"
+#include "graph.h"
 #include "host_tensor.h"
 #include "interface.h"
 #include "json.h"
@@ -221,8 +222,32 @@ void write_site(Shared& S, const Site& site, const std::string& label) {
   if (!ok) warn_once(S, "sites", "cannot append to the sites file in '" + S.path + "'");
 }
 
+// The fields of a site's records that do not change from one call to the next, encoded
+// once per graph and run (Local::texts): [0] those between "launch" and "kernel_call",
+// [1 + i] those of its i-th value after "kernel_call". Caller holds S.mu.
+const std::vector<std::string>& site_texts(Local& L, const Site& site, const char* phase, const std::string& label) {
+  namespace R = schema::rec;
+  const bool before = std::strcmp(phase, "before") == 0;
+  std::vector<std::string>& t = L.texts[{&site, before}];
+  if (!t.empty()) return t;
+  JsonObject head;
+  head.str(R::kGraph, label).str(R::kWrapper, "cpp").str(R::kKernel, site.kernel).str(R::kOp, site.op);
+  t.push_back(head.inner());
+  for (int i = 0; i < site.n; ++i) {
+    const Arg& a = site.args[i];
+    JsonObject body;
+    body.str(R::kPhase, phase).str(R::kArg, a.name).str(R::kRole, a.role);
+    body.num(R::kIndex, (before ? 0 : site.index_base) + a.index);
+    if (site.id >= 0) body.num(R::kSite, site.id);
+    if (a.expr && *a.expr && std::strcmp(a.expr, a.name) != 0) body.str(R::kExpr, a.expr);
+    if (a.volatile_why && *a.volatile_why) body.str(R::kVolatile, a.volatile_why);
+    t.push_back(body.inner());
+  }
+  return t;
+}
+
 // Caller holds S.mu; the run is open.
-void record_side(Shared& S, const Site& site, const Value* v, size_t count, const char* phase,
+void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t count, const char* phase,
                  const std::string& label, const DeviceOps* dev) {
   namespace R = schema::rec;
   size_t n = std::min(static_cast<size_t>(site.n), count);
@@ -241,19 +266,15 @@ void record_side(Shared& S, const Site& site, const Value* v, size_t count, cons
     }
   }
   write_site(S, site, label);
+  const std::vector<std::string>& texts = site_texts(L, site, phase, label);
   std::string lines;
   lines.reserve(512 * n);
   for (size_t i = 0; i < n; ++i) {
     const Arg& a = site.args[i];
     S.seq += 1;
     JsonObject rec;
-    rec.num(R::kSeq, S.seq).num(R::kLaunch, tl_launch).str(R::kGraph, label).str(R::kWrapper, "cpp");
-    rec.str(R::kKernel, site.kernel).str(R::kOp, site.op).num(R::kKernelCall, tl_call);
-    rec.str(R::kPhase, phase).str(R::kArg, a.name).str(R::kRole, a.role);
-    rec.num(R::kIndex, (std::strcmp(phase, "before") == 0 ? 0 : site.index_base) + a.index);
-    if (site.id >= 0) rec.num(R::kSite, site.id);
-    if (a.expr && *a.expr && std::strcmp(a.expr, a.name) != 0) rec.str(R::kExpr, a.expr);
-    if (a.volatile_why && *a.volatile_why) rec.str(R::kVolatile, a.volatile_why);
+    rec.num(R::kSeq, S.seq).num(R::kLaunch, tl_launch).fields(texts[0]).num(R::kKernelCall, tl_call);
+    rec.fields(texts[1 + i]);
     if (v[i].kind() == Value::kTensor) {
       record_tensor(S, site, a, phase, v[i].handle(), dev, rec);
     } else {
