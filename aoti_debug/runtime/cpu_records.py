@@ -27,10 +27,13 @@ import torch
 from ..format.protocol import Site, SiteArg, record
 from ..format.writer import encode_record
 
-#: The function of the library (``library.cpp``) and what its ``spec`` calls each value
-#: (``cpu_records.h``'s CpuItem).
+#: The function of the library (``library.cpp``), the layout of its ``spec`` this module
+#: writes (``cpu_records.h``: kCpuLayout, the CpuSlot header, a CpuItem per value).
 RECORDS_SYMBOL = "aoti_debug_rt_cpu_records"
+LAYOUT = 1
 ITEM_TENSOR, ITEM_UNWRITTEN, ITEM_INT, ITEM_SYMINT, ITEM_NONE = range(5)
+#: Where the header's numbers that change per call are, and where the library writes back.
+_LENGTH, _SEQ, _OUT, _LINES_END, _PRINT_END, _ERRNO = 1, 3, 14, 16, 17, 18
 
 _TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
 _STRIDED = torch.strided
@@ -115,7 +118,7 @@ class Records:
         # and taking it back can wait a whole switch interval, 5 ms).
         fn = ctypes.PyDLL(library.path, mode=ctypes.RTLD_LOCAL, handle=library._lib._handle)[RECORDS_SYMBOL]
         fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        fn.argtypes = [ctypes.c_void_p]
         self._fn = fn
         api = ctypes.pythonapi
         self._gil = (ctypes.cast(api.PyEval_SaveThread, ctypes.c_void_p).value,
@@ -134,7 +137,10 @@ class Records:
             RuntimeError: the library failed otherwise.
         """
         codes = self.codes
-        spec: list[int] = [len(flat), 0, launch, call, *plan.header, fd, *self._gil]
+        tls = self._tls
+        out = getattr(tls, "out", None) or self._grow(_START_BYTES)
+        # the header (cpu_records.h CpuSlot), then each value
+        spec: list[int] = [LAYOUT, 0, len(flat), 0, launch, call, *plan.header, fd, *self._gil, *out, 0, 0, 0]
         entries = plan.entries
         try:
             for i, a, name, v in flat:
@@ -146,46 +152,38 @@ class Records:
                             (kind[2] and v.is_conj()):
                         return None
                     shape = v.shape
-                    spec += e[0]
-                    spec += (v.data_ptr(), kind[0], len(shape))
-                    spec += shape
-                    spec += v.stride()
+                    spec += (*e[0], v.data_ptr(), kind[0], len(shape), *shape, *v.stride())
                 elif tv is int and _INT64[0] <= v <= _INT64[1]:
-                    spec += e[1]
-                    spec.append(v)
+                    spec += (*e[1], v)
                 elif v is None:
                     spec += e[2]
                 else:
                     return None
         except RuntimeError:  # a tensor without strides or storage (another layout)
             return None
-        spec[1] = next_seq(len(flat))
+        spec[_LENGTH] = len(spec)
+        spec[_SEQ] = next_seq(len(flat))
         packed = array.array("q", spec)
-        tls = self._tls
-        buf = getattr(tls, "buf", None)
-        if buf is None:
-            buf = self._grow(_START_BYTES)
-        fn = self._fn
-        at, result = packed.buffer_info()[0], tls.result
-        rc = fn(at, len(packed), tls.address, len(buf), tls.result_address)
+        at = packed.buffer_info()[0]
+        rc = self._fn(at)
         if rc == -3:  # a larger buffer, kept for the next sides
-            buf = self._grow(max(2 * len(buf), result[1]))
-            rc = fn(at, len(packed), tls.address, len(buf), tls.result_address)
+            packed[_OUT:_OUT + 2] = array.array("q", self._grow(max(2 * out[1], packed[_PRINT_END])))
+            rc = self._fn(at)
         if rc == -4:
-            raise OSError(result[2], os.strerror(result[2]))
+            raise OSError(packed[_ERRNO], os.strerror(packed[_ERRNO]))
         if rc != 0:
             raise RuntimeError(f"{RECORDS_SYMBOL} returned {rc}")
-        end, total = result[0], result[1]
+        end, total = packed[_LINES_END], packed[_PRINT_END]
+        buf = tls.buf
         prints = buf[end:total].decode("utf-8", "replace") if total > end else ""
         return (memoryview(buf)[:end] if fd < 0 else None), prints
 
-    def _grow(self, size: int) -> bytearray:
+    def _grow(self, size: int) -> tuple[int, int]:
+        """A new output buffer for this thread: its (address, size)."""
         tls = self._tls
         tls.buf = bytearray(size)
-        tls.address = ctypes.addressof((ctypes.c_char * size).from_buffer(tls.buf))
-        tls.result = array.array("q", (0, 0, 0))
-        tls.result_address = tls.result.buffer_info()[0]
-        return tls.buf
+        tls.out = (ctypes.addressof((ctypes.c_char * size).from_buffer(tls.buf)), size)
+        return tls.out
 
 
 def for_library(library: Any) -> Records | None:

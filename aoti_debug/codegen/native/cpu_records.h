@@ -65,14 +65,39 @@ class WithoutGil {
   void* state_ = nullptr;
 };
 
-constexpr size_t kCpuHeader = 12;
+// The slots of `spec`'s header, in order (runtime/cpu_records.py writes them so and
+// passes kCpuLayout: a caller written for another layout gets -5).
+enum CpuSlot : size_t {
+  kSlotLayout,      // kCpuLayout
+  kSlotLength,      // the number of int64 in `spec`
+  kSlotCount,       // values on the side
+  kSlotSeq,         // the first value's record number
+  kSlotLaunch,
+  kSlotCall,        // the kernel call
+  kSlotHead,        // (pointer, length): the record fields between "launch" and "kernel_call"
+  kSlotHeadLen,
+  kSlotPrefix,      // (pointer, length): "[aoti_debug] <phase> <kernel> launch=", 0: no print lines
+  kSlotPrefixLen,
+  kSlotFd,          // the manifest's descriptor, -1: the lines go to `out`
+  kSlotSave,        // PyEval_SaveThread, 0: the GIL is kept
+  kSlotRestore,     // PyEval_RestoreThread
+  kSlotNogilBytes,  // tensor bytes above which the GIL is released
+  kSlotOut,         // (pointer, capacity) of the output buffer
+  kSlotCap,
+  kSlotLinesEnd,    // written back: the end of the manifest lines in `out` (0: written to fd)
+  kSlotPrintEnd,    // written back: the end of the print lines in `out`
+  kSlotErrno,       // written back: errno of a failed write
+  kCpuHeader
+};
+constexpr int64_t kCpuLayout = 1;
 constexpr size_t kCpuItem = 7;
 
-// The bytes of the tensors `spec` describes (0 when it is malformed: checked again later).
+// The bytes of the tensors `spec` describes (the walk stops where `spec` is malformed:
+// cpu_records checks it again).
 uint64_t cpu_records_bytes(const int64_t* spec, size_t spec_len) {
   uint64_t total = 0;
   size_t at = kCpuHeader;
-  for (int64_t i = 0; i < spec[0] && at + kCpuItem <= spec_len; ++i) {
+  for (int64_t i = 0; i < spec[kSlotCount] && at + kCpuItem <= spec_len; ++i) {
     int64_t kind = spec[at];
     at += kCpuItem;
     if (kind == kItemInt || kind == kItemSymInt) {
@@ -89,23 +114,18 @@ uint64_t cpu_records_bytes(const int64_t* spec, size_t spec_len) {
   return total;
 }
 
-// `spec`: count, first seq, launch, kernel call, (pointer, length) of the side's head
-// text (the record fields between "launch" and "kernel_call") and of its print prefix
-// ("[aoti_debug] <phase> <kernel> launch=", length 0: no print lines), the manifest's
-// file descriptor (-1: the lines go to `out`), PyEval_SaveThread and
-// PyEval_RestoreThread (0: the GIL is kept) and the tensor bytes above which the GIL is
-// released; then per value its kind (CpuItem), (pointer, length) of its body text (the
-// fields after "kernel_call"), of its print text for a tensor (" <arg> (<role>) ") and
-// for a scalar (" <arg> = "), then for a tensor its data pointer, dtype
-// (c10::ScalarType), ndim, sizes and strides (in elements); for an int its value.
-// The manifest lines, one per value, are written to the descriptor in one write (or
-// into `out`), then the print lines into `out` (scalars first, as the Python runtime
-// prints them); `result` gets the end of the lines in `out` (0 when written), the end
-// of the print lines and an errno. Returns 0; -1 when `spec` is malformed; -3 when
-// `cap` is too small (`result[1]` then holds what is needed; nothing is written); -4
-// when the write failed (`result[2]`: errno); 1 + i when the i-th value's dtype is not
+// `spec`: the header (CpuSlot), then per value its kind (CpuItem), (pointer, length) of
+// its body text (the fields after "kernel_call"), of its print text for a tensor
+// (" <arg> (<role>) ") and for a scalar (" <arg> = "), then for a tensor its data
+// pointer, dtype (c10::ScalarType), ndim, sizes and strides (in elements); for an int
+// its value. The manifest lines, one per value, are written to the descriptor in one
+// write (or into `out`), then the print lines into `out` (scalars first, as the Python
+// runtime prints them); the header's last slots get where they end and an errno.
+// Returns 0; -1 when `spec` is malformed; -3 when the output buffer is too small
+// (kSlotPrintEnd then holds what is needed; nothing is written); -4 when the write
+// failed (kSlotErrno); -5 for another layout; 1 + i when the i-th value's dtype is not
 // read here (nothing is written).
-int cpu_records(const int64_t* spec, size_t spec_len, char* out, size_t cap, int64_t* result) {
+int cpu_records(int64_t* spec) {
   namespace R = schema::rec;
   static const std::string kSeq = json_key(R::kSeq, "{"), kLaunch = json_key(R::kLaunch),
       kCall = json_key(R::kKernelCall), kKind = json_key(R::kKind), kDtype = json_key(R::kDtype),
@@ -113,11 +133,17 @@ int cpu_records(const int64_t* spec, size_t spec_len, char* out, size_t cap, int
       kNumel = json_key(R::kNumel), kStats = json_key(R::kStats), kChecksum = json_key(R::kChecksum),
       kValue = json_key(R::kValue), kUnwritten = json_key(R::kUninitialised);
   constexpr int64_t kMaxDim = 64;
+  if (spec[kSlotLayout] != kCpuLayout) return -5;
+  const size_t spec_len = static_cast<size_t>(spec[kSlotLength]);
   if (spec_len < kCpuHeader) return -1;
-  const int64_t count = spec[0], seq = spec[1], launch = spec[2], call = spec[3];
-  const CpuText head = cpu_text(spec + 4), prefix = cpu_text(spec + 6);
-  const int fd = static_cast<int>(spec[8]);
-  WithoutGil nogil(cpu_records_bytes(spec, spec_len) > static_cast<uint64_t>(spec[11]) ? spec[9] : 0, spec[10]);
+  const int64_t count = spec[kSlotCount], seq = spec[kSlotSeq], launch = spec[kSlotLaunch], call = spec[kSlotCall];
+  const CpuText head = cpu_text(spec + kSlotHead), prefix = cpu_text(spec + kSlotPrefix);
+  const int fd = static_cast<int>(spec[kSlotFd]);
+  char* out = reinterpret_cast<char*>(static_cast<intptr_t>(spec[kSlotOut]));
+  const size_t cap = static_cast<size_t>(spec[kSlotCap]);
+  int64_t* result = spec + kSlotLinesEnd;
+  WithoutGil nogil(cpu_records_bytes(spec, spec_len) > static_cast<uint64_t>(spec[kSlotNogilBytes]) ? spec[kSlotSave] : 0,
+                   spec[kSlotRestore]);
   thread_local std::string lines, scalars, prints;
   thread_local std::vector<unsigned char> buf;
   lines.clear();

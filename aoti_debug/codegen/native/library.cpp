@@ -38,12 +38,10 @@ AOTI_DEBUG_EXPORT int aoti_debug_rt_cpu_summaries(const int64_t* spec, size_t sp
 }
 
 // The manifest lines (and print lines) of one launch side of CPU values for the Python
-// runtime (runtime/cpu_records.py); the layout of `spec` and `lengths`: cpu_records.h.
-// Never throws.
-AOTI_DEBUG_EXPORT int aoti_debug_rt_cpu_records(const int64_t* spec, size_t spec_len, char* out, size_t cap,
-                                                int64_t* lengths) {
+// runtime (runtime/cpu_records.py); the layout of `spec`: cpu_records.h. Never throws.
+AOTI_DEBUG_EXPORT int aoti_debug_rt_cpu_records(int64_t* spec) {
   try {
-    return AOTI_DEBUG_NS::cpu_records(spec, spec_len, out, cap, lengths);
+    return AOTI_DEBUG_NS::cpu_records(spec);
   } catch (...) {  // std::bad_alloc
     return -2;
   }
