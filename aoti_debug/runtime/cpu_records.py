@@ -19,6 +19,7 @@ from __future__ import annotations
 import array
 import ctypes
 import os
+import struct
 import threading
 from typing import Any, Sequence
 
@@ -30,10 +31,12 @@ from ..format.writer import encode_record
 #: The function of the library (``library.cpp``), the layout of its ``spec`` this module
 #: writes (``cpu_records.h``: kCpuLayout, the CpuSlot header, a CpuItem per value).
 RECORDS_SYMBOL = "aoti_debug_rt_cpu_records"
-LAYOUT = 1
+LAYOUT = 2
 ITEM_TENSOR, ITEM_UNWRITTEN, ITEM_INT, ITEM_SYMINT, ITEM_NONE = range(5)
-#: Where the header's numbers that change per call are, and where the library writes back.
-_LENGTH, _SEQ, _OUT, _LINES_END, _PRINT_END, _ERRNO = 1, 3, 14, 16, 17, 18
+#: The header's slots (CpuSlot) written after it is packed: the output buffer and what
+#: the library writes back (where the lines and print lines end, errno).
+_OUT, _RESULTS = struct.Struct("2q"), struct.Struct("3q")
+_OUT_AT, _RESULTS_AT = 12 * 8, 14 * 8
 
 _TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
 _STRIDED = torch.strided
@@ -54,7 +57,9 @@ def _address(text: bytes) -> int:
 class SidePlan:
     """The constant text of one launch side's records: per site, phase and graph label.
 
-    Holds the byte strings the library reads (their addresses are in every ``spec``)."""
+    Holds the byte strings the library reads and ``texts``, their (address, length)
+    pairs as ``cpu_records.h`` reads them (CpuTexts): the head, the print prefix, then
+    three per value."""
 
     def __init__(self, site: Site, phase: str, label: str, wrapper: str, printing: bool):
         self.site = site
@@ -65,12 +70,11 @@ class SidePlan:
         self._index_base = 0 if phase == "before" else len(site.before)
         self._keep: list[bytes] = []
         head, _ = self._split(self._record(SiteArg("", "", "", ""), "", 0))
-        prefix = f"[aoti_debug] {phase:<6} {site.kernel} launch=" if printing else ""
-        #: the head's and the print prefix's (pointer, length) (``spec`` after count, seq,
-        #: launch and call)
-        self.header = (*self._text(head), *self._text(prefix))
-        #: record arg name -> what ``spec`` says of it as a tensor, an int, None (:meth:`entry`)
-        self.entries: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
+        self.texts = array.array("q")
+        self._text(head)
+        self._text(f"[aoti_debug] {phase:<6} {site.kernel} launch=" if printing else "")
+        #: record arg name -> (its kind as a tensor, as an int, its number in ``texts``)
+        self.entries: dict[str, tuple[int, int, int]] = {}
 
     def _record(self, a: SiteArg, name: str, i: int) -> dict:
         return record(seq=0, launch=0, graph=self.label, wrapper=self.wrapper, kernel=self.site.kernel,
@@ -88,23 +92,24 @@ class SidePlan:
         at = text.index(_CALL)  # a key: quotes inside string values are escaped
         return text[len(_START):at], text[at + len(_CALL):-1]
 
-    def _text(self, text: str) -> tuple[int, int]:
+    def _text(self, text: str) -> None:
         raw = text.encode("utf-8")
         self._keep.append(raw)
-        return _address(raw), len(raw)
+        self.texts.extend((_address(raw), len(raw)))
 
-    def entry(self, i: int, a: SiteArg, name: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-        """What ``spec`` says of the value named ``name`` (arg ``a``, its ``i``-th value)
-        before its own fields, when it is a tensor, an int or None."""
+    def entry(self, i: int, a: SiteArg, name: str) -> tuple[int, int, int]:
+        """The value named ``name`` (arg ``a``, its ``i``-th value): its kind as a tensor and
+        as an int, and its number in ``texts``."""
         found = self.entries.get(name)
         if found is None:
             _, body = self._split(self._record(a, name, i))
-            texts = (*self._text(body), *self._text(f" {name} ({a.role}) " if self.printing else ""),
-                     *self._text(f" {name} = " if self.printing else ""))
+            number = len(self.entries)
+            self._text(body)
+            self._text(f" {name} ({a.role}) " if self.printing else "")
+            self._text(f" {name} = " if self.printing else "")
             unwritten = a.uninitialised and self.phase == "before"
-            found = self.entries[name] = ((ITEM_UNWRITTEN if unwritten else ITEM_TENSOR, *texts),
-                                          (ITEM_SYMINT if a.kind_hint == "symint" else ITEM_INT, *texts),
-                                          (ITEM_NONE, *texts))
+            found = self.entries[name] = (ITEM_UNWRITTEN if unwritten else ITEM_TENSOR,
+                                          ITEM_SYMINT if a.kind_hint == "symint" else ITEM_INT, number)
         return found
 
 
@@ -124,6 +129,7 @@ class Records:
         self._gil = (ctypes.cast(api.PyEval_SaveThread, ctypes.c_void_p).value,
                      ctypes.cast(api.PyEval_RestoreThread, ctypes.c_void_p).value, NOGIL_BYTES)
         self._tls = threading.local()
+        self._structs: dict[int, struct.Struct] = {}
 
     def side(self, plan: SidePlan, flat: Sequence[tuple[int, SiteArg, str, Any]], launch: int, call: int,
              next_seq: Any, fd: int) -> tuple[memoryview | None, str] | None:
@@ -137,11 +143,9 @@ class Records:
             RuntimeError: the library failed otherwise.
         """
         codes = self.codes
-        tls = self._tls
-        out = getattr(tls, "out", None) or self._grow(_START_BYTES)
-        # the header (cpu_records.h CpuSlot), then each value
-        spec: list[int] = [LAYOUT, 0, len(flat), 0, launch, call, *plan.header, fd, *self._gil, *out, 0, 0, 0]
         entries = plan.entries
+        # the header (cpu_records.h CpuSlot; the output buffer and results are packed below)
+        spec: list[int] = [LAYOUT, 0, len(flat), 0, launch, call, fd, 0, 0, *self._gil, 0, 0, 0, 0, 0]
         try:
             for i, a, name, v in flat:
                 e = entries.get(name) or plan.entry(i, a, name)
@@ -152,28 +156,38 @@ class Records:
                             (kind[2] and v.is_conj()):
                         return None
                     shape = v.shape
-                    spec += (*e[0], v.data_ptr(), kind[0], len(shape), *shape, *v.stride())
+                    spec += (e[0], e[2], v.data_ptr(), kind[0], len(shape), *shape, *v.stride())
                 elif tv is int and _INT64[0] <= v <= _INT64[1]:
-                    spec += (*e[1], v)
+                    spec += (e[1], e[2], v)
                 elif v is None:
-                    spec += e[2]
+                    spec += (ITEM_NONE, e[2])
                 else:
                     return None
         except RuntimeError:  # a tensor without strides or storage (another layout)
             return None
-        spec[_LENGTH] = len(spec)
-        spec[_SEQ] = next_seq(len(flat))
-        packed = array.array("q", spec)
-        at = packed.buffer_info()[0]
-        rc = self._fn(at)
+        n = len(spec)
+        spec[1] = n
+        spec[3] = next_seq(len(flat))
+        spec[7:9] = plan.texts.buffer_info()  # after every entry was added: it may have moved
+        tls = self._tls
+        packed = getattr(tls, "spec", None)
+        if packed is None or 8 * n > len(packed):
+            packed = self._spec_buffer(n)
+        layout = self._structs.get(n)
+        if layout is None:
+            layout = self._structs[n] = struct.Struct(f"{n}q")
+        layout.pack_into(packed, 0, *spec)
+        out = getattr(tls, "out", None) or self._grow(_START_BYTES)
+        _OUT.pack_into(packed, _OUT_AT, *out)
+        rc = self._fn(tls.spec_address)
         if rc == -3:  # a larger buffer, kept for the next sides
-            packed[_OUT:_OUT + 2] = array.array("q", self._grow(max(2 * out[1], packed[_PRINT_END])))
-            rc = self._fn(at)
+            _OUT.pack_into(packed, _OUT_AT, *self._grow(max(2 * out[1], _RESULTS.unpack_from(packed, _RESULTS_AT)[1])))
+            rc = self._fn(tls.spec_address)
+        end, total, errno = _RESULTS.unpack_from(packed, _RESULTS_AT)
         if rc == -4:
-            raise OSError(packed[_ERRNO], os.strerror(packed[_ERRNO]))
+            raise OSError(errno, os.strerror(errno))
         if rc != 0:
             raise RuntimeError(f"{RECORDS_SYMBOL} returned {rc}")
-        end, total = packed[_LINES_END], packed[_PRINT_END]
         buf = tls.buf
         prints = buf[end:total].decode("utf-8", "replace") if total > end else ""
         return (memoryview(buf)[:end] if fd < 0 else None), prints
@@ -184,6 +198,13 @@ class Records:
         tls.buf = bytearray(size)
         tls.out = (ctypes.addressof((ctypes.c_char * size).from_buffer(tls.buf)), size)
         return tls.out
+
+    def _spec_buffer(self, n: int) -> bytearray:
+        """A buffer for a ``spec`` of at least ``n`` numbers for this thread."""
+        tls = self._tls
+        tls.spec = bytearray(8 * max(n, 4096))
+        tls.spec_address = ctypes.addressof((ctypes.c_char * len(tls.spec)).from_buffer(tls.spec))
+        return tls.spec
 
 
 def for_library(library: Any) -> Records | None:

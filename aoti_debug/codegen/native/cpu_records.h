@@ -74,32 +74,36 @@ enum CpuSlot : size_t {
   kSlotSeq,         // the first value's record number
   kSlotLaunch,
   kSlotCall,        // the kernel call
-  kSlotHead,        // (pointer, length): the record fields between "launch" and "kernel_call"
-  kSlotHeadLen,
-  kSlotPrefix,      // (pointer, length): "[aoti_debug] <phase> <kernel> launch=", 0: no print lines
-  kSlotPrefixLen,
-  kSlotFd,          // the manifest's descriptor, -1: the lines go to `out`
+  kSlotFd,          // the manifest's descriptor, -1: the lines go to the output buffer
+  kSlotTexts,       // the side's texts (CpuTexts), and how many int64 they are
+  kSlotTextsLen,
   kSlotSave,        // PyEval_SaveThread, 0: the GIL is kept
   kSlotRestore,     // PyEval_RestoreThread
   kSlotNogilBytes,  // tensor bytes above which the GIL is released
   kSlotOut,         // (pointer, capacity) of the output buffer
   kSlotCap,
-  kSlotLinesEnd,    // written back: the end of the manifest lines in `out` (0: written to fd)
-  kSlotPrintEnd,    // written back: the end of the print lines in `out`
+  kSlotLinesEnd,    // written back: the end of the manifest lines in the buffer (0: written to fd)
+  kSlotPrintEnd,    // written back: the end of the print lines in the buffer
   kSlotErrno,       // written back: errno of a failed write
   kCpuHeader
 };
-constexpr int64_t kCpuLayout = 1;
-constexpr size_t kCpuItem = 7;
+constexpr int64_t kCpuLayout = 2;
+
+// A side's texts, (pointer, length) pairs the caller encodes once per launch site:
+// [0] the record fields between "launch" and "kernel_call", [1] the print prefix
+// ("[aoti_debug] <phase> <kernel> launch=", length 0: no print lines), then per value
+// three: its fields after "kernel_call", its print text as a tensor (" <arg> (<role>) ")
+// and as a scalar (" <arg> = ").
+constexpr size_t kTextsHead = 4, kTextsValue = 6;
 
 // The bytes of the tensors `spec` describes (the walk stops where `spec` is malformed:
 // cpu_records checks it again).
 uint64_t cpu_records_bytes(const int64_t* spec, size_t spec_len) {
   uint64_t total = 0;
   size_t at = kCpuHeader;
-  for (int64_t i = 0; i < spec[kSlotCount] && at + kCpuItem <= spec_len; ++i) {
+  for (int64_t i = 0; i < spec[kSlotCount] && at + 2 <= spec_len; ++i) {
     int64_t kind = spec[at];
-    at += kCpuItem;
+    at += 2;
     if (kind == kItemInt || kind == kItemSymInt) {
       at += 1;
     } else if (kind == kItemTensor || kind == kItemUnwritten) {
@@ -114,17 +118,16 @@ uint64_t cpu_records_bytes(const int64_t* spec, size_t spec_len) {
   return total;
 }
 
-// `spec`: the header (CpuSlot), then per value its kind (CpuItem), (pointer, length) of
-// its body text (the fields after "kernel_call"), of its print text for a tensor
-// (" <arg> (<role>) ") and for a scalar (" <arg> = "), then for a tensor its data
-// pointer, dtype (c10::ScalarType), ndim, sizes and strides (in elements); for an int
-// its value. The manifest lines, one per value, are written to the descriptor in one
-// write (or into `out`), then the print lines into `out` (scalars first, as the Python
-// runtime prints them); the header's last slots get where they end and an errno.
-// Returns 0; -1 when `spec` is malformed; -3 when the output buffer is too small
-// (kSlotPrintEnd then holds what is needed; nothing is written); -4 when the write
-// failed (kSlotErrno); -5 for another layout; 1 + i when the i-th value's dtype is not
-// read here (nothing is written).
+// `spec`: the header (CpuSlot), then per value its kind (CpuItem) and the number of its
+// texts (kSlotTexts), then for a tensor its data pointer, dtype (c10::ScalarType), ndim,
+// sizes and strides (in elements); for an int its value. The manifest lines, one per
+// value, are written to the descriptor in one write (or into the output buffer), then
+// the print lines into the buffer (scalars first, as the Python runtime prints them);
+// the header's last slots get where they end and an errno. Returns 0; -1 when `spec`
+// is malformed; -3 when the output buffer is too small (kSlotPrintEnd then holds what
+// is needed; nothing is written); -4 when the write failed (kSlotErrno); -5 for
+// another layout; 1 + i when the i-th value's dtype is not read here (nothing is
+// written).
 int cpu_records(int64_t* spec) {
   namespace R = schema::rec;
   static const std::string kSeq = json_key(R::kSeq, "{"), kLaunch = json_key(R::kLaunch),
@@ -137,7 +140,10 @@ int cpu_records(int64_t* spec) {
   const size_t spec_len = static_cast<size_t>(spec[kSlotLength]);
   if (spec_len < kCpuHeader) return -1;
   const int64_t count = spec[kSlotCount], seq = spec[kSlotSeq], launch = spec[kSlotLaunch], call = spec[kSlotCall];
-  const CpuText head = cpu_text(spec + kSlotHead), prefix = cpu_text(spec + kSlotPrefix);
+  const int64_t* texts = reinterpret_cast<const int64_t*>(static_cast<intptr_t>(spec[kSlotTexts]));
+  const size_t texts_len = static_cast<size_t>(spec[kSlotTextsLen]);
+  if (!texts || texts_len < kTextsHead) return -1;
+  const CpuText head = cpu_text(texts), prefix = cpu_text(texts + 2);
   const int fd = static_cast<int>(spec[kSlotFd]);
   char* out = reinterpret_cast<char*>(static_cast<intptr_t>(spec[kSlotOut]));
   const size_t cap = static_cast<size_t>(spec[kSlotCap]);
@@ -151,10 +157,12 @@ int cpu_records(int64_t* spec) {
   prints.clear();
   size_t at = kCpuHeader;
   for (int64_t i = 0; i < count; ++i) {
-    if (at + kCpuItem > spec_len) return -1;
-    const int64_t kind = spec[at];
-    const CpuText body = cpu_text(spec + at + 1), ptensor = cpu_text(spec + at + 3), pscalar = cpu_text(spec + at + 5);
-    at += kCpuItem;
+    if (at + 2 > spec_len) return -1;
+    const int64_t kind = spec[at], text = spec[at + 1];
+    if (text < 0 || kTextsHead + kTextsValue * static_cast<size_t>(text + 1) > texts_len) return -1;
+    const int64_t* value_texts = texts + kTextsHead + kTextsValue * static_cast<size_t>(text);
+    const CpuText body = cpu_text(value_texts), ptensor = cpu_text(value_texts + 2), pscalar = cpu_text(value_texts + 4);
+    at += 2;
     lines += kSeq;
     json_int(lines, seq + i);
     lines += kLaunch;
