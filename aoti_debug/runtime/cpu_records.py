@@ -144,8 +144,10 @@ class Records:
         """
         codes = self.codes
         entries = plan.entries
-        # the header (cpu_records.h CpuSlot; the output buffer and results are packed below)
-        spec: list[int] = [LAYOUT, 0, len(flat), 0, launch, call, fd, 0, 0, *self._gil, 0, 0, 0, 0, 0]
+        tls = self._tls
+        out = getattr(tls, "out", None) or self._grow(_START_BYTES)
+        # the header (cpu_records.h CpuSlot)
+        spec: list[int] = [LAYOUT, 0, len(flat), 0, launch, call, fd, 0, 0, *self._gil, *out, 0, 0, 0]
         try:
             for i, a, name, v in flat:
                 e = entries.get(name) or plan.entry(i, a, name)
@@ -169,7 +171,6 @@ class Records:
         spec[1] = n
         spec[3] = next_seq(len(flat))
         spec[7:9] = plan.texts.buffer_info()  # after every entry was added: it may have moved
-        tls = self._tls
         packed = getattr(tls, "spec", None)
         if packed is None or 8 * n > len(packed):
             packed = self._spec_buffer(n)
@@ -177,9 +178,9 @@ class Records:
         if layout is None:
             layout = self._structs[n] = struct.Struct(f"{n}q")
         layout.pack_into(packed, 0, *spec)
-        out = getattr(tls, "out", None) or self._grow(_START_BYTES)
-        _OUT.pack_into(packed, _OUT_AT, *out)
         rc = self._fn(tls.spec_address)
+        if rc == 0 and fd >= 0 and not plan.printing:
+            return None, ""  # written, nothing to print
         if rc == -3:  # a larger buffer, kept for the next sides
             _OUT.pack_into(packed, _OUT_AT, *self._grow(max(2 * out[1], _RESULTS.unpack_from(packed, _RESULTS_AT)[1])))
             rc = self._fn(tls.spec_address)
