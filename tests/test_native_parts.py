@@ -136,7 +136,7 @@ _TEXT = r"""
 #include <cstdlib>
 #include <string>
 using namespace AOTI_DEBUG_NS;
-// json S... | double X... | stat X... | sanitize LIMIT S...
+// json S... | double X... | stat X... | fmt6 X... | sanitize LIMIT S...
 int main(int argc, char** argv) {
   std::string mode = argv[1];
   for (int i = 2 + (mode == "sanitize"); i < argc; ++i) {
@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
     if (mode == "json") json_str(out, argv[i]);
     if (mode == "double") out = fmt_double(std::strtod(argv[i], nullptr));
     if (mode == "stat") json_stat(out, std::strtod(argv[i], nullptr));
+    if (mode == "fmt6") out = fmt6(std::strtod(argv[i], nullptr));
     if (mode == "sanitize") out = sanitize(argv[i], std::atoi(argv[2]));
     std::printf("%s\n", out.c_str());
   }
@@ -172,6 +173,10 @@ def test_json_and_names_as_python_writes_them(gen):
     want = [json.dumps(v) for v in schema.Stats(min=1.5, max=float("inf"), mean=float("-inf")).to_dict().values()][:3]
     assert run("stat", *stats) == [*want, "null"]
     assert [json.loads(x, parse_constant=lambda c: pytest.fail(c)) for x in run("stat", *stats)] == [1.5, "inf", "-inf", None]
+    # the print lines' numbers: Python's f"{v:.6g}", "-" for NaN
+    numbers = ["0.1", "-0.0", "0", "1e-05", "0.0001", "123456", "1234567", "123456.5", "999999.5", "2.5e-300",
+               "1.7976931348623157e308", "inf", "-inf", "nan", "-0.000123456789", "3.0000005", "1e16"]
+    assert run("fmt6", *numbers) == [f"{float(x):.6g}" if x != "nan" else "-" for x in numbers]
     for limit in (80, 40, 3):
         assert run("sanitize", str(limit), *STRINGS) == [schema.sanitize(s, limit) for s in STRINGS]
 

@@ -254,9 +254,21 @@ int cpu_records(int64_t* spec) {
         if (d) prints += 'x';
         json_int(prints, shape[d]);
       }
-      prints += "] cpu min=" + fmt6(sm.mn) + " max=" + fmt6(sm.mx) + " mean=" + fmt6(sm.mean) + " std=" +
-          fmt6(sm.sd) + " absmax=" + fmt6(sm.absmax) + " nan=" + std::to_string(sm.nan) + " inf=" +
-          std::to_string(sm.inf) + "\n";
+      prints += "] cpu min=";
+      fmt6_into(prints, sm.mn);
+      prints += " max=";
+      fmt6_into(prints, sm.mx);
+      prints += " mean=";
+      fmt6_into(prints, sm.mean);
+      prints += " std=";
+      fmt6_into(prints, sm.sd);
+      prints += " absmax=";
+      fmt6_into(prints, sm.absmax);
+      prints += " nan=";
+      json_int(prints, sm.nan);
+      prints += " inf=";
+      json_int(prints, sm.inf);
+      prints += '\n';
     }
   }
   const size_t in_out = fd < 0 ? lines.size() : 0;

@@ -5,6 +5,7 @@
 #define AOTI_DEBUG_PART_TEXT_H
 
 #include <cerrno>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -139,11 +140,24 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s;
 }
 
-std::string fmt6(double v) {
-  if (v != v) return "-";
+// printf's "%.6g" (Python's f"{v:.6g}"), "-" for NaN; appended to `out`.
+void fmt6_into(std::string& out, double v) {
+  if (v != v) {
+    out += '-';
+    return;
+  }
   char buf[40];
-  std::snprintf(buf, sizeof(buf), "%.6g", v);
-  return buf;
+#if defined(__cpp_lib_to_chars) && __cpp_lib_to_chars >= 201611L
+  out.append(buf, static_cast<size_t>(std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::general, 6).ptr - buf));
+#else
+  out.append(buf, static_cast<size_t>(std::snprintf(buf, sizeof(buf), "%.6g", v)));
+#endif
+}
+
+std::string fmt6(double v) {
+  std::string s;
+  fmt6_into(s, v);
+  return s;
 }
 
 std::string pad_phase(const char* phase) {
