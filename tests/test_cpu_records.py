@@ -194,3 +194,33 @@ def test_a_side_larger_than_the_buffer(library, fresh_session):
     recs = records(run)
     assert len(recs) == 2 * n and [r["numel"] for r in recs[:n]] == list(range(1, n + 1))
     assert os.path.getsize(os.path.join(run, schema.MANIFEST_FILE)) / 2 > cpu_records._START_BYTES
+
+
+def test_threads_running_one_graph_at_once(library, fresh_session):
+    """Several threads record sides of one site at once (its texts made while others read
+    them): every record is whole, numbered once, and names its own value."""
+    import sys
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between any two bytecodes
+    n, threads, calls = 24, 4, 25
+    site = Site("", "k", "k", tuple(_arg(f"t{i}") for i in range(n)), (), None, 0, "")
+    g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
+
+    def work(k: int) -> None:
+        for _ in range(calls):
+            g.launch(site, [torch.full((i + 1,), float(k)) for i in range(n)])
+
+    try:
+        pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    aoti_debug.flush()
+    recs = records(only_run(str(fresh_session)))
+    assert sorted(r["seq"] for r in recs) == list(range(1, threads * calls * n + 1))
+    assert all(r["numel"] == int(r["arg"][1:]) + 1 and r["stats"]["std"] == 0.0 for r in recs)
+    assert {r["stats"]["mean"] for r in recs} == {float(k) for k in range(threads)}

@@ -27,6 +27,7 @@ import torch
 
 from ..format.protocol import Site, SiteArg, record
 from ..format.writer import encode_record
+from .native_stats import NOGIL_BYTES
 
 #: The function of the library (``library.cpp``), the layout of its ``spec`` this module
 #: writes (``cpu_records.h``: kCpuLayout, the CpuSlot header, a CpuItem per value).
@@ -41,8 +42,6 @@ _OUT_AT, _RESULTS_AT = 12 * 8, 14 * 8
 _TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
 _STRIDED = torch.strided
 _INT64 = (-(1 << 63), (1 << 63) - 1)
-#: Sides whose tensors hold more than this are summarised with the GIL released.
-NOGIL_BYTES = 1 << 20
 #: Bytes of output the buffer starts with (grown when a side needs more).
 _START_BYTES = 1 << 16
 #: How a record's JSON starts and where its kernel call is, with the numbers zero.
@@ -59,7 +58,9 @@ class SidePlan:
 
     Holds the byte strings the library reads and ``texts``, their (address, length)
     pairs as ``cpu_records.h`` reads them (CpuTexts): the head, the print prefix, then
-    three per value."""
+    three per value. A value seen for the first time adds its texts to a copy of
+    ``texts`` (under a lock: threads may run one compiled graph at once); the arrays
+    replaced are kept, since another thread may hand the library the address of one."""
 
     def __init__(self, site: Site, phase: str, label: str, wrapper: str, printing: bool):
         self.site = site
@@ -68,11 +69,11 @@ class SidePlan:
         self.wrapper = wrapper
         self.printing = printing
         self._index_base = 0 if phase == "before" else len(site.before)
-        self._keep: list[bytes] = []
+        self._keep: list[Any] = []
+        self._lock = threading.Lock()
         head, _ = self._split(self._record(SiteArg("", "", "", ""), "", 0))
-        self.texts = array.array("q")
-        self._text(head)
-        self._text(f"[aoti_debug] {phase:<6} {site.kernel} launch=" if printing else "")
+        self.texts = array.array("q", (*self._text(head),
+                                       *self._text(f"[aoti_debug] {phase:<6} {site.kernel} launch=" if printing else "")))
         #: record arg name -> (its kind as a tensor, as an int, its number in ``texts``)
         self.entries: dict[str, tuple[int, int, int]] = {}
 
@@ -92,25 +93,28 @@ class SidePlan:
         at = text.index(_CALL)  # a key: quotes inside string values are escaped
         return text[len(_START):at], text[at + len(_CALL):-1]
 
-    def _text(self, text: str) -> None:
+    def _text(self, text: str) -> tuple[int, int]:
         raw = text.encode("utf-8")
         self._keep.append(raw)
-        self.texts.extend((_address(raw), len(raw)))
+        return _address(raw), len(raw)
 
     def entry(self, i: int, a: SiteArg, name: str) -> tuple[int, int, int]:
         """The value named ``name`` (arg ``a``, its ``i``-th value): its kind as a tensor and
         as an int, and its number in ``texts``."""
-        found = self.entries.get(name)
-        if found is None:
-            _, body = self._split(self._record(a, name, i))
-            number = len(self.entries)
-            self._text(body)
-            self._text(f" {name} ({a.role}) " if self.printing else "")
-            self._text(f" {name} = " if self.printing else "")
-            unwritten = a.uninitialised and self.phase == "before"
-            found = self.entries[name] = (ITEM_UNWRITTEN if unwritten else ITEM_TENSOR,
-                                          ITEM_SYMINT if a.kind_hint == "symint" else ITEM_INT, number)
-        return found
+        with self._lock:
+            found = self.entries.get(name)
+            if found is None:
+                _, body = self._split(self._record(a, name, i))
+                texts = array.array("q", self.texts)
+                texts.extend((*self._text(body), *self._text(f" {name} ({a.role}) " if self.printing else ""),
+                              *self._text(f" {name} = " if self.printing else "")))
+                self._keep.append(self.texts)
+                self.texts = texts
+                unwritten = a.uninitialised and self.phase == "before"
+                found = self.entries[name] = (ITEM_UNWRITTEN if unwritten else ITEM_TENSOR,
+                                              ITEM_SYMINT if a.kind_hint == "symint" else ITEM_INT,
+                                              len(self.entries))
+            return found
 
 
 class Records:
@@ -170,7 +174,7 @@ class Records:
         n = len(spec)
         spec[1] = n
         spec[3] = next_seq(len(flat))
-        spec[7:9] = plan.texts.buffer_info()  # after every entry was added: it may have moved
+        spec[7:9] = plan.texts.buffer_info()  # after every value's entry was made
         packed = getattr(tls, "spec", None)
         if packed is None or 8 * n > len(packed):
             packed = self._spec_buffer(n)

@@ -267,7 +267,8 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
   }
   write_site(S, site, label);
   const std::vector<std::string>& texts = site_texts(L, site, phase, label);
-  std::string lines;
+  thread_local std::string lines;  // its capacity kept from side to side
+  lines.clear();
   lines.reserve(512 * n);
   for (size_t i = 0; i < n; ++i) {
     const Arg& a = site.args[i];
