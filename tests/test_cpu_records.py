@@ -13,23 +13,11 @@ import pytest
 import torch
 
 import aoti_debug
-from aoti_debug.codegen import native_library
 from aoti_debug.format import schema
 from aoti_debug.format.protocol import PROTOCOL_VERSION, Site, SiteArg
-from aoti_debug.runtime import cpu_records, hooks, native_stats, session
+from aoti_debug.runtime import cpu_records, hooks, session
 from aoti_debug.runtime.session import Job
-from tests.conftest import only_run, records
-
-
-@pytest.fixture(scope="module")
-def library() -> native_stats.Library:
-    try:
-        native_library.toolchain_flags()
-    except native_library.BuildError as e:
-        pytest.skip(f"needs a C++ compiler: {e}")
-    lib = native_stats.load(native_library.stats_library_path())
-    assert lib is not None
-    return lib
+from tests.conftest import only_run, records, run_threads
 
 
 def _arg(name: str, role: str = "input", kind: str = "tensor", expr: str | None = None, unwritten: bool = False,
@@ -199,10 +187,6 @@ def test_a_side_larger_than_the_buffer(library, fresh_session):
 def test_threads_running_one_graph_at_once(library, fresh_session):
     """Several threads record sides of one site at once (its texts made while others read
     them): every record is whole, numbered once, and names its own value."""
-    import sys
-
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # threads switch between any two bytecodes
     n, threads, calls = 24, 4, 25
     site = Site("", "k", "k", tuple(_arg(f"t{i}") for i in range(n)), (), None, 0, "")
     g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
@@ -211,14 +195,7 @@ def test_threads_running_one_graph_at_once(library, fresh_session):
         for _ in range(calls):
             g.launch(site, [torch.full((i + 1,), float(k)) for i in range(n)])
 
-    try:
-        pool = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
-        for t in pool:
-            t.start()
-        for t in pool:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_threads(work, threads)
     aoti_debug.flush()
     recs = records(only_run(str(fresh_session)))
     assert sorted(r["seq"] for r in recs) == list(range(1, threads * calls * n + 1))

@@ -26,19 +26,6 @@ from tests.conftest import only_run, records
 _FAST = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@pytest.fixture(scope="module")
-def library() -> native_stats.Library:
-    try:
-        native_library.toolchain_flags()
-    except native_library.BuildError as e:
-        pytest.skip(f"needs a C++ compiler: {e}")
-    path = native_library.stats_library_path()
-    assert path, "the runtime library could not be built (the warning says why)"
-    lib = native_stats.load(path)
-    assert lib is not None
-    return lib
-
-
 #: Every dtype the library reads (its own table must name all of them).
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2,
           torch.float8_e4m3fnuz, torch.float8_e5m2fnuz, torch.complex32, torch.complex64, torch.complex128,

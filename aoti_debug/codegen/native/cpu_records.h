@@ -8,13 +8,12 @@
 #ifndef AOTI_DEBUG_PART_CPU_RECORDS_H
 #define AOTI_DEBUG_PART_CPU_RECORDS_H
 
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
-
-#include <unistd.h>
 
 #include "constants.h"
 #include "dtypes.h"
@@ -254,16 +253,12 @@ int cpu_records(int64_t* spec) {
         if (d) prints += 'x';
         json_int(prints, shape[d]);
       }
-      prints += "] cpu min=";
-      fmt6_into(prints, sm.mn);
-      prints += " max=";
-      fmt6_into(prints, sm.mx);
-      prints += " mean=";
-      fmt6_into(prints, sm.mean);
-      prints += " std=";
-      fmt6_into(prints, sm.sd);
-      prints += " absmax=";
-      fmt6_into(prints, sm.absmax);
+      prints += "] cpu";
+      for (const auto& [name, v] : {std::pair<const char*, double>{" min=", sm.mn}, {" max=", sm.mx},
+                                    {" mean=", sm.mean}, {" std=", sm.sd}, {" absmax=", sm.absmax}}) {
+        prints += name;
+        fmt6_into(prints, v);
+      }
       prints += " nan=";
       json_int(prints, sm.nan);
       prints += " inf=";
@@ -278,18 +273,8 @@ int cpu_records(int64_t* spec) {
   result[2] = 0;
   if (need > cap) return -3;
   if (fd >= 0) {  // one write: a killed process leaves whole lines
-    const char* p = lines.data();
-    size_t n = lines.size();
-    while (n > 0) {
-      ssize_t w = ::write(fd, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        result[2] = w < 0 ? errno : ENOSPC;
-        return -4;
-      }
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
+    result[2] = write_all(fd, lines.data(), lines.size());
+    if (result[2]) return -4;
   }
   std::memcpy(out, lines.data(), in_out);
   std::memcpy(out + in_out, scalars.data(), scalars.size());

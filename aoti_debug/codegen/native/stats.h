@@ -17,6 +17,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "constants.h"
@@ -40,16 +43,11 @@ void append_stats_json(std::string& o, const Summary& sm) {
   namespace K = schema::stat;
   static const std::string kMin = json_key(K::kMin, "{"), kMax = json_key(K::kMax), kMean = json_key(K::kMean),
       kStd = json_key(K::kStd), kAbsmax = json_key(K::kAbsmax), kNan = json_key(K::kNan), kInf = json_key(K::kInf);
-  o += kMin;
-  json_stat(o, sm.mn);
-  o += kMax;
-  json_stat(o, sm.mx);
-  o += kMean;
-  json_stat(o, sm.mean);
-  o += kStd;
-  json_stat(o, sm.sd);
-  o += kAbsmax;
-  json_stat(o, sm.absmax);
+  for (const auto& [key, v] : {std::pair<const std::string*, double>{&kMin, sm.mn}, {&kMax, sm.mx},
+                                {&kMean, sm.mean}, {&kStd, sm.sd}, {&kAbsmax, sm.absmax}}) {
+    o += *key;
+    json_stat(o, v);
+  }
   o += kNan;
   json_int(o, sm.nan);
   o += kInf;

@@ -20,17 +20,20 @@
 namespace AOTI_DEBUG_NS {
 namespace {
 
-void write_fd(int fd, const char* p, size_t n) {
+// All `n` bytes at `p` to `fd` (one write unless the system takes part of it): 0, or the
+// errno of the write that failed (ENOSPC for one that wrote nothing).
+int write_all(int fd, const char* p, size_t n) {
   while (n > 0) {
     ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return w < 0 ? errno : ENOSPC;
     p += w;
     n -= static_cast<size_t>(w);
   }
+  return 0;
 }
+
+void write_fd(int fd, const char* p, size_t n) { write_all(fd, p, n); }
 
 // One write per line: a line is never interleaved and is out before the next kernel runs.
 void emit_line(const std::string& line) {
