@@ -244,37 +244,38 @@ struct F32In {
 #endif
 };
 
-struct BF16In {
+// 16-bit elements: their raw bits are the checksum unit.
+struct Bits16In {
   const unsigned char* p;
   uint32_t cbits(int64_t i) const {
     uint16_t b;
     std::memcpy(&b, p + 2 * i, 2);
     return b;
   }
+#ifdef AOTI_DEBUG_VB
+  aoti_vu cbits_lanes(int64_t i) const {
+    aoti_vs s;
+    std::memcpy(&s, p + 2 * i, AOTI_DEBUG_VB / 2);
+    return __builtin_convertvector(s, aoti_vu);
+  }
+#endif
+};
+
+struct BF16In : Bits16In {
   uint32_t fbits(int64_t i) const { return cbits(i) << 16; }
 #ifdef AOTI_DEBUG_VB
   void load(int64_t i, aoti_vu& f, aoti_vu& c) const {
-    aoti_vs s;
-    std::memcpy(&s, p + 2 * i, AOTI_DEBUG_VB / 2);
-    c = __builtin_convertvector(s, aoti_vu);
+    c = cbits_lanes(i);
     f = c << 16;
   }
 #endif
 };
 
-struct F16In {
-  const unsigned char* p;
-  uint32_t cbits(int64_t i) const {
-    uint16_t b;
-    std::memcpy(&b, p + 2 * i, 2);
-    return b;
-  }
+struct F16In : Bits16In {
   uint32_t fbits(int64_t i) const { return half_bits(cbits(i)); }
 #ifdef AOTI_DEBUG_VB
   void load(int64_t i, aoti_vu& f, aoti_vu& c) const {  // half_bits, lane by lane
-    aoti_vs s;
-    std::memcpy(&s, p + 2 * i, AOTI_DEBUG_VB / 2);
-    c = __builtin_convertvector(s, aoti_vu);
+    c = cbits_lanes(i);
     aoti_vu sign = (c & 0x8000u) << 16, em = c & 0x7fffu;
     aoti_vf sub = __builtin_convertvector((aoti_vi)em, aoti_vf) * 5.9604644775390625e-08f;
     aoti_vu subbits;
@@ -599,10 +600,10 @@ bool summarize(const void* data, int64_t numel, int32_t dt, Summary& s) {
     }
     case kF16:
     case kC32:
-      float_summary(F16In{static_cast<const unsigned char*>(data)}, n, s);
+      float_summary(F16In{{static_cast<const unsigned char*>(data)}}, n, s);
       return true;
     case kBF16:
-      float_summary(BF16In{static_cast<const unsigned char*>(data)}, n, s);
+      float_summary(BF16In{{static_cast<const unsigned char*>(data)}}, n, s);
       return true;
     case kF8E4M3FN:
     case kF8E5M2:
