@@ -225,16 +225,20 @@ const uint32_t* fp8_table(int32_t dt) {
   }
 }
 
+// The i-th element of type U at `p`, whatever the alignment.
+template <class U>
+inline U bits_at(const unsigned char* p, int64_t i) {
+  U b;
+  std::memcpy(&b, p + static_cast<int64_t>(sizeof(U)) * i, sizeof(U));
+  return b;
+}
+
 // How the float kernel reads one element type: `fbits(i)` is element i as float32 bits
 // (exact: every type here widens to float32 without rounding), `cbits(i)` its checksum
 // unit (the raw bits, zero-extended); `load` the same for kLanes elements at once.
 struct F32In {
   const unsigned char* p;
-  uint32_t fbits(int64_t i) const {
-    uint32_t b;
-    std::memcpy(&b, p + 4 * i, 4);
-    return b;
-  }
+  uint32_t fbits(int64_t i) const { return bits_at<uint32_t>(p, i); }
   uint32_t cbits(int64_t i) const { return fbits(i); }
 #ifdef AOTI_DEBUG_VB
   void load(int64_t i, aoti_vu& f, aoti_vu& c) const {
@@ -247,11 +251,7 @@ struct F32In {
 // 16-bit elements: their raw bits are the checksum unit.
 struct Bits16In {
   const unsigned char* p;
-  uint32_t cbits(int64_t i) const {
-    uint16_t b;
-    std::memcpy(&b, p + 2 * i, 2);
-    return b;
-  }
+  uint32_t cbits(int64_t i) const { return bits_at<uint16_t>(p, i); }
 #ifdef AOTI_DEBUG_VB
   aoti_vu cbits_lanes(int64_t i) const {
     aoti_vs s;
