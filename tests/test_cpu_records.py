@@ -201,3 +201,25 @@ def test_threads_running_one_graph_at_once(library, fresh_session):
     assert sorted(r["seq"] for r in recs) == list(range(1, threads * calls * n + 1))
     assert all(r["numel"] == int(r["arg"][1:]) + 1 and r["stats"]["std"] == 0.0 for r in recs)
     assert {r["stats"]["mean"] for r in recs} == {float(k) for k in range(threads)}
+
+
+def test_a_manifest_that_cannot_be_written_warns_once(library, fresh_session, monkeypatch, capfd):
+    """The library's write fails (here: a descriptor open for reading): one warning, the
+    model runs on, nothing else is written in its place."""
+    from aoti_debug.format.writer import RunWriter
+
+    site = Site("", "k", "k", (_arg("x"),), (), None, 0, "")
+    g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
+    g.launch(site, [torch.ones(2)])  # opens the run
+    read_only = os.open(os.devnull, os.O_RDONLY)
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(RunWriter, "fileno", lambda self: read_only)
+            for _ in range(3):
+                g.launch(site, [torch.ones(3)])
+    finally:
+        os.close(read_only)
+    g.launch(site, [torch.ones(4)])
+    aoti_debug.flush()
+    assert [r["numel"] for r in records(only_run(str(fresh_session)))] == [2, 4]
+    assert capfd.readouterr().err.count("cannot append to manifest") == 1
