@@ -124,6 +124,10 @@ class Child:
         env.pop("AOTI_DEBUG_RING", None)
         env.pop("AOTI_DEBUG_TRIGGER", None)
         env["AOTI_DEBUG_DIR"] = os.path.join(self.work, "dump")
+        if cfg.startswith("builtin:"):
+            # The built-in bakes cwd/tmp/jit_inductor/ into its wrapper as an absolute path:
+            # one from Inductor's cache names an earlier process's (deleted) directory.
+            env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = env["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
         code = _CHILD.format(repo=REPO, cfg=cfg, preset=preset, model=model, cpp=wrapper == "cpp")
         self.log = open(os.path.join(self.work, "child.log"), "w")
         self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=self.work, env=env, stdin=subprocess.PIPE,

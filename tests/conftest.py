@@ -36,6 +36,41 @@ def records(run_dir: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+@pytest.fixture(scope="session")
+def library():
+    """The runtime library loaded as the Python runtime loads it for CPU stats and records
+    (``native_stats.Library``), built once."""
+    from aoti_debug.codegen import native_library
+    from aoti_debug.runtime import native_stats
+
+    try:
+        native_library.toolchain_flags()
+    except native_library.BuildError as e:
+        pytest.skip(f"needs a C++ compiler: {e}")
+    path = native_library.stats_library_path()
+    assert path, "the runtime library could not be built (the warning says why)"
+    lib = native_stats.load(path)
+    assert lib is not None
+    return lib
+
+
+def run_threads(work, count: int) -> None:
+    """``work(k)`` for ``k < count``, each on a thread of its own, all at once, switching
+    between them often (every few bytecodes)."""
+    import threading
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(count)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+
+
 def load_record(run_dir: str, rec: dict):
     """The tensor a manifest record points at, loaded as users load it."""
     import torch

@@ -26,19 +26,6 @@ from tests.conftest import only_run, records
 _FAST = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@pytest.fixture(scope="module")
-def library() -> native_stats.Library:
-    try:
-        native_library.toolchain_flags()
-    except native_library.BuildError as e:
-        pytest.skip(f"needs a C++ compiler: {e}")
-    path = native_library.stats_library_path()
-    assert path, "the runtime library could not be built (the warning says why)"
-    lib = native_stats.load(path)
-    assert lib is not None
-    return lib
-
-
 #: Every dtype the library reads (its own table must name all of them).
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2,
           torch.float8_e4m3fnuz, torch.float8_e5m2fnuz, torch.complex32, torch.complex64, torch.complex128,
@@ -130,6 +117,53 @@ def test_large_tensors_threaded_and_without_the_gil(library, dtype):
     assert t.numel() * t.element_size() > native_stats.NOGIL_BYTES
     (r,) = library.summarize([t])
     assert_same(r, t)
+
+
+def _edge_values(dtype: torch.dtype) -> torch.Tensor:
+    """Three blocks and an odd tail of the library's float kernel (2048 values a block, 8
+    or 4 a vector): subnormals, signed zeros, the largest and smallest finite values,
+    NaNs of every sign and payload the dtype has, infinities, a block with no finite
+    value, and blocks whose first values are not finite (the kernel's shift)."""
+    finfo = torch.finfo(dtype)
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(3 * 2048 + 13, generator=g, dtype=torch.float64) * 3).to(dtype)
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[dtype.itemsize]
+    raw = x.view(bits)
+    special = [0.0, -0.0, finfo.tiny, -finfo.tiny, finfo.max, -finfo.max, finfo.smallest_normal / 4, float("nan")]
+    if dtype not in (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz):
+        special += [float("inf"), -float("inf")]
+    for i, v in enumerate(special * 3):
+        x[5 + 37 * i] = v
+    x[2048:4096] = float("nan") if dtype.itemsize == 1 and dtype != torch.float8_e5m2 else float("inf")
+    x[4096:4100] = float("nan")  # the third block starts with NaNs
+    if dtype.itemsize > 1:  # NaNs with other payloads and the sign bit set
+        nan = x[4096:4097].view(bits).clone()
+        raw[4100] = nan | 1
+        raw[4101] = (nan | 3).neg() if dtype.itemsize == 4 else nan | 5
+    x[-1] = -float("inf") if dtype not in (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz) \
+        else float("nan")
+    return x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float8_e4m3fn,
+                                   torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz,
+                                   torch.complex64, torch.complex32])
+def test_edge_values_through_the_float_kernel(library, dtype):
+    real = {torch.complex64: torch.float32, torch.complex32: torch.float16}.get(dtype, dtype)
+    x = _edge_values(real)
+    if dtype.is_complex:
+        x = torch.view_as_complex(x[:-1].view(-1, 2).contiguous()) if dtype == torch.complex64 else \
+            x[:-1].view(torch.complex32)
+    # mostly subnormal values, whose min and max are compared exactly
+    tiny = (torch.randn(2 * 2048 + 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+            * torch.finfo(real).smallest_normal).to(real)
+    if dtype.is_complex:
+        tiny = torch.view_as_complex(tiny[:-1].view(-1, 2).contiguous()) if dtype == torch.complex64 else \
+            tiny[:-1].view(torch.complex32)
+    for t in (x, x[1:], x[3:-5], x[:8], x[:7], tiny):  # every alignment of the tail and the vectors
+        (r,) = library.summarize([t])
+        assert r is not None
+        assert_same(r, t)
 
 
 def test_conjugate_and_negative_views_are_summarised_as_their_values(library):

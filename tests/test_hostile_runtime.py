@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import threading
 
 import pytest
 import torch
@@ -34,7 +33,7 @@ from aoti_debug.format import reader
 from aoti_debug.format.writer import OWNER_FILE, clean_run_id, default_run_id, describe_owner
 from aoti_debug.runtime import session
 from aoti_debug.runtime.stats import tensor_stats
-from tests.conftest import REPO, load_record, records, run_dirs, run_python
+from tests.conftest import REPO, load_record, records, run_dirs, run_python, run_threads
 
 CXX = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
 
@@ -303,16 +302,7 @@ def test_session_counters_are_thread_safe():
             got[i].append(sess.next_seq())
             sess.next_launch()
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # switch threads often
-    try:
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
+    run_threads(work, threads)
     seqs = [s for g in got for s in g]
     assert sorted(seqs) == list(range(1, per_thread * threads + 1))
     assert sess.launch == per_thread * threads

@@ -55,9 +55,9 @@ PARTS = sorted(n for n in os.listdir(cpp_runtime.NATIVE_DIR) if n.endswith(".h")
 
 
 def test_every_part_is_listed():
-    listed = {n for n, _ in cpp_runtime.PARTS} | {cpp_runtime.INTERFACE, cpp_runtime.CPU_SUMMARY, cpp_runtime.GLUE_CUDA,
-                                                   cpp_runtime.GLUE_INLINE, cpp_runtime.GLUE_LIBRARY,
-                                                   cpp_runtime.GLUE_LINKED}
+    listed = {n for n, _ in cpp_runtime.PARTS} | {cpp_runtime.INTERFACE, cpp_runtime.CPU_SUMMARY, cpp_runtime.CPU_RECORDS,
+                                                   cpp_runtime.GLUE_CUDA, cpp_runtime.GLUE_INLINE,
+                                                   cpp_runtime.GLUE_LIBRARY, cpp_runtime.GLUE_LINKED}
     assert listed == set(PARTS)
 
 
@@ -136,7 +136,7 @@ _TEXT = r"""
 #include <cstdlib>
 #include <string>
 using namespace AOTI_DEBUG_NS;
-// json S... | double X... | stat X... | sanitize LIMIT S...
+// json S... | double X... | stat X... | fmt6 X... | sanitize LIMIT S...
 int main(int argc, char** argv) {
   std::string mode = argv[1];
   for (int i = 2 + (mode == "sanitize"); i < argc; ++i) {
@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
     if (mode == "json") json_str(out, argv[i]);
     if (mode == "double") out = fmt_double(std::strtod(argv[i], nullptr));
     if (mode == "stat") json_stat(out, std::strtod(argv[i], nullptr));
+    if (mode == "fmt6") out = fmt6(std::strtod(argv[i], nullptr));
     if (mode == "sanitize") out = sanitize(argv[i], std::atoi(argv[2]));
     std::printf("%s\n", out.c_str());
   }
@@ -152,6 +153,9 @@ int main(int argc, char** argv) {
 """
 
 STRINGS = ["plain", 'quo"te', "back\\slash", "tab\tnew\nline\r", "\x01\x1f", "é ü 😀", "a/b:c d", "..x..", "___"]
+#: Long ones: json_str scans eight bytes at a time, then byte by byte.
+LONG_STRINGS = [f"cpp_fused_add_native_layer_norm_{c}_view_12345678" for c in ('"', "\\", "\n", "\x1f", "\x7f", "é")] + \
+    ["é" * 9 + '"' + "x" * 9, "a" * 64, "b" * 7 + "\t", "c" + "~" * 15 + "\\"]
 
 
 def test_json_and_names_as_python_writes_them(gen):
@@ -161,6 +165,7 @@ def test_json_and_names_as_python_writes_them(gen):
         return subprocess.run([exe, *args], capture_output=True, check=True).stdout.decode().split("\n")[:-1]
 
     assert [json.loads(x) for x in run("json", *STRINGS)] == STRINGS
+    assert [json.loads(x) for x in run("json", *LONG_STRINGS)] == LONG_STRINGS
     doubles = ["0.1", "1e-300", "123456789.125", "-0.0", "3.0", "1e22", "2.5e-05", "1.7976931348623157e308"]
     assert run("double", *doubles) == [repr(float(x)) for x in doubles]
     # One policy for non-finite values: what format.schema.Stats.to_dict writes, strict JSON.
@@ -168,6 +173,10 @@ def test_json_and_names_as_python_writes_them(gen):
     want = [json.dumps(v) for v in schema.Stats(min=1.5, max=float("inf"), mean=float("-inf")).to_dict().values()][:3]
     assert run("stat", *stats) == [*want, "null"]
     assert [json.loads(x, parse_constant=lambda c: pytest.fail(c)) for x in run("stat", *stats)] == [1.5, "inf", "-inf", None]
+    # the print lines' numbers: Python's f"{v:.6g}", "-" for NaN
+    numbers = ["0.1", "-0.0", "0", "1e-05", "0.0001", "123456", "1234567", "123456.5", "999999.5", "2.5e-300",
+               "1.7976931348623157e308", "inf", "-inf", "nan", "-0.000123456789", "3.0000005", "1e16"]
+    assert run("fmt6", *numbers) == [f"{float(x):.6g}" if x != "nan" else "-" for x in numbers]
     for limit in (80, 40, 3):
         assert run("sanitize", str(limit), *STRINGS) == [schema.sanitize(s, limit) for s in STRINGS]
 
@@ -297,7 +306,8 @@ def test_library_exports_its_entry_points_and_shares_state(library):
     lib.aoti_debug_rt_abi.restype = ctypes.c_char_p
     assert lib.aoti_debug_rt_abi().decode() == cpp_runtime.abi_namespace()
     for name in ("aoti_debug_rt_launch", "aoti_debug_rt_done", "aoti_debug_runtime_warnings",
-                 "aoti_debug_runtime_exit_reason", "aoti_debug_rt_cpu_summaries", "aoti_debug_rt_dtype_name"):
+                 "aoti_debug_runtime_exit_reason", "aoti_debug_rt_cpu_summaries", "aoti_debug_rt_cpu_records",
+                 "aoti_debug_rt_dtype_name"):
         assert hasattr(lib, name), name
     if shutil.which("nm"):
         symbols = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True).stdout
@@ -306,9 +316,9 @@ def test_library_exports_its_entry_points_and_shares_state(library):
         # process-wide state as STB_GNU_UNIQUE objects (shared with AOTI .so files of the same sources)
         assert any("6sharedEvE1s" in s for s in unique) and any("6claimsEvE1c" in s for s in unique), unique
         c_names = sorted(s for s in ours if not s.startswith("_Z"))
-        assert c_names == ["aoti_debug_rt_abi", "aoti_debug_rt_cpu_summaries", "aoti_debug_rt_done",
-                           "aoti_debug_rt_dtype_name", "aoti_debug_rt_launch", "aoti_debug_runtime_exit_reason",
-                           "aoti_debug_runtime_warnings"]
+        assert c_names == ["aoti_debug_rt_abi", "aoti_debug_rt_cpu_records", "aoti_debug_rt_cpu_summaries",
+                           "aoti_debug_rt_done", "aoti_debug_rt_dtype_name", "aoti_debug_rt_launch",
+                           "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_warnings"]
 
 
 def test_concurrent_builders_make_one_library(tmp_path):

@@ -3,6 +3,7 @@ caches never handing back an artifact compiled under other instrumentation."""
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 
@@ -161,3 +162,23 @@ def test_bad_phases_and_bytes():
         config.parse_phases("during")
     with pytest.raises(ConfigError):
         config.run_settings_from_env({"AOTI_DEBUG_MAX_BYTES": "lots"})
+
+
+def test_the_cache_tag_changes_with_the_cpp_runtime_sources(tmp_path):
+    """A cached wrapper names the runtime library built from the sources it was compiled
+    with: a changed C++ runtime part must not reuse it."""
+    import shutil
+
+    from aoti_debug.codegen import cache_tag
+
+    package = os.path.dirname(os.path.abspath(aoti_debug.__file__))
+    copy = tmp_path / "aoti_debug"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = cache_tag.fingerprint(str(copy))
+    assert before == cache_tag.code_fingerprint()
+    for part in ("stats.h", "library.cpp"):
+        path = copy / "codegen" / "native" / part
+        path.write_text(path.read_text() + "\n// changed\n")
+        after = cache_tag.fingerprint(str(copy))
+        assert after != before, part
+        before = after

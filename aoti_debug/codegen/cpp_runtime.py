@@ -77,8 +77,9 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("entry.h", "names"),
 )
 INTERFACE = "interface.h"
-#: Built into the JIT library only (library.cpp): the Python runtime's CPU stats.
+#: Built into the JIT library only (library.cpp): the Python runtime's CPU stats and records.
 CPU_SUMMARY = "cpu_summary.h"
+CPU_RECORDS = "cpu_records.h"
 GLUE_CUDA = "glue_cuda.h"
 GLUE_INLINE = "glue_inline.h"
 GLUE_LIBRARY = "glue_library.h"

@@ -161,6 +161,13 @@ class EncodedDict(dict):
     __slots__ = ("json",)
 
 
+class EncodedLines(str):
+    """Manifest lines encoded already, without the last newline (a CPU launch side's, from
+    the runtime library): :func:`encode_record` writes them as they are."""
+
+    __slots__ = ()
+
+
 _key_texts: dict[str, str] = {}
 
 
@@ -179,6 +186,8 @@ def encode_record(rec: dict) -> str:
     launch (kernel, arg, dtype, shape...) kept, so a record costs the encoding of its
     stats and the few keys that change (keys a record gets late, such as ``model_dtype``
     or ``error``, come after ``numel``). Anything else is encoded whole."""
+    if type(rec) is EncodedLines:
+        return rec
     try:
         seq, launch, call = rec["seq"], rec["launch"], rec["kernel_call"]
         key = (rec["graph"], rec["wrapper"], rec["kernel"], rec["op"], rec["phase"], rec["arg"], rec["role"],
@@ -226,13 +235,21 @@ class RunWriter:
     def tensor_path(self, filename: str) -> str:
         return os.path.join(self.path, TENSOR_DIR, filename)
 
+    def fileno(self) -> int:
+        """The manifest's descriptor (opened with O_APPEND: whole writes land whole)."""
+        return self._manifest
+
     def append(self, record: dict) -> None:
         self.append_all([record])
 
     def append_all(self, records: list[dict]) -> None:
         """Several records (one launch side) in one ``write`` (the JSON encoder gives
         ASCII: non-ASCII characters are escaped)."""
-        data = "".join([encode_record(r) + "\n" for r in records]).encode("ascii")
+        self.append_text("".join([encode_record(r) + "\n" for r in records]).encode("ascii"))
+
+    def append_text(self, data: bytes | memoryview) -> None:
+        """Manifest lines encoded already, in one ``write`` (more where the system writes
+        part of it)."""
         while data:
             if self._manifest < 0:
                 raise OSError(errno.EBADF, "the manifest is closed")

@@ -37,13 +37,16 @@ import torch
 from .. import config
 from ..format.protocol import PROTOCOL_VERSION, Site, SiteArg, jsonable, make_site, record
 from ..format.schema import arg_line, graph_line, names_line, site_line, tensor_filename
-from . import cuda_graphs, device_ring, fused_stats, native_stats
+from . import cpu_records, cuda_graphs, device_ring, fused_stats, native_stats
 from . import session as _session
 from .session import Job, warn_once
 from .stats import device_summary, format_checksum, stats_fields
 
 #: A handle's runtime library before its first record side asked for it.
 _UNSET: Any = object()
+
+#: The levels whose CPU records the runtime library may write as text (cpu_records).
+_TEXT_LEVELS = ("stats", "print")
 
 #: Graph labels are handed out under this lock (the counters under the session's own).
 _labels = threading.Lock()
@@ -115,6 +118,9 @@ class GraphHandle:
         """The runtime library for CPU stats (``native_stats.for_graph``)."""
         self._library = _UNSET
         self._templates: dict[tuple, _Templates] = {}
+        self._records = _UNSET
+        """The library's record function for CPU sides (``cpu_records``), or None."""
+        self._plans: dict[tuple[int, str], cpu_records.SidePlan] = {}
         self._tls = threading.local()
         self.top_sites = False
         """Some site is in the top-level graph: the flight recorder counts graph calls by them."""
@@ -243,6 +249,11 @@ class GraphHandle:
         tls = self._tls
         launch, call, label = tls.launch, tls.call, tls.label
         sess.write_site(label, site.id, site.kernel, site.provenance)
+        # A CPU side the runtime library writes as text in one call. Not with a flight
+        # recorder: its ring and trigger take each record through Session.submit.
+        if extra is None and self.level in _TEXT_LEVELS and sess.flight is None and \
+                self._cpu_lines(sess, site, args, values, phase, label, launch, call):
+            return
         tensors: list[tuple[dict, torch.Tensor]] = []
         jobs: list[Job] = []
         key = (id(site), label, phase)
@@ -437,12 +448,60 @@ class GraphHandle:
                 rows = [None if r is None else first + r for r in rows]
         cap.sides.append(cuda_graphs.Side(self, site, label, phase, records, rows))
 
-    def _native_stats(self, items: list[tuple[dict, torch.Tensor]]) -> list[int]:
-        """Fills the stats and checksum of the CPU tensors the runtime library reads (one
-        call for the side); the positions of the others."""
+    def _native_library(self) -> native_stats.Library | None:
         lib = self._library
         if lib is _UNSET:
             lib = self._library = native_stats.for_graph(self.native)
+        return lib
+
+    def _cpu_lines(self, sess, site: Site, args: Sequence[SiteArg], values: Sequence[Any], phase: str, label: str,
+                   launch: int, call: int) -> bool:
+        """The side's records written as text by the runtime library (one call, one write:
+        ``cpu_records``) when every value is one it writes; False: the record dicts' path."""
+        records = self._records
+        if records is _UNSET:
+            lib = self._native_library()
+            records = self._records = cpu_records.for_library(lib) if lib is not None else None
+        if records is None or sess._writer is None or not values:
+            return False
+        if self.level == "print" and sess.pending():
+            return False  # its lines would print ahead of sides queued before it (_print_side waits)
+        flat = []
+        for i, (a, value) in enumerate(zip(args, values)):
+            if isinstance(value, (list, tuple)):
+                flat.extend((i, a, name, v) for name, v in _flatten(a.arg, value))
+            else:
+                flat.append((i, a, a.arg, value))
+        if not flat:
+            return False
+        key = (id(site), phase)
+        plan = self._plans.get(key)
+        if plan is None or plan.site is not site or plan.label != label:
+            plan = self._plans[key] = cpu_records.SidePlan(site, phase, label, self.wrapper, self.level == "print")
+        w = sess._writer
+        try:  # straight into the manifest when nothing is queued before these records
+            out = records.side(plan, flat, launch, call, sess.next_seq, -1 if sess._queue else w.fileno())
+        except OSError as e:
+            warn_once("manifest", f"cannot append to manifest in {sess.path!r}: {e}")
+            return True
+        except Exception as e:
+            self._records = None
+            warn_once(f"cpu-records-{type(e).__name__}", f"the runtime library could not write CPU records, "
+                                                         f"building them in Python: {e}")
+            return False
+        if out is None:
+            return False
+        lines, prints = out
+        if prints:
+            _emit(prints[:-1])  # one write for the side
+        if lines is not None:
+            sess.write_lines(lines)
+        return True
+
+    def _native_stats(self, items: list[tuple[dict, torch.Tensor]]) -> list[int]:
+        """Fills the stats and checksum of the CPU tensors the runtime library reads (one
+        call for the side); the positions of the others."""
+        lib = self._native_library()
         if lib is None:
             return list(range(len(items)))
         try:

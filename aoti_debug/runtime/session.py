@@ -30,8 +30,8 @@ from typing import Any, Callable, Iterator
 
 from .. import config
 from ..format.schema import RunInfo
-from ..format.writer import (RunWriter, claim_run_directory, clean_run_id, default_run_id, new_run_info,
-                             run_directory)
+from ..format.writer import (EncodedLines, RunWriter, claim_run_directory, clean_run_id, default_run_id,
+                             new_run_info, run_directory)
 from .flight import FlightRecorder, GraphCall
 
 #: Host memory that may be queued for writing before the model thread waits.
@@ -366,6 +366,21 @@ class Session:
             self._cond.notify_all()
         if self._thread is None:
             self._start()
+
+    def write_lines(self, data: bytes | memoryview) -> None:
+        """Manifest lines encoded already, each ending in a newline (a CPU launch side's,
+        from the runtime library: ``cpu_records``): written at once, in this thread, when
+        nothing is queued before them, else queued behind what is."""
+        with self._cond:
+            if not self._queue:
+                w = self._writer
+                if w is not None:
+                    try:
+                        w.append_text(data)
+                    except Exception as e:
+                        warn_once("manifest", f"cannot append to manifest in {self.path!r}: {e}")
+                return
+        self.submit(Job(EncodedLines(bytes(data[:-1]).decode("ascii"))))
 
     def _start(self) -> None:
         with self._cond:

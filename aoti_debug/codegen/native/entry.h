@@ -107,9 +107,9 @@ void record_phase(Shared& S, Local& L, const std::string& label, const Site& sit
   if (S.usable) {
     Resolved r(S, site, values, count);
     if (flight_state().on) {
-      flight_side(S, site, label, *graph, r.data(), r.size(), phase);
+      flight_side(S, L, site, label, *graph, r.data(), r.size(), phase);
     } else {
-      record_side(S, site, r.data(), r.size(), phase, label, graph->device);
+      record_side(S, L, site, r.data(), r.size(), phase, label, graph->device);
     }
   }
   if (claims().info_stale) write_info(S);

@@ -499,13 +499,13 @@ void save_at_once(Shared& S, FlightBirth& b, FlightLaunch& in, const Site& site,
 
 // One launch side with a flight recorder: its records into the ring (or the manifest),
 // the birth watch, the trigger's saving and writes. Caller holds S.mu; the run is usable.
-void flight_side(Shared& S, const Site& site, const std::string& label, const Graph& graph, const Value* v,
-                 size_t count, const char* phase) {
+void flight_side(Shared& S, Local& L, const Site& site, const std::string& label, const Graph& graph,
+                 const Value* v, size_t count, const char* phase) {
   Flight& F = flight_state();
   FlightThread& T = tl_flight;
   if (T.generation != F.generation) T = FlightThread{F.generation, nullptr, {}};
   std::vector<std::string> lines;
-  record_side(S, site, v, count, phase, label, graph.device, &lines);
+  record_side(S, L, site, v, count, phase, label, graph.device, &lines);
   bool before = std::strcmp(phase, "before") == 0;
   size_t n = lines.size();
   std::vector<FlightRecord> recs(n);

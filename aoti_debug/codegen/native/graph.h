@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -26,6 +28,8 @@ struct Local {
   std::map<const Site*, int64_t*> site_calls;  // cache into `calls` (std::map nodes are stable)
   std::map<std::string, int64_t> calls;
   std::set<std::string> registered;  // labels listed in run.json
+  // per site and phase: the record fields that do not change between calls (records.h)
+  std::map<std::pair<const Site*, bool>, std::vector<std::string>> texts;
 };
 
 // Caller holds shared().mu. Allocated at the wrapper's first launch; kept for as long
@@ -44,6 +48,7 @@ std::string graph_label(Shared& S, Local& L, const Site& site) {
     L.calls.clear();
     L.site_calls.clear();
     L.registered.clear();
+    L.texts.clear();
   }
   if (L.index < 0) L.index = S.graphs++;
   std::string label = "graph" + std::to_string(L.index);

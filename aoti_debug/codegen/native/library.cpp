@@ -1,9 +1,10 @@
 // The runtime as a shared library, built once per content hash and compiler by
 // aoti_debug/codegen/native_library.py and loaded by JIT cpp_wrapper modules
-// (glue_library.h) and by the Python runtime for its CPU stats (runtime/native_stats.py):
-// every part, every level. Exports the two entry points, the ABI check, the CPU stats
-// and their dtype names, and (state.h) aoti_debug_runtime_warnings; everything else is
-// internal.
+// (glue_library.h) and by the Python runtime for its CPU stats and records
+// (runtime/native_stats.py, runtime/cpu_records.py): every part, every level. Exports the
+// two entry points, the ABI check, the CPU stats, the CPU records and the dtype names,
+// and (state.h) aoti_debug_runtime_warnings; everything else is internal.
+#include "cpu_records.h"
 #include "cpu_summary.h"
 #include "entry.h"
 
@@ -32,6 +33,16 @@ AOTI_DEBUG_EXPORT int aoti_debug_rt_cpu_summaries(const int64_t* spec, size_t sp
   try {
     return AOTI_DEBUG_NS::cpu_summaries(spec, spec_len, count, stats, checksums, text, text_cap);
   } catch (...) {  // std::bad_alloc gathering a strided tensor or formatting
+    return -2;
+  }
+}
+
+// The manifest lines (and print lines) of one launch side of CPU values for the Python
+// runtime (runtime/cpu_records.py); the layout of `spec`: cpu_records.h. Never throws.
+AOTI_DEBUG_EXPORT int aoti_debug_rt_cpu_records(int64_t* spec) {
+  try {
+    return AOTI_DEBUG_NS::cpu_records(spec);
+  } catch (...) {  // std::bad_alloc
     return -2;
   }
 }

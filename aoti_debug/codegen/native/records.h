@@ -20,6 +20,7 @@
 #include "device_stats.h"
 #include "dtypes.h"
 #include "env.h"
+#include "graph.h"
 #include "host_tensor.h"
 #include "interface.h"
 #include "json.h"
@@ -73,13 +74,12 @@ const TypeInfo* record_metadata(AtenTensorHandle h, HostTensor& t, std::string& 
   err = describe(h, t);
   const TypeInfo* ti = err.empty() ? type_info(t.dtype) : nullptr;
   rec.str(R::kKind, "tensor");
-  rec.str(R::kDtype, ti ? std::string(ti->name) : "dtype" + std::to_string(t.dtype));
-  std::string ints;
-  json_ints(ints, t.shape);
-  rec.raw(R::kShape, ints);
-  ints.clear();
-  json_ints(ints, t.stride);
-  rec.raw(R::kStride, ints);
+  if (ti) {
+    rec.str(R::kDtype, ti->name);
+  } else {
+    rec.str(R::kDtype, "dtype" + std::to_string(t.dtype));
+  }
+  rec.ints(R::kShape, t.shape).ints(R::kStride, t.stride);
   rec.str(R::kDevice, device_string(t.device_type, t.device_index));
   rec.num(R::kNumel, t.numel);
   return ti;
@@ -141,14 +141,19 @@ void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase,
   if (err.empty() && !have_stats) err = "stats: unsupported dtype";
   std::string content_key;
   if (have_stats) {
-    std::string st = stats_json(sm);
-    char ck[24];
-    std::snprintf(ck, sizeof(ck), "%016llx", static_cast<unsigned long long>(sm.checksum));
-    rec.raw(R::kStats, st);
-    rec.str(R::kChecksum, ck);
+    std::string& o = rec.value(R::kStats);  // the record's text, appended to in place
+    const size_t st = o.size();
+    append_stats_json(o, sm);
+    const size_t st_end = o.size();
+    rec.value(R::kChecksum) += '"';
+    append_checksum(o, sm.checksum);
+    o += '"';
     // Identity of the values (as hooks._content_key): dtype, shape, checksum, exact stats;
     // only level save points at files by it.
-    if (site.level == schema::kSave) content_key = std::string(ti->name) + "|" + shape_text(t.shape) + "|" + ck + "|" + st;
+    if (site.level == schema::kSave) {
+      content_key = std::string(ti->name) + "|" + shape_text(t.shape) + "|" + o.substr(o.size() - 17, 16) + "|" +
+          o.substr(st, st_end - st);
+    }
   } else {
     rec.raw(R::kStats, "null");
   }
@@ -230,9 +235,33 @@ void write_site(Shared& S, const Site& site, const std::string& label) {
   if (!ok) warn_once(S, "sites", "cannot append to the sites file in '" + S.path + "'");
 }
 
+// The fields of a site's records that do not change from one call to the next, encoded
+// once per graph and run (Local::texts): [0] those between "launch" and "kernel_call",
+// [1 + i] those of its i-th value after "kernel_call". Caller holds S.mu.
+const std::vector<std::string>& site_texts(Local& L, const Site& site, const char* phase, const std::string& label) {
+  namespace R = schema::rec;
+  const bool before = std::strcmp(phase, "before") == 0;
+  std::vector<std::string>& t = L.texts[{&site, before}];
+  if (!t.empty()) return t;
+  JsonObject head;
+  head.str(R::kGraph, label).str(R::kWrapper, "cpp").str(R::kKernel, site.kernel).str(R::kOp, site.op);
+  t.push_back(head.inner());
+  for (int i = 0; i < site.n; ++i) {
+    const Arg& a = site.args[i];
+    JsonObject body;
+    body.str(R::kPhase, phase).str(R::kArg, a.name).str(R::kRole, a.role);
+    body.num(R::kIndex, (before ? 0 : site.index_base) + a.index);
+    if (site.id >= 0) body.num(R::kSite, site.id);
+    if (a.expr && *a.expr && std::strcmp(a.expr, a.name) != 0) body.str(R::kExpr, a.expr);
+    if (a.volatile_why && *a.volatile_why) body.str(R::kVolatile, a.volatile_why);
+    t.push_back(body.inner());
+  }
+  return t;
+}
+
 // Caller holds S.mu; the run is open. The records go to the manifest, or one line each
 // (no newline) into `lines_out` where given (the flight recorder: flight.h).
-void record_side(Shared& S, const Site& site, const Value* v, size_t count, const char* phase,
+void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t count, const char* phase,
                  const std::string& label, const DeviceOps* dev, std::vector<std::string>* lines_out = nullptr) {
   namespace R = schema::rec;
   size_t n = std::min(static_cast<size_t>(site.n), count);
@@ -256,18 +285,16 @@ void record_side(Shared& S, const Site& site, const Value* v, size_t count, cons
     }
   }
   write_site(S, site, label);
-  std::string lines;
+  const std::vector<std::string>& texts = site_texts(L, site, phase, label);
+  thread_local std::string lines;  // its capacity kept from side to side
+  lines.clear();
+  if (!lines_out) lines.reserve(512 * n);
   for (size_t i = 0; i < n; ++i) {
     const Arg& a = site.args[i];
     S.seq += 1;
     JsonObject rec;
-    rec.num(R::kSeq, S.seq).num(R::kLaunch, tl_launch).str(R::kGraph, label).str(R::kWrapper, "cpp");
-    rec.str(R::kKernel, site.kernel).str(R::kOp, site.op).num(R::kKernelCall, tl_call);
-    rec.str(R::kPhase, phase).str(R::kArg, a.name).str(R::kRole, a.role);
-    rec.num(R::kIndex, (std::strcmp(phase, "before") == 0 ? 0 : site.index_base) + a.index);
-    if (site.id >= 0) rec.num(R::kSite, site.id);
-    if (a.expr && *a.expr && std::strcmp(a.expr, a.name) != 0) rec.str(R::kExpr, a.expr);
-    if (a.volatile_why && *a.volatile_why) rec.str(R::kVolatile, a.volatile_why);
+    rec.num(R::kSeq, S.seq).num(R::kLaunch, tl_launch).fields(texts[0]).num(R::kKernelCall, tl_call);
+    rec.fields(texts[1 + i]);
     if (v[i].kind() == Value::kTensor) {
       const Summary* sm = i < done.size() && done[i] ? &on_device[i] : nullptr;
       record_tensor(S, site, a, phase, v[i].handle(), dev, rec, sm);
@@ -278,8 +305,8 @@ void record_side(Shared& S, const Site& site, const Value* v, size_t count, cons
       lines_out->push_back(rec.close());
       continue;
     }
-    lines += rec.close();
-    lines += "\n";
+    rec.close_into(lines);
+    lines += '\n';
   }
   if (!lines_out) append_manifest(S, lines);
 }

@@ -5,6 +5,7 @@
 #define AOTI_DEBUG_PART_TEXT_H
 
 #include <cerrno>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -19,17 +20,20 @@
 namespace AOTI_DEBUG_NS {
 namespace {
 
-void write_fd(int fd, const char* p, size_t n) {
+// All `n` bytes at `p` to `fd` (one write unless the system takes part of it): 0, or the
+// errno of the write that failed (ENOSPC for one that wrote nothing).
+int write_all(int fd, const char* p, size_t n) {
   while (n > 0) {
     ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return w < 0 ? errno : ENOSPC;
     p += w;
     n -= static_cast<size_t>(w);
   }
+  return 0;
 }
+
+void write_fd(int fd, const char* p, size_t n) { write_all(fd, p, n); }
 
 // One write per line: a line is never interleaved and is out before the next kernel runs.
 void emit_line(const std::string& line) {
@@ -139,11 +143,24 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s;
 }
 
-std::string fmt6(double v) {
-  if (v != v) return "-";
+// printf's "%.6g" (Python's f"{v:.6g}"), "-" for NaN; appended to `out`.
+void fmt6_into(std::string& out, double v) {
+  if (v != v) {
+    out += '-';
+    return;
+  }
   char buf[40];
-  std::snprintf(buf, sizeof(buf), "%.6g", v);
-  return buf;
+#if defined(__cpp_lib_to_chars) && __cpp_lib_to_chars >= 201611L
+  out.append(buf, static_cast<size_t>(std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::general, 6).ptr - buf));
+#else
+  out.append(buf, static_cast<size_t>(std::snprintf(buf, sizeof(buf), "%.6g", v)));
+#endif
+}
+
+std::string fmt6(double v) {
+  std::string s;
+  fmt6_into(s, v);
+  return s;
 }
 
 std::string pad_phase(const char* phase) {
