@@ -243,13 +243,13 @@ def test_save_copies_the_values_and_launches_nothing(built, tmp_path):
     assert not launches(calls) and copied > 0 and any(r.get("file") for r in recs)
 
 
-@pytest.mark.parametrize("case", ["launch", "sync", "capture-query", "arch", "bad-file", "nostream", "capturing",
-                                  "no-context"])
+@pytest.mark.parametrize("case", ["launch", "sync", "capture-query", "load", "arch", "bad-file", "nostream",
+                                  "capturing", "no-context"])
 def test_every_failure_falls_back_to_the_host_path(built, tmp_path, case):
     pack = fake_pack(tmp_path / "pack.bin")
     host, _h, _c, _e = run_harness(built, tmp_path, "host", pack, AOTI_DEBUG_FUSED_STATS="0")
     env, mode = {}, "file"
-    if case in ("launch", "sync", "capture-query"):
+    if case in ("launch", "sync", "capture-query", "load"):
         env["FAKE_CU_FAIL"] = case
     elif case == "arch":
         env["FAKE_CU_CC"] = "80"
@@ -272,6 +272,8 @@ def test_every_failure_falls_back_to_the_host_path(built, tmp_path, case):
         # After a fault the first driver call of the side fails (its sticky error): named, not
         # a silent host path (found on the H100: the host copy's error did not name the cause).
         "capture-query": "after triton_fake_kernel_0 (cuStreamIsCapturing: CUDA_ERROR_ILLEGAL_ADDRESS",
+        # ...or the lazy load of a kernel (cuModuleLoadData): the same error, not "cannot load".
+        "load": "after triton_fake_kernel_0 (cuModuleLoadData: CUDA_ERROR_ILLEGAL_ADDRESS",
         "arch": "the stats kernels were compiled for sm_90, cuda:0 is sm_80",
         "bad-file": "cannot open " + pack,
     }.get(case)

@@ -3,8 +3,8 @@
 // cuLaunchKernel does what the stats kernel does, with the C++ runtime's own summarize()
 // (stats.h), so that the device path's records equal the host path's to the bit. Every
 // call is logged (FAKE_CU_LOG) for the test to check the launches against fused_stats.plan.
-// FAKE_CU_SMS, FAKE_CU_CC: the device; FAKE_CU_FAIL=launch|sync|capture-query: that call
-// (cuLaunchKernel, cuStreamSynchronize, cuStreamIsCapturing) fails with
+// FAKE_CU_SMS, FAKE_CU_CC: the device; FAKE_CU_FAIL=launch|sync|capture-query|load: that
+// call (cuLaunchKernel, cuStreamSynchronize, cuStreamIsCapturing, cuModuleLoadData) fails with
 // CUDA_ERROR_ILLEGAL_ADDRESS; FAKE_CU_CAPTURING: the stream is being captured.
 #include <cstdarg>
 #include <cstdint>
@@ -82,6 +82,7 @@ int cuDeviceGetAttribute(int* value, int attribute, int) {
 }
 int cuModuleLoadData(void** module, const void* image) {
   const unsigned char* p = static_cast<const unsigned char*>(image);
+  if (failing("load")) return 700;  // the context broken by an earlier kernel's fault
   if (std::memcmp(p, "\177ELFFAKE", 8) != 0) return 200;  // CUDA_ERROR_INVALID_IMAGE
   FakeKernel* k = new FakeKernel;
   std::memcpy(k, p + 8, sizeof(FakeKernel));

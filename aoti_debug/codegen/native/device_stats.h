@@ -377,8 +377,14 @@ DeviceState* device_state(Shared& S, DeviceStats& D, LoadedPack& lp, int ordinal
   return &ds;
 }
 
-// The function of pack kernel `i`, loaded on first use; null (one warning) when it cannot be.
-cu::Handle kernel_function(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& ds, size_t i) {
+// A driver error that leaves the context unusable (an earlier kernel's fault: illegal
+// address, assert, launch failure...): every later call returns it, whatever it is.
+bool context_broken(cu::Result r) { return r >= 700 && r < 800; }
+
+// The function of pack kernel `i`, loaded on first use; null (one warning) when it cannot
+// be. A broken context is not the kernel's fault: `fault` gets the error (no warning here,
+// the kernel is tried again on another context), and the caller names the launch.
+cu::Handle kernel_function(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& ds, size_t i, std::string& fault) {
   if (ds.functions[i] || ds.unloadable[i]) return ds.functions[i];
   cu::Handle module = nullptr, fn = nullptr;
   const char* call = "cuModuleLoadData";
@@ -391,6 +397,10 @@ cu::Handle kernel_function(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceStat
     r = D.api.module_get_function(&fn, module, pk.name);
   }
   trace(D, "loaded kernel " + std::to_string(i) + ": " + (r == 0 && fn ? std::string("ok") : cu_error(D, call, r)));
+  if (context_broken(r)) {
+    fault = cu_error(D, call, r);
+    return nullptr;
+  }
   if (r != 0 || !fn) {
     ds.unloadable[i] = 1;
     warn_once(S, "device-stats-load", "cannot load the stats kernel (" + cu_error(D, call, r) +
@@ -549,7 +559,11 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
     for (size_t i = 0; i < pk.kernels.size(); ++i) {
       if (pk.kernels[i].kind == kind && pk.kernels[i].vec == vec) kernel = i;
     }
-    if (kernel == pk.kernels.size() || !kernel_function(S, D, lp, ds, kernel)) continue;
+    if (kernel == pk.kernels.size()) continue;
+    std::string fault;
+    cu::Handle fn = kernel_function(S, D, lp, ds, kernel, fault);
+    if (!fault.empty()) return fault;
+    if (!fn) continue;
     const uint64_t unit = static_cast<uint64_t>(width) * vec;
     g.kernel = kernel;
     g.base = base;
