@@ -141,6 +141,12 @@ def test_a_compiled_model_writes_the_same_records_both_ways(library, tmp_path, m
     assert dumps[0] == dumps[1] and len(dumps[0]) >= 8
 
 
+def _slow_record(sess) -> dict:
+    """A record of an earlier launch side ("slow"), its number taken now, to be queued."""
+    return {"seq": sess.next_seq(), "launch": 0, "graph": "graph0", "wrapper": "python", "kernel": "slow",
+            "op": "slow", "kernel_call": 0, "phase": "after", "arg": "y", "role": "output", "index": 0}
+
+
 def test_lines_queued_behind_pending_records_keep_their_place(library, fresh_session):
     """Records still in the writer's queue (a device copy in flight) are written first."""
     g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
@@ -148,8 +154,7 @@ def test_lines_queued_behind_pending_records_keep_their_place(library, fresh_ses
     g.launch(site, [torch.ones(2)])  # opens the run
     sess = session.current()
     release = threading.Event()
-    pending = {"seq": sess.next_seq(), "launch": 0, "graph": "graph0", "wrapper": "python", "kernel": "slow",
-               "op": "slow", "kernel_call": 0, "phase": "after", "arg": "y", "role": "output", "index": 0}
+    pending = _slow_record(sess)
     sess.submit(Job(pending, finish=lambda rec: release.wait(10)))
     g.launch(site, [torch.zeros(3)])
     g.launch(site, [torch.zeros(4)])
@@ -168,8 +173,7 @@ def test_print_lines_wait_for_sides_queued_before_them(library, fresh_session, c
     g.launch(site, [torch.ones(2)])  # opens the run
     sess = session.current()
     release = threading.Event()
-    pending = {"seq": sess.next_seq(), "launch": 0, "graph": "graph0", "wrapper": "python", "kernel": "slow",
-               "op": "slow", "kernel_call": 0, "phase": "after", "arg": "y", "role": "output", "index": 0}
+    pending = _slow_record(sess)
 
     def slow(rec: dict) -> None:
         release.wait(10)

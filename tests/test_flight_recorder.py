@@ -22,9 +22,9 @@ from aoti_debug import config
 from aoti_debug.cli import main as cli_main
 from aoti_debug.errors import ConfigError
 from aoti_debug.format import reader
-from aoti_debug.format.protocol import PROTOCOL_VERSION, Site, SiteArg
+from aoti_debug.format.protocol import PROTOCOL_VERSION, Site
 from aoti_debug.runtime import flight, hooks, session
-from tests.conftest import REPO, only_run, records, run_python
+from tests.conftest import REPO, only_run, records
 
 #: The graph call (1, 2, ...) of LOOP where NaN is first born: its model's first kernel
 #: takes the square root of an input that turns negative at that call.
@@ -386,29 +386,44 @@ class _GatedEvent:
         assert self.gate.wait(timeout=60)
 
 
+class _LateStats:
+    """Two sites under a ring of 3 and the nonfinite trigger whose records arrive only when
+    ``gate`` is set (as a device ring's stats arrive after the launches). The first site's
+    output is NaN from graph call 10 on."""
+
+    def __init__(self, monkeypatch):
+        import threading
+
+        self.gate = gate = threading.Event()
+        submit = session.Session.submit
+
+        def lagging(self, job):
+            job.event = job.event or _GatedEvent(gate)
+            return submit(self, job)
+
+        monkeypatch.setattr(session.Session, "submit", lagging)
+        monkeypatch.setenv(config.ENV_RING, "3")
+        monkeypatch.setenv(config.ENV_TRIGGER, "nonfinite")
+        self.g = _handle()
+        self.sites = _sites(self.g, 2)
+        self.born = self.sites[0]
+
+    def launch(self, s, i):
+        self.g.launch(s, (torch.full((4,), float(i)),))
+
+    def done(self, s, i):
+        nan = s is self.born and i >= 10  # NaN born at call 10
+        self.g.done(s, (torch.full((4,), -1.0).sqrt() if nan else torch.full((4,), float(i)),))
+
+    def call(self, i):
+        for s in self.sites:
+            self.launch(s, i)
+            self.done(s, i)
+
+
 def test_late_records_fire_in_the_writer_and_keep_the_calls_up_to_the_birth(fresh_session, monkeypatch):
-    import threading
-
-    gate = threading.Event()
-    submit = session.Session.submit
-
-    def lagging(self, job):
-        job.event = job.event or _GatedEvent(gate)
-        return submit(self, job)
-
-    monkeypatch.setattr(session.Session, "submit", lagging)
-    monkeypatch.setenv(config.ENV_RING, "3")
-    monkeypatch.setenv(config.ENV_TRIGGER, "nonfinite")
-    g = _handle()
-    sites = _sites(g, 2)
-    born = sites[0]
-
-    def call(i):
-        for s in sites:
-            x = torch.full((4,), float(i))
-            g.launch(s, (x,))
-            g.done(s, (torch.full((4,), -1.0).sqrt() if s is born and i >= 10 else x,))  # NaN born at call 10
-
+    late = _LateStats(monkeypatch)
+    call, gate = late.call, late.gate
     for i in range(1, 13):  # the birth at call 10; the model runs two calls past it meanwhile
         call(i)
     fl = session.current().flight
@@ -437,41 +452,18 @@ def test_a_trigger_firing_between_a_launchs_two_sides_saves_the_next_whole_launc
     (its inputs recorded, its outputs not yet): that launch is not saved half (outputs
     only); the next one is saved whole. Found on the GPU, where the device ring's stats
     arrive while the model runs on."""
-    import threading
-
-    gate = threading.Event()
-    submit = session.Session.submit
-
-    def lagging(self, job):
-        job.event = job.event or _GatedEvent(gate)
-        return submit(self, job)
-
-    monkeypatch.setattr(session.Session, "submit", lagging)
-    monkeypatch.setenv(config.ENV_RING, "3")
-    monkeypatch.setenv(config.ENV_TRIGGER, "nonfinite")
-    g = _handle()
-    sites = _sites(g, 2)
-    born = sites[0]
-
-    def side(s, i):
-        x = torch.full((4,), float(i))
-        g.launch(s, (x,))
-        g.done(s, (torch.full((4,), -1.0).sqrt() if s is born and i >= 10 else x,))
-
-    def call(i):
-        for s in sites:
-            side(s, i)
-
+    late = _LateStats(monkeypatch)
     for i in range(1, 12):
-        call(i)
-    g.launch(born, (torch.full((4,), 12.0),))  # call 12: the birth site's inputs are recorded...
-    gate.set()
+        late.call(i)
+    late.launch(late.born, 12)  # call 12: the birth site's inputs are recorded...
+    late.gate.set()
     aoti_debug.flush()  # ...then the stats arrive and the trigger fires, in the writer
     fl = session.current().flight
     assert fl.fired is not None and fl.fired["graph_call"] == 10
-    g.done(born, (torch.full((4,), -1.0).sqrt(),))  # ...then its outputs
-    side(sites[1], 12)
-    call(13)
+    late.done(late.born, 12)  # ...then its outputs
+    late.launch(late.sites[1], 12)
+    late.done(late.sites[1], 12)
+    late.call(13)
     session.reset()
     run = only_run(str(fresh_session))
     nxt = _flight(run)["fired"]["next"]
