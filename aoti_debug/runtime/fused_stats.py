@@ -282,11 +282,12 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
         part, counters = _scratch_for(stream_key, device, programs, k_total)
     try:
         if not _interpreted:
-            ptrs = (base.data_ptr(), tab.data_ptr(), part.data_ptr(), counters.data_ptr(), out.data_ptr())
-            variant = (device.index, code, vec, block, tuple([p % 16 == 0 for p in ptrs]))
+            # base_ptr is base's address (out's when every tensor is empty: plan's spare)
+            addr = (base_ptr, tab.data_ptr(), part.data_ptr(), counters.data_ptr(), out.data_ptr())
+            variant = (device.index, code, vec, block, tuple([a % 16 == 0 for a in addr]))
             compiled = _compiled.get(variant)
             if compiled is not None and _direct_launch(compiled, programs, stream_key[1], (
-                    ptrs[0], ptrs[1], len(items), ptrs[2], ptrs[3], ptrs[4], k_total,
+                    addr[0], addr[1], len(items), addr[2], addr[3], addr[4], k_total,
                     code, width, is_float, vec, block, _TBLOCK, _RBLOCK)):
                 return
         compiled = kernel[(programs,)](base, tab, len(items), part, counters, out, k_total,

@@ -480,7 +480,7 @@ class GraphHandle:
             plan = self._plans[key] = cpu_records.SidePlan(site, phase, label, self.wrapper, self.level == "print")
         w = sess._writer
         try:  # straight into the manifest when nothing is queued before these records
-            out = records.side(plan, flat, launch, call, sess.next_seq, -1 if sess._queue else w.fileno())
+            out = records.side(plan, flat, launch, call, sess.next_seq, -1 if sess.pending() else w.fileno())
         except OSError as e:
             warn_once("manifest", f"cannot append to manifest in {sess.path!r}: {e}")
             return True
