@@ -208,6 +208,12 @@ def encode_record(rec: dict) -> str:
     return f'{{"seq":{seq},"launch":{launch},{texts[0]},"kernel_call":{call},{texts[1]}{tail}}}'
 
 
+def encode_lines(records: list[dict]) -> bytes:
+    """Manifest lines of ``records``, each ending in a newline (the JSON encoder gives
+    ASCII: non-ASCII characters are escaped)."""
+    return "".join([encode_record(r) + "\n" for r in records]).encode("ascii")
+
+
 class RunWriter:
     """Owns one run directory: creates it, keeps ``run.json`` current, appends records.
 
@@ -243,9 +249,8 @@ class RunWriter:
         self.append_all([record])
 
     def append_all(self, records: list[dict]) -> None:
-        """Several records (one launch side) in one ``write`` (the JSON encoder gives
-        ASCII: non-ASCII characters are escaped)."""
-        self.append_text("".join([encode_record(r) + "\n" for r in records]).encode("ascii"))
+        """Several records (one launch side) in one ``write``."""
+        self.append_text(encode_lines(records))
 
     def append_text(self, data: bytes | memoryview) -> None:
         """Manifest lines encoded already, in one ``write`` (more where the system writes

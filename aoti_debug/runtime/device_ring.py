@@ -85,12 +85,14 @@ class Arrival:
     Duck-types the ``event`` of a :class:`~aoti_debug.runtime.session.Job` (the writer
     thread calls :meth:`synchronize`)."""
 
-    __slots__ = ("segment", "_shipped", "_event", "_values", "_lock")
+    __slots__ = ("segment", "_shipped", "_event", "_rows", "_sums", "_values", "_lock")
 
     def __init__(self, segment: "Segment"):
         self.segment = segment
         self._shipped = threading.Event()
         self._event: Any = None
+        self._rows: torch.Tensor | None = None
+        self._sums: torch.Tensor | None = None
         self._values: tuple[list, list] | None = None
         self._lock = threading.Lock()
 
@@ -103,26 +105,37 @@ class Arrival:
         return self._shipped.is_set()
 
     def synchronize(self) -> None:
-        if self._values is None:
-            self.values()
-
-    def values(self) -> tuple[list, list]:
-        """``(stats rows, checksums)`` of the segment as Python lists (read once)."""
-        v = self._values
-        if v is not None:
-            return v
+        """Wait for the values and copy them out of the segment (which may then be reused)."""
+        if self._rows is not None:
+            return
         self._shipped.wait()
         with self._lock:
-            if self._values is None:
+            if self._rows is None:
                 seg = self.segment
                 try:
                     self._event.synchronize()
                     used, cap, host = seg.shipped_rows, seg.cap, seg.host
-                    stats = host[: 8 * used].view(used, 8).tolist()
-                    sums = host[8 * cap: 8 * cap + used].view(torch.int64).tolist()
-                    self._values = (stats, sums)
+                    sums = host[8 * cap: 8 * cap + used].view(torch.int64).clone()
+                    self._rows = host[: 8 * used].clone()
+                    self._sums = sums
                 finally:
                     seg.release()
+
+    def host(self) -> tuple[int, int]:
+        """Addresses of the host copy: ``(stats rows, checksums)``, 8 float64 per row (the
+        fused kernel's packed layout) and one int64 per row, valid while this lives."""
+        self.synchronize()
+        return self._rows.data_ptr(), self._sums.data_ptr()
+
+    def values(self) -> tuple[list, list]:
+        """``(stats rows, checksums)`` of the segment as Python lists (made once)."""
+        v = self._values
+        if v is not None:
+            return v
+        self.synchronize()
+        with self._lock:
+            if self._values is None:
+                self._values = (self._rows.view(-1, 8).tolist(), self._sums.tolist())
             return self._values
 
 

@@ -27,7 +27,6 @@ and only its metadata is ever read (``AOTI_DEBUG_NAMES_ARGS``: ``aoti-debug loca
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
 from typing import Any, Sequence
@@ -37,7 +36,7 @@ import torch
 from .. import config
 from ..format.protocol import PROTOCOL_VERSION, Site, SiteArg, jsonable, make_site, record
 from ..format.schema import arg_line, graph_line, names_line, site_line, tensor_filename
-from . import cpu_records, cuda_graphs, device_ring, fused_stats, native_stats
+from . import cpu_records, cuda_graphs, device_ring, fused_stats, native_stats, ring_records
 from . import session as _session
 from .session import Job, warn_once
 from .stats import device_summary, format_checksum, stats_fields
@@ -120,6 +119,8 @@ class GraphHandle:
         self._templates: dict[tuple, _Templates] = {}
         self._records = _UNSET
         """The library's record function for CPU sides (``cpu_records``), or None."""
+        self._lines = _UNSET
+        """The library's writer of device-ring records (``ring_records``), or None."""
         self._plans: dict[tuple[int, str], cpu_records.SidePlan] = {}
         self._tls = threading.local()
         self.top_sites = False
@@ -363,7 +364,10 @@ class GraphHandle:
             ring = self._ring_stats(items, rest)
             if ring is not None:
                 arrival, rows = ring
-                jobs.extend([Job(rec, arrival, functools.partial(_fill_from_ring, arrival, rows[i]))
+                # At level stats the writer thread may have the runtime library write these
+                # records' lines (ring_records); level print prints them from the dicts.
+                lines = self._ring_lines() if self.level == "stats" else None
+                jobs.extend([Job(rec, arrival, ring_records.RingFill(arrival, rows[i], lines))
                              if i in rows else Job(rec) for i, (rec, _t) in enumerate(items)])
                 return
         host_stats = self._device_stats(items, rest) if rest else {}
@@ -453,6 +457,13 @@ class GraphHandle:
         if lib is _UNSET:
             lib = self._library = native_stats.for_graph(self.native)
         return lib
+
+    def _ring_lines(self) -> ring_records.RingLines | None:
+        """The library's writer of device-ring records, or None (the dict path)."""
+        lines = self._lines
+        if lines is _UNSET:
+            lines = self._lines = ring_records.for_library(self._native_library())
+        return lines
 
     def _cpu_lines(self, sess, site: Site, args: Sequence[SiteArg], values: Sequence[Any], phase: str, label: str,
                    launch: int, call: int) -> bool:
@@ -636,10 +647,6 @@ def _fill_stats(rec: dict, hs_hc) -> None:
 
 def _seq(job: Job) -> int:
     return job.record["seq"]
-
-
-def _fill_from_ring(arrival: device_ring.Arrival, row: int, rec: dict) -> None:
-    device_ring.fill(rec, arrival.values(), row)
 
 
 def _side_text(records: list[dict]) -> str:

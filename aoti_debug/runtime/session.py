@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator
 from .. import config
 from ..format.schema import RunInfo
 from ..format.writer import (EncodedLines, RunWriter, claim_run_directory, clean_run_id, default_run_id,
-                             new_run_info, run_directory)
+                             encode_lines, new_run_info, run_directory)
 from .flight import FlightRecorder, GraphCall
 
 #: Host memory that may be queued for writing before the model thread waits.
@@ -406,13 +406,18 @@ class Session:
                         # device ring not shipped): what is finished is written now
                         del batch[n:]
                         break
-            done: list[dict] = []
-            for job in batch:
-                record = self._finish(job)
-                if record is not None:
-                    done.append(record)
-            if done:
-                self._append(done)
+            if self.flight is None:
+                text = self._encode(batch)
+                if text:
+                    self._append_text(text)
+            else:
+                done: list[dict] = []
+                for job in batch:
+                    record = self._finish(job)
+                    if record is not None:
+                        done.append(record)
+                if done:
+                    self._append(done)
             with self._cond:
                 for job in batch:
                     self._queue.popleft()
@@ -444,6 +449,54 @@ class Session:
                 record.pop("_flight_copy", None)
                 warn_once(f"flight-{type(e).__name__}", f"flight recorder failed, writing the record: {e}")
         return record
+
+    def _encode(self, batch: list[Job]) -> bytes:
+        """The manifest lines of ``batch`` (no flight recorder), in its order: runs of
+        device-ring records the runtime library writes (``ring_records``: one call without
+        the GIL), the others finished and encoded here."""
+        parts: list[bytes] = []
+        records: list[dict] = []
+        group: list[Job] = []
+        lines: Any = None
+
+        def native() -> None:
+            text = lines.encode(group)
+            if text is None:  # the library failed (it warned): the dict path
+                records.extend([r for r in map(self._finish, group) if r is not None])
+            else:
+                parts.append(text)
+            group.clear()
+
+        for job in batch:
+            writer = getattr(job.finish, "lines", None)
+            if writer is not None and writer.takes(job):
+                if records:
+                    parts.append(encode_lines(records))
+                    records.clear()
+                if group and writer is not lines:
+                    native()
+                lines = writer
+                group.append(job)
+                continue
+            if group:
+                native()
+            record = self._finish(job)
+            if record is not None:
+                records.append(record)
+        if group:
+            native()
+        if records:
+            parts.append(encode_lines(records))
+        return b"".join(parts)
+
+    def _append_text(self, text: bytes) -> None:
+        w = self._writer
+        if w is None:
+            return
+        try:
+            w.append_text(text)
+        except Exception as e:
+            warn_once("manifest", f"cannot append to manifest in {self.path!r}: {e}")
 
     def _append(self, records: list[dict]) -> None:
         w = self._writer

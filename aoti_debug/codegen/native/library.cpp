@@ -2,11 +2,13 @@
 // aoti_debug/codegen/native_library.py and loaded by JIT cpp_wrapper modules
 // (glue_library.h) and by the Python runtime for its CPU stats and records
 // (runtime/native_stats.py, runtime/cpu_records.py): every part, every level. Exports the
-// two entry points, the ABI check, the CPU stats, the CPU records and the dtype names,
+// two entry points, the ABI check, the CPU stats, the CPU records, the device-ring
+// records and the dtype names,
 // and (state.h) aoti_debug_runtime_warnings; everything else is internal.
 #include "cpu_records.h"
 #include "cpu_summary.h"
 #include "entry.h"
+#include "ring_records.h"
 
 #define AOTI_DEBUG_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -42,6 +44,16 @@ AOTI_DEBUG_EXPORT int aoti_debug_rt_cpu_summaries(const int64_t* spec, size_t sp
 AOTI_DEBUG_EXPORT int aoti_debug_rt_cpu_records(int64_t* spec) {
   try {
     return AOTI_DEBUG_NS::cpu_records(spec);
+  } catch (...) {  // std::bad_alloc
+    return -2;
+  }
+}
+
+// The manifest lines of device-ring records for the Python runtime's writer thread
+// (runtime/ring_records.py); the layout of `spec`: ring_records.h. Never throws.
+AOTI_DEBUG_EXPORT int aoti_debug_rt_ring_records(int64_t* spec) {
+  try {
+    return AOTI_DEBUG_NS::ring_records(spec);
   } catch (...) {  // std::bad_alloc
     return -2;
   }

@@ -1,0 +1,168 @@
+"""The manifest lines of device-ring records written by the runtime library, without the GIL.
+
+At level ``stats`` a CUDA launch side's records wait in the writer's queue for their
+device ring segment (:mod:`.device_ring`). Once a segment's values are on the host, the
+writer thread hands the runtime library (``codegen/native/ring_records.h``) one array
+for a run of such records: per record its numbers (seq, launch, kernel call), the
+address of its stats row and checksum in the segment's host copy, and the text of its
+constant fields (graph ... numel), encoded here once per distinct value with
+``format.writer.encode_record`` itself. The library writes the lines, stats and checksum
+spelled as ``encode_record`` spells what ``device_ring.fill`` sets (``append_stats_json``,
+the C++ runtime's own), in a ``ctypes.CDLL`` call that releases the GIL: the model's
+thread runs while they are formatted. ``tests/test_ring_records.py`` compares the lines
+with the dict path's byte for byte.
+
+The dict path stays for what needs the record as a dict: level print (its lines are
+printed from the records), the flight recorder (records pass through its ring), a
+record with any other field (the eager reference's ``extra``, an ``error``), a segment
+that could not be read back, and a process without the library. A library that fails
+warns once; the writer then uses the dict path.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import threading
+from typing import Any
+
+from ..format.writer import encode_record
+from . import device_ring
+from .session import Job, warn_once
+
+#: The function of the library (``library.cpp``) and the layout of its ``spec``
+#: (``ring_records.h``: kRingLayout, the RingSlot header, kRingRecord numbers a record).
+RECORDS_SYMBOL = "aoti_debug_rt_ring_records"
+LAYOUT = 1
+_HEADER = 6
+#: Bytes of a line besides its constant texts: numbers, stats (7 values of at most 24
+#: characters and their keys), checksum.
+_LINE_BYTES = 400
+#: How a record's JSON starts and where its kernel call is, with the numbers zero.
+_START = '{"seq":0,"launch":0,'
+_CALL = ',"kernel_call":0,'
+#: The keys a record the library writes may hold: protocol.record's and the tensor's
+#: metadata (anything else, such as ``error`` or the eager reference's fields, takes the
+#: dict path, where encode_record writes it behind ``numel``).
+_PLAIN = frozenset(("seq", "launch", "graph", "wrapper", "kernel", "op", "kernel_call", "phase", "arg", "role",
+                    "index", "site", "expr", "volatile", "kind", "dtype", "shape", "stride", "device", "numel"))
+_ABSENT = object()
+_MAX_TEXTS = 1 << 16
+
+
+class RingFill:
+    """A ring record's ``finish``: sets its stats and checksum from row ``row`` of
+    ``arrival`` (the dict path); ``lines``: the library's :class:`RingLines` that may
+    write the record instead, or None."""
+
+    __slots__ = ("arrival", "row", "lines")
+
+    def __init__(self, arrival: Any, row: int, lines: "RingLines | None"):
+        self.arrival = arrival
+        self.row = row
+        self.lines = lines
+
+    def __call__(self, rec: dict) -> None:
+        device_ring.fill(rec, self.arrival.values(), self.row)
+
+
+class RingLines:
+    """One runtime library's ring-record function and the constant texts it was given."""
+
+    def __init__(self, library: Any):
+        fn = ctypes.CDLL(library.path, mode=ctypes.RTLD_LOCAL, handle=library._lib._handle)[RECORDS_SYMBOL]
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p]
+        self._fn = fn  # a CDLL function: the GIL is released for the call
+        self.failed = False
+        #: encode_record's key of a record's constant fields -> (head, body, their addresses)
+        self._texts: dict[tuple, tuple] = {}
+
+    def takes(self, job: Job) -> bool:
+        """Whether the library may write ``job``'s line: a plain record whose values are on
+        the host (this waits for them, as the dict path's ``synchronize`` does)."""
+        if self.failed or not _PLAIN.issuperset(job.record):
+            return False
+        try:
+            job.event.synchronize()
+        except Exception:
+            return False  # the dict path records the error
+        return getattr(job.event, "host", None) is not None
+
+    def _text(self, rec: dict) -> tuple:
+        key = (rec["graph"], rec["wrapper"], rec["kernel"], rec["op"], rec["phase"], rec["arg"], rec["role"],
+               rec["index"], rec.get("site", _ABSENT), rec.get("expr", _ABSENT), rec.get("volatile", _ABSENT),
+               rec["kind"], rec["dtype"], tuple(rec["shape"]), tuple(rec["stride"]), rec["device"], rec["numel"])
+        found = self._texts.get(key)
+        if found is None:
+            plain = {k: v for k, v in rec.items() if k in _PLAIN}
+            plain["seq"] = plain["launch"] = plain["kernel_call"] = 0
+            text = encode_record(plain)
+            if not text.startswith(_START):
+                raise ValueError(f"records start otherwise than the runtime library writes them: {text[:40]!r}")
+            at = text.index(_CALL)
+            head, body = text[len(_START):at].encode("ascii"), text[at + len(_CALL):-1].encode("ascii")
+            found = (head, body, _address(head), len(head), _address(body), len(body))
+            if len(self._texts) >= _MAX_TEXTS:
+                self._texts.clear()  # texts in use are held by their callers
+            self._texts[key] = found
+        return found
+
+    def encode(self, jobs: list[Job]) -> bytes | None:
+        """The manifest lines of ``jobs`` (each :meth:`takes`), in their order; None when the
+        library failed (one warning; the caller's dict path writes them, as it will all
+        later records)."""
+        spec = [LAYOUT, 0, len(jobs), 0, 0, 0]
+        keep = []
+        size = 0
+        try:
+            for job in jobs:
+                rec, fill = job.record, job.finish
+                stats, sums = fill.arrival.host()
+                texts = self._text(rec)
+                keep.append(texts)
+                size += texts[3] + texts[5] + _LINE_BYTES
+                spec += (rec["seq"], rec["launch"], rec["kernel_call"], stats + 64 * fill.row, sums + 8 * fill.row,
+                         *texts[2:])
+            out = bytearray(size)
+            spec[1] = len(spec)
+            spec[3:5] = _address_of(out), size
+            packed = array.array("q", spec)
+            rc = self._fn(packed.buffer_info()[0])
+            if rc != 0:
+                raise RuntimeError(f"{RECORDS_SYMBOL} returned {rc}")
+            return bytes(memoryview(out)[:packed[5]])
+        except Exception as e:
+            self.failed = True
+            warn_once(f"ring-records-{type(e).__name__}", f"the runtime library could not write device-ring "
+                                                           f"records, encoding them in Python: {e}")
+            return None
+
+
+def _address(text: bytes) -> int:
+    return ctypes.cast(text, ctypes.c_void_p).value or 0
+
+
+def _address_of(buf: bytearray) -> int:
+    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf)) if buf else 0
+
+
+_lock = threading.Lock()
+_UNSET: Any = object()
+
+
+def for_library(library: Any) -> RingLines | None:
+    """The ring-record writer of a loaded :class:`~aoti_debug.runtime.native_stats.Library`
+    (one per library), or None when it has none (a library built from older sources)."""
+    if library is None:
+        return None
+    found = getattr(library, "ring_lines", _UNSET)
+    if found is not _UNSET:
+        return found
+    with _lock:
+        if getattr(library, "ring_lines", _UNSET) is _UNSET:
+            try:
+                library.ring_lines = RingLines(library)
+            except (AttributeError, OSError):
+                library.ring_lines = None
+        return library.ring_lines
