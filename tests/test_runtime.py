@@ -236,6 +236,13 @@ class _FakeRing:
         self.synchronize()
         return [r[0] for r in self.rows], [r[1] for r in self.rows]
 
+    def host(self):
+        """The rows as the device ring's host copy holds them (ring_records reads them)."""
+        self.synchronize()
+        self._host = (torch.tensor([r[0] for r in self.rows], dtype=torch.float64),
+                      torch.tensor([r[1] for r in self.rows], dtype=torch.int64))
+        return self._host[0].data_ptr(), self._host[1].data_ptr()
+
     def ship(self):
         self.shipped.set()
 
@@ -267,3 +274,36 @@ def test_deferred_stats_keep_launch_order(fresh_session, monkeypatch, capfd, lev
         err = capfd.readouterr().err
         launches = [int(line.split("launch=")[1].split()[0]) for line in err.splitlines() if " launch=" in line]
         assert launches == [1, 1, 1, 2, 2, 2, 3, 3, 3], err
+
+
+def test_deferred_ring_records_written_by_the_library_keep_launch_order(fresh_session, monkeypatch, library):
+    """The same, with the runtime library writing the ring records from the writer thread
+    (ring_records), CPU records of later launches queued between them."""
+    from aoti_debug.runtime import ring_records
+
+    ring = _FakeRing()
+    written = []
+    encode = ring_records.RingLines.encode
+    monkeypatch.setattr(ring_records.RingLines, "encode", lambda self, jobs: written.append(len(jobs)) or
+                        encode(self, jobs))
+    monkeypatch.setattr(hooks.GraphHandle, "_ring_stats", lambda self, items, rows: ring.stats(self, items, rows))
+    monkeypatch.setattr(session, "BEFORE_FLUSH", [ring.ship])
+    g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
+    g._records = None
+    a, b = torch.randn(4, 5), torch.arange(6.0)
+    for k in range(3):
+        site = Site("", f"k{k}", f"k{k}", (SiteArg("x", "input", "unknown", "x"), SiteArg("n", "input", "scalar", "n")),
+                    (SiteArg("y", "output", "unknown", "y"),))
+        with monkeypatch.context() as m:  # the ring's tensors, then CPU tensors summarised at once
+            m.setattr(hooks.GraphHandle, "_native_stats", lambda self, items: list(range(len(items))))
+            g.launch(site, (a, 7))
+        g.done(site, (b * k,))
+    assert not ring.shipped.is_set()
+    aoti_debug.flush()
+    recs = records(only_run(str(fresh_session)))
+    assert sum(written) == 3
+    assert [r["seq"] for r in recs] == list(range(1, 10))
+    for r in recs:
+        if r["kind"] == "tensor":
+            t = a if r["phase"] == "before" else b * int(r["kernel"][1:])
+            assert r["checksum"] == tensor_stats(t)[1], r
