@@ -75,6 +75,8 @@ class RingLines:
         fn.argtypes = [ctypes.c_void_p]
         self._fn = fn  # a CDLL function: the GIL is released for the call
         self.failed = False
+        self._ready: Any = None
+        """The last arrival whose values were found on the host."""
         #: encode_record's key of a record's constant fields -> (head, body, their addresses)
         self._texts: dict[tuple, tuple] = {}
 
@@ -83,55 +85,66 @@ class RingLines:
         the host (this waits for them, as the dict path's ``synchronize`` does)."""
         if self.failed or not _PLAIN.issuperset(job.record):
             return False
+        arrival = job.event
+        if arrival is self._ready:
+            return True
         try:
-            job.event.synchronize()
+            arrival.host()
         except Exception:
-            return False  # the dict path records the error
-        return getattr(job.event, "host", None) is not None
+            return False  # not readable (the dict path records the error), or no host copy
+        self._ready = arrival
+        return True
 
-    def _text(self, rec: dict) -> tuple:
-        key = (rec["graph"], rec["wrapper"], rec["kernel"], rec["op"], rec["phase"], rec["arg"], rec["role"],
-               rec["index"], rec.get("site", _ABSENT), rec.get("expr", _ABSENT), rec.get("volatile", _ABSENT),
-               rec["kind"], rec["dtype"], tuple(rec["shape"]), tuple(rec["stride"]), rec["device"], rec["numel"])
-        found = self._texts.get(key)
-        if found is None:
-            plain = {k: v for k, v in rec.items() if k in _PLAIN}
-            plain["seq"] = plain["launch"] = plain["kernel_call"] = 0
-            text = encode_record(plain)
-            if not text.startswith(_START):
-                raise ValueError(f"records start otherwise than the runtime library writes them: {text[:40]!r}")
-            at = text.index(_CALL)
-            head, body = text[len(_START):at].encode("ascii"), text[at + len(_CALL):-1].encode("ascii")
-            found = (head, body, _address(head), len(head), _address(body), len(body))
-            if len(self._texts) >= _MAX_TEXTS:
-                self._texts.clear()  # texts in use are held by their callers
-            self._texts[key] = found
+    def _text(self, rec: dict, key: tuple) -> tuple:
+        """The constant texts of ``rec`` as ``(head, body, head address, length, body
+        address, length, bytes a line may take)``, encoded once per ``key``."""
+        plain = {k: v for k, v in rec.items() if k in _PLAIN}
+        plain["seq"] = plain["launch"] = plain["kernel_call"] = 0
+        text = encode_record(plain)
+        if not text.startswith(_START):
+            raise ValueError(f"records start otherwise than the runtime library writes them: {text[:40]!r}")
+        at = text.index(_CALL)  # a key: quotes inside string values are escaped
+        head, body = text[len(_START):at].encode("ascii"), text[at + len(_CALL):-1].encode("ascii")
+        found = (head, body, _address(head), len(head), _address(body), len(body), len(head) + len(body) + _LINE_BYTES)
+        if len(self._texts) >= _MAX_TEXTS:
+            self._texts.clear()  # texts in use are held by their callers
+        self._texts[key] = found
         return found
 
     def encode(self, jobs: list[Job]) -> bytes | None:
         """The manifest lines of ``jobs`` (each :meth:`takes`), in their order; None when the
         library failed (one warning; the caller's dict path writes them, as it will all
         later records)."""
-        spec = [LAYOUT, 0, len(jobs), 0, 0, 0]
+        spec = array.array("q", (LAYOUT, 0, len(jobs), 0, 0, 0))
+        add = spec.extend
         keep = []
         size = 0
+        texts_of = self._texts.get
+        last: Any = None
         try:
             for job in jobs:
                 rec, fill = job.record, job.finish
-                stats, sums = fill.arrival.host()
-                texts = self._text(rec)
+                if fill.arrival is not last:
+                    last = fill.arrival
+                    stats, sums = last.host()
+                key = (rec["graph"], rec["wrapper"], rec["kernel"], rec["op"], rec["phase"], rec["arg"], rec["role"],
+                       rec["index"], rec.get("site", _ABSENT), rec.get("expr", _ABSENT),
+                       rec.get("volatile", _ABSENT), rec["kind"], rec["dtype"], tuple(rec["shape"]),
+                       tuple(rec["stride"]), rec["device"], rec["numel"])
+                texts = texts_of(key) or self._text(rec, key)
                 keep.append(texts)
-                size += texts[3] + texts[5] + _LINE_BYTES
-                spec += (rec["seq"], rec["launch"], rec["kernel_call"], stats + 64 * fill.row, sums + 8 * fill.row,
-                         *texts[2:])
+                size += texts[6]
+                row = fill.row
+                add((rec["seq"], rec["launch"], rec["kernel_call"], stats + 64 * row, sums + 8 * row, texts[2],
+                     texts[3], texts[4], texts[5]))
             out = bytearray(size)
             spec[1] = len(spec)
-            spec[3:5] = _address_of(out), size
-            packed = array.array("q", spec)
-            rc = self._fn(packed.buffer_info()[0])
+            spec[3] = _address_of(out)
+            spec[4] = size
+            rc = self._fn(spec.buffer_info()[0])
             if rc != 0:
                 raise RuntimeError(f"{RECORDS_SYMBOL} returned {rc}")
-            return bytes(memoryview(out)[:packed[5]])
+            return bytes(memoryview(out)[:spec[5]])
         except Exception as e:
             self.failed = True
             warn_once(f"ring-records-{type(e).__name__}", f"the runtime library could not write device-ring "
