@@ -217,3 +217,36 @@ def test_the_call_releases_the_gil(library):
 
     lines = ring_records.for_library(library)
     assert not lines._fn._flags_ & ctypes._FUNCFLAG_PYTHONAPI
+
+
+def test_cuda_graph_replay_values_are_written_alike(library, fresh_session):
+    """A CUDA-graph replay's host copy (cuda_graphs._Values, built here without a device)
+    gives the library the rows the dict path reads: the same lines."""
+    import threading as _threading
+
+    from aoti_debug import config
+    from aoti_debug.runtime import cuda_graphs
+
+    n = len(_ODD_ROWS)
+    values = object.__new__(cuda_graphs._Values)
+    values._n = n
+    values._host = torch.zeros(9 * n, dtype=torch.float64)
+    values._host[: 8 * n] = torch.tensor([[*r, 1.0] for r in _ODD_ROWS], dtype=torch.float64).flatten()
+    values._host[8 * n:].view(torch.int64)[:] = torch.tensor([-5, 0, 2 ** 63 - 1, -(2 ** 63), 77])
+    values._event, values._lists, values._lock = _Done(), None, _threading.Lock()
+    lines = ring_records.for_library(library)
+
+    def jobs(w):
+        out = []
+        for i in range(n):
+            rec = {"seq": i + 1, "launch": 1, "graph": "graph0", "wrapper": "python", "kernel": "k", "op": "k",
+                   "kernel_call": 0, "phase": "after", "arg": f"buf{i}", "role": "output", "index": i, "site": 0,
+                   "kind": "tensor", "dtype": "float32", "shape": [2, 3], "stride": [3, 1], "device": "cuda:0",
+                   "numel": 6}
+            out.append(session.Job(rec, values, ring_records.RingFill(values, i, w)))
+        return out
+
+    sess = session.Session(config.RunSettings())
+    native, dicts = jobs(lines), jobs(None)
+    assert all(lines.takes(j) for j in native)
+    assert sess._encode(native) == sess._encode(dicts) == writer.encode_lines([j.record for j in dicts])

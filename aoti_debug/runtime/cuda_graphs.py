@@ -30,6 +30,7 @@ import torch
 
 from . import session as _session
 from .device_ring import fill, private_empty
+from .ring_records import RingFill
 from .session import Job, warn_once
 
 #: Rows (tensors recorded inside CUDA graphs), partial slots and pointer-table entries
@@ -147,8 +148,8 @@ class Capture:
                 rec["seq"], rec["launch"], rec["kernel_call"] = first + k, launch, call
                 if row is None:
                     jobs.append(Job(rec))
-                else:
-                    jobs.append(Job(rec, values, functools.partial(values.fill, row - self.first_row)))
+                else:  # the runtime library may write the line from the writer thread (ring_records)
+                    jobs.append(Job(rec, values, RingFill(values, row - self.first_row, side.handle._ring_lines())))
         if jobs:
             sess.submit_all(jobs)
 
@@ -175,9 +176,19 @@ class _Values:
                     self._lists = (self._host[: 8 * n].view(n, 8).tolist(),
                                    self._host[8 * n:].view(torch.int64).tolist())
 
-    def fill(self, row: int, rec: dict) -> None:
+    def values(self) -> tuple[list, list]:
+        """``(stats rows, checksums)`` as Python lists (the dict path: ``device_ring.fill``)."""
         self.synchronize()
-        fill(rec, self._lists, row)
+        return self._lists
+
+    def host(self) -> tuple[int, int]:
+        """Addresses of the host copy, as :meth:`device_ring.Arrival.host` gives them."""
+        self.synchronize()
+        at = self._host.data_ptr()
+        return at, at + 64 * self._n
+
+    def fill(self, row: int, rec: dict) -> None:
+        fill(rec, self.values(), row)
 
 
 def current() -> Capture | None:
