@@ -29,6 +29,10 @@ CXX = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
 INCLUDE = os.path.join(os.path.dirname(torch.__file__), "include")
 FAKE = os.path.join(REPO, "tests", "fake_cuda")
 SCRATCH = ("u64", "u64")  # Triton 3.6: global and profile scratch pointers
+SEGMENT_ROWS = 2048  # device_stats.h's ring: rows per segment (AOTI_DEBUG_DEVICE_SEGMENT_ROWS)
+#: Harnesses built with smaller rings (rows per segment, segments): a segment smaller
+#: than a graph call's 25 device rows, a ring smaller than one call, segments smaller than a side.
+SMALL_RINGS = ((14, 1), (13, 2), (8, 2))
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +49,10 @@ def built(tmp_path_factory):
               "-I", INCLUDE]
     for cmd in ([*common, "-shared", "-fPIC", os.path.join(FAKE, "libcuda.cpp"), "-o", str(lib / "libcuda.so.1"),
                  "-pthread"],
-                [*common, os.path.join(FAKE, "harness.cpp"), "-o", str(d / "harness"), "-ldl", "-pthread"]):
+                [*common, os.path.join(FAKE, "harness.cpp"), "-o", str(d / "harness"), "-ldl", "-pthread"],
+                *([*common, f"-DAOTI_DEBUG_DEVICE_SEGMENT_ROWS={rows}", f"-DAOTI_DEBUG_DEVICE_SEGMENTS={segs}",
+                   os.path.join(FAKE, "harness.cpp"), "-o", str(d / f"harness-ring{rows}x{segs}"), "-ldl", "-pthread"]
+                  for rows, segs in SMALL_RINGS)):
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr[-4000:]
     return d
@@ -61,13 +68,13 @@ def fake_pack(path, capability=90, leave_out=(12,)) -> str:
     return str(path)
 
 
-def run_harness(built, tmp_path, name, pack, mode="file", level="stats", args=(), **env):
+def run_harness(built, tmp_path, name, pack, mode="file", level="stats", args=(), harness="harness", **env):
     root = tmp_path / name
     log = tmp_path / f"{name}.log"
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("AOTI_DEBUG_", "FAKE_CU_"))}
     environ.update(LD_LIBRARY_PATH=str(built / "lib"), AOTI_DEBUG_DIR=str(root), AOTI_DEBUG_RUN_ID="run",
                    FAKE_CU_LOG=str(log), **env)
-    proc = subprocess.run([str(built / "harness"), pack, mode, level, *args], capture_output=True, text=True,
+    proc = subprocess.run([str(built / harness), pack, mode, level, *args], capture_output=True, text=True,
                           env=environ, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     copied = int(re.search(r"copied=(\d+)", proc.stdout).group(1))
@@ -220,12 +227,77 @@ def test_device_records_equal_the_host_path_and_copy_only_results(built, tmp_pat
     assert (9, 1) in kinds_vec and (9, 4) in kinds_vec  # after: the misaligned float32 makes its group unvectorised
     big = [r for _f, rows in found for r in rows if r["n"] == 3_000_000]
     assert big and all(r["nprog"] > 100 for r in big)
-    # Per side one copy of the results, 9 doubles per tensor on the device: before, 12 of
-    # the 15 values (not the CPU, uint16 and uninitialised ones); after, 13 of 15.
+    # Level stats: the results (9 doubles per row) go to a segment of the device ring, one
+    # copy back per graph call (shipped when the next call starts, and at exit), not per
+    # side, and no stream synchronisation but the two when the buffers are first made.
+    # Rows: before, 12 of the 15 values (not the CPU, uint16 and uninitialised ones); after, 13.
     dtoh = [int(x.split()[1]) for x in calls if x.startswith("dtoh ")]
-    assert dtoh == [9 * 8 * m for m in (12, 13, 12, 13)]
-    assert sum(1 for x in calls if x == "sync") >= 4
+    assert dtoh == [9 * 8 * SEGMENT_ROWS] * 2
+    assert calls.count("event-record") == 2 and calls.count("sync") == 2
+    # Each call in a segment of its own: the before side's rows from 0, the after side's behind them.
+    assert [r["row"] for _f, rows in found for r in rows if r["n"] == 3_000_000] == [10, 22, 10, 22]
     assert sum(1 for x in calls if x.startswith("load ")) == len(kinds_vec)  # modules loaded once, reused
+    # Level print waits for each side (its lines are printed as the side is recorded).
+    printed, pcalls, _c, _e = run_harness(built, tmp_path, "print", pack, level="print")
+    pdtoh = [int(x.split()[1]) for x in pcalls if x.startswith("dtoh ")]
+    assert pdtoh == [9 * 8 * m for m in (12, 13, 12, 13)] and pcalls.count("sync") >= 4
+
+
+def _manifest_order(recs):
+    return [r["seq"] for r in recs] == sorted(r["seq"] for r in recs) and len({r["seq"] for r in recs}) == len(recs)
+
+
+@pytest.mark.parametrize("harness", ["harness", *(f"harness-ring{r}x{n}" for r, n in SMALL_RINGS)])
+def test_level_stats_waits_for_no_side_and_keeps_record_order(built, tmp_path, harness):
+    """The stream is slow (the stand-in's copies land only when an event recorded after them
+    completes, which answers "not ready" three times first; the host would read garbage
+    before): records equal the host path's to the bit, in record order with CPU launches
+    between the device ones, written by exit, with one copy back per shipped segment and no
+    stream synchronisation per side; rings smaller than a graph call ship when full, and a
+    side larger than a segment waits for its own results."""
+    pack = fake_pack(tmp_path / "pack.bin")
+    host, _h, _c, _e = run_harness(built, tmp_path, "host", pack, args=("mixed",), AOTI_DEBUG_FUSED_STATS="0")
+    recs, calls, _copied, err = run_harness(built, tmp_path, "slow", pack, args=("mixed",), harness=harness,
+                                            FAKE_CU_EVENT_DELAY="3")
+    assert "warning" not in err, err
+    assert recs == host and _manifest_order(recs)
+    assert [r["kernel"] for r in recs].count("cpp_fake_cpu_1") == 4
+    records_rows = [r["row"] for _f, rows in launches(calls) for r in rows]
+    ships = calls.count("event-record")
+    copies = [x for x in calls if x.startswith("dtoh ")]
+    if harness == "harness-ring8x2":  # no side fits a segment: each waits for its own results
+        assert ships == 0 and len(copies) == 4 and calls.count("sync") >= 4
+        return
+    assert len(copies) == ships and calls.count("event-query ready") == ships and "event-query pending" in calls
+    if harness == "harness":
+        assert ships == 2 and calls.count("sync") == 2
+    else:  # a segment per side: shipped when the next side does not fit
+        assert ships == 4 and calls.count("sync") == 2 and max(records_rows) < 14
+
+
+def test_a_cuda_error_at_a_shipped_segment_is_named_and_its_records_say_so(built, tmp_path):
+    """The event of a shipped segment reports the fault: one warning naming the launch after
+    which its kernels were queued, the records of every side queued until then without
+    stats and with the error, and the host path for every later side."""
+    pack = fake_pack(tmp_path / "pack.bin")
+    host, _h, _c, _e = run_harness(built, tmp_path, "host", pack, AOTI_DEBUG_FUSED_STATS="0")
+    recs, calls, _copied, err = run_harness(built, tmp_path, "event", pack, FAKE_CU_FAIL="event")
+    warnings = [x for x in err.splitlines() if "warning" in x]
+    assert len(warnings) == 1, warnings
+    assert ("CUDA error while computing stats on the device after triton_fake_kernel_0 (cuEventQuery: "
+            "CUDA_ERROR_ILLEGAL_ADDRESS") in warnings[0]
+    assert len(recs) == len(host) and _manifest_order(recs)
+    lost = [r for r in recs if "error" in r]
+    assert lost and all(r["stats"] is None and r["checksum"] is None and "cuEventQuery" in r["error"] for r in lost)
+    # The first call's segment fails when it is first polled, as the second call's before
+    # side starts (its rows already queued); from the after side on, the host path.
+    assert {(r["launch"], r["phase"]) for r in lost} == {(1, "before"), (1, "after"), (2, "before")}
+    assert [r for r in recs if r["launch"] == 2 and r["phase"] == "after"] == \
+        [r for r in host if r["launch"] == 2 and r["phase"] == "after"]
+    for got, want in zip(recs, host):
+        if "error" in got:
+            assert {k: v for k, v in got.items() if k not in ("stats", "checksum", "error")} == \
+                {k: v for k, v in want.items() if k not in ("stats", "checksum")}
 
 
 def test_print_lines_and_linked_packs_match_the_host_path(built, tmp_path, capfd):

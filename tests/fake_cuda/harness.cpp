@@ -5,8 +5,9 @@
 //   harness PACK file|linked|nostream stats|print|save [finite-inputs]
 //                                      -> the records; "copied=<bytes> unsynced=<copies>"
 //   (finite-inputs: the launch reads only integer tensors, so that its NaN/Inf outputs are
-//   a birth for AOTI_DEBUG_TRIGGER=nonfinite; unsynced: copies of device values made before
-//   any DeviceOps::synchronize)
+//   a birth for AOTI_DEBUG_TRIGGER=nonfinite; mixed: each call also launches a CPU kernel
+//   after it, whose records must not overtake the device launch's; unsynced: copies of
+//   device values made before any DeviceOps::synchronize)
 //   harness PACK parse                                    -> parse_pack's verdict
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 
@@ -198,6 +199,7 @@ int main(int argc, char** argv) {
   }
   std::string level = argc > 3 ? argv[3] : "stats";
   bool finite_inputs = argc > 4 && std::string(argv[4]) == "finite-inputs";
+  bool mixed = argc > 4 && std::string(argv[4]) == "mixed";
   schema::Level lv = level == "print" ? schema::kPrint : level == "save" ? schema::kSave : schema::kStats;
   const int cuda = kDeviceCuda, cpu = kDeviceCpu;
   std::vector<AtenTensorHandle> ts = {
@@ -241,9 +243,24 @@ int main(int argc, char** argv) {
   after.args = after_args.data();
   Graph graph = {nullptr, ops(mode, pack)};
   Token token = {0, 0};
+  Arg cpu_args[] = {{"c0", "input", "tensor", "c0", 0, 0, ""}, {"c1", "output", "tensor", "c1", 1, 0, ""}};
+  Value cpu_vals[] = {Value(ts[12]), Value(ts[12])};
+  Site cpu_before = before;
+  cpu_before.kernel = cpu_before.op = "cpp_fake_cpu_1";
+  cpu_before.index_base = 1;
+  cpu_before.n = 1;
+  cpu_before.args = cpu_args;
+  cpu_before.id = 1;
+  Site cpu_after = cpu_before;
+  cpu_after.args = cpu_args + 1;
+  cpu_after.index_base = 1;
   for (int call = 0; call < 2; ++call) {
     entry_launch(&graph, &token, &before, before_vals.data(), before_vals.size());
     entry_done(&graph, &token, &after, after_vals.data(), after_vals.size());
+    if (mixed) {
+      entry_launch(&graph, &token, &cpu_before, cpu_vals, 1);
+      entry_done(&graph, &token, &cpu_after, cpu_vals + 1, 1);
+    }
   }
   std::printf("copied=%llu unsynced=%llu\n", static_cast<unsigned long long>(g_copied),
               static_cast<unsigned long long>(g_unsynced));

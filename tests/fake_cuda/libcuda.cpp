@@ -3,14 +3,19 @@
 // cuLaunchKernel does what the stats kernel does, with the C++ runtime's own summarize()
 // (stats.h), so that the device path's records equal the host path's to the bit. Every
 // call is logged (FAKE_CU_LOG) for the test to check the launches against fused_stats.plan.
-// FAKE_CU_SMS, FAKE_CU_CC: the device; FAKE_CU_FAIL=launch|sync|capture-query|load: that
-// call (cuLaunchKernel, cuStreamSynchronize, cuStreamIsCapturing, cuModuleLoadData) fails with
+// FAKE_CU_SMS, FAKE_CU_CC: the device; FAKE_CU_FAIL=launch|sync|capture-query|load|event:
+// that call (cuLaunchKernel, cuStreamSynchronize, cuStreamIsCapturing, cuModuleLoadData,
+// cuEventQuery) fails with
 // CUDA_ERROR_ILLEGAL_ADDRESS; FAKE_CU_CAPTURING: the stream is being captured.
+// FAKE_CU_EVENT_DELAY=N: the stream is slow: a copy to the host lands only when the
+// stream is synchronised or an event recorded after it completes, and an event answers
+// "not ready" N times first (the host sees garbage if it reads before).
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "stats.h"
 
@@ -48,6 +53,23 @@ int env_int(const char* name, int dflt) {
 int32_t c10_of(uint32_t kind) {
   static const int32_t map[] = {11, 0, 1, 24, 23, 2, 5, 15, 3, 6, 4, 7, 27, 28, 29};
   return kind < 15 ? map[kind] : -1;
+}
+
+// Copies to the host the stream has not done yet (FAKE_CU_EVENT_DELAY).
+struct Copy {
+  void* dst;
+  std::vector<unsigned char> bytes;
+};
+std::vector<Copy> g_queued;
+
+struct FakeEvent {
+  int pending;
+  std::vector<Copy> copies;
+};
+
+void land(std::vector<Copy>& copies) {
+  for (Copy& c : copies) std::memcpy(c.dst, c.bytes.data(), c.bytes.size());
+  copies.clear();
 }
 
 void* alloc(size_t n, int fill) {
@@ -157,13 +179,49 @@ int cuMemcpyHtoDAsync_v2(unsigned long long dst, const void* src, size_t n, void
   return 0;
 }
 int cuMemcpyDtoHAsync_v2(void* dst, unsigned long long src, size_t n, void*) {
-  std::memcpy(dst, reinterpret_cast<const void*>(src), n);
   logf("dtoh %zu\n", n);
+  if (env_int("FAKE_CU_EVENT_DELAY", -1) < 0) {
+    std::memcpy(dst, reinterpret_cast<const void*>(src), n);
+    return 0;
+  }
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(src);
+  g_queued.push_back({dst, std::vector<unsigned char>(s, s + n)});  // what the stream copies later
+  std::memset(dst, 0xEE, n);
   return 0;
 }
 int cuStreamSynchronize(void*) {
   if (failing("sync")) return 700;
   logf("sync\n");
+  land(g_queued);
+  return 0;
+}
+int cuEventCreate(void** event, unsigned flags) {
+  *event = new FakeEvent{};
+  logf("event-create %u\n", flags);
+  return 0;
+}
+int cuEventRecord(void* event, void*) {
+  FakeEvent* e = static_cast<FakeEvent*>(event);
+  e->copies.swap(g_queued);
+  g_queued.clear();
+  e->pending = env_int("FAKE_CU_EVENT_DELAY", 0);
+  logf("event-record\n");
+  return 0;
+}
+int cuEventQuery(void* event) {
+  if (failing("event")) return 700;
+  FakeEvent* e = static_cast<FakeEvent*>(event);
+  if (e->pending > 0) {
+    e->pending -= 1;
+    logf("event-query pending\n");
+    return 600;  // CUDA_ERROR_NOT_READY
+  }
+  land(e->copies);
+  logf("event-query ready\n");
+  return 0;
+}
+int cuEventDestroy_v2(void* event) {
+  delete static_cast<FakeEvent*>(event);
   return 0;
 }
 int cuStreamQuery(void*) {  // the work is done when it is queued: the runtime then synchronizes for the error

@@ -171,6 +171,7 @@ class JsonObject {
   }
   // The fields, without the braces.
   std::string inner() const { return s_.substr(1); }
+  size_t size() const { return s_.size(); }  // of the text so far (close() adds one byte)
   std::string close() const { return s_ + "}"; }
   // Appends the closed object to `out` (no copy of its own).
   void close_into(std::string& out) const {

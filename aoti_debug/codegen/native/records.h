@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -122,9 +123,11 @@ std::string save_values(Shared& S, const Site& site, const Arg& a, const char* p
 }
 #endif
 
-// `on_device`: the tensor's stats computed on the device (device_stats.h), or null.
+// `on_device`: the tensor's stats computed on the device (device_stats.h), or null;
+// `hole`: they come later (level stats, device_stats.h's ring): where they go in the
+// record's text is noted there instead.
 void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase, AtenTensorHandle h,
-                   const DeviceOps* dev, JsonObject& rec, const Summary* on_device) {
+                   const DeviceOps* dev, JsonObject& rec, const Summary* on_device, QueuedHole* hole = nullptr) {
   namespace R = schema::rec;
   HostTensor t;
   std::string err;
@@ -132,6 +135,11 @@ void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase,
   if (a.uninitialised && std::strcmp(phase, "before") == 0) {
     // Memory no launch had written yet: what it holds is not data (no stats, no file).
     rec.boolean(R::kUninitialised, true);
+    return;
+  }
+  if (hole && err.empty()) {
+    hole->stats_at = rec.value(R::kStats).size();
+    hole->checksum_at = rec.value(R::kChecksum).size();
     return;
   }
   if (err.empty() && !on_device) err = host_values(h, t, dev);
@@ -266,9 +274,16 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
   namespace R = schema::rec;
   size_t n = std::min(static_cast<size_t>(site.n), count);
   // CUDA tensors summarised on the device need no copy (save needs the values anyway).
+  // At level stats (no flight recorder: it judges each side as it is made) their results
+  // are not waited for: the side's records are queued until they are there, and so is
+  // every later side until the queue is written (device_stats.h's ring).
+  DeviceQueue& Q = device_queue();
+  if (!Q.sides.empty()) drain_queue(S, false);
   std::vector<Summary> on_device;
   std::vector<char> done;
-  if (site.level != schema::kSave) device_summaries(S, site, v, n, phase, dev, on_device, done);
+  Deferred deferred;
+  const bool defer = site.level == schema::kStats && !lines_out;
+  if (site.level != schema::kSave) device_summaries(S, site, v, n, phase, dev, on_device, done, defer, deferred);
   // The model may run on a stream of its own (AOTI's run(stream)); the shim's copy runs
   // on the current one: wait for the device before reading any of its tensors.
   for (size_t i = 0; dev && dev->synchronize && i < n; ++i) {
@@ -289,6 +304,7 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
   thread_local std::string lines;  // its capacity kept from side to side
   lines.clear();
   if (!lines_out) lines.reserve(512 * n);
+  std::vector<QueuedHole> holes;
   for (size_t i = 0; i < n; ++i) {
     const Arg& a = site.args[i];
     S.seq += 1;
@@ -296,8 +312,16 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
     rec.num(R::kSeq, S.seq).num(R::kLaunch, tl_launch).fields(texts[0]).num(R::kKernelCall, tl_call);
     rec.fields(texts[1 + i]);
     if (v[i].kind() == Value::kTensor) {
-      const Summary* sm = i < done.size() && done[i] ? &on_device[i] : nullptr;
-      record_tensor(S, site, a, phase, v[i].handle(), dev, rec, sm);
+      const bool later = i < done.size() && done[i] == 2;
+      const Summary* sm = i < done.size() && done[i] == 1 ? &on_device[i] : nullptr;
+      QueuedHole hole{std::string::npos, 0, 0, later ? deferred.rows[i] : 0};
+      record_tensor(S, site, a, phase, v[i].handle(), dev, rec, sm, later ? &hole : nullptr);
+      if (hole.stats_at != std::string::npos) {  // offsets in the record's text -> in the side's lines
+        hole.stats_at += lines.size();
+        hole.checksum_at += lines.size();
+        hole.end_at = lines.size() + rec.size();
+        holes.push_back(hole);
+      }
     } else {
       record_scalar(site, a, phase, v[i], rec);
     }
@@ -308,7 +332,32 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
     rec.close_into(lines);
     lines += '\n';
   }
-  if (!lines_out) append_manifest(S, lines);
+  if (lines_out) return;
+  if (holes.empty() && Q.sides.empty()) {
+    append_manifest(S, lines);
+    return;
+  }
+  QueuedSide q;
+  q.lines = lines;
+  if (!holes.empty()) {
+    q.holes = std::move(holes);
+    q.segment = deferred.segment;
+    q.owner = deferred.owner;
+    deferred.segment->sides += 1;
+  }
+  Q.append = &append_manifest;
+  Q.pid = static_cast<long>(::getpid());
+  Q.sides.push_back(std::move(q));
+  if (!Q.exit_hook) {
+    Q.exit_hook = true;
+    std::atexit(&drain_at_exit);
+  }
+}
+
+// Writes every side still queued (device_stats.h's ring), waiting for their results
+// (bounded). Caller holds S.mu.
+void flush_records(Shared& S) {
+  if (!device_queue().sides.empty()) drain_queue(S, true);
 }
 
 }  // namespace

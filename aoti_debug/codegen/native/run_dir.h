@@ -210,6 +210,7 @@ void ensure_run(Shared& S, const Site& site, const DeviceOps* dev) {
   if (dir.empty()) dir = schema::kDefaultDumpDir;
   std::string rid = env_str(schema::env::kRunId);
   if (S.pid == pid && S.opened && dir == S.env_dir && rid == S.env_run_id) return;
+  flush_records(S);                 // queued records (device_stats.h) go to the run that made them
   flight_end_run(S, S.pid == pid);  // the ring goes to the run that recorded it
   Claims& C = claims();
   if (S.pid != pid) {  // a forked child starts its own run, like the Python session
