@@ -306,8 +306,8 @@ def test_library_exports_its_entry_points_and_shares_state(library):
     lib.aoti_debug_rt_abi.restype = ctypes.c_char_p
     assert lib.aoti_debug_rt_abi().decode() == cpp_runtime.abi_namespace()
     for name in ("aoti_debug_rt_launch", "aoti_debug_rt_done", "aoti_debug_runtime_warnings",
-                 "aoti_debug_runtime_exit_reason", "aoti_debug_rt_cpu_summaries", "aoti_debug_rt_cpu_records",
-                 "aoti_debug_rt_dtype_name"):
+                 "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush", "aoti_debug_rt_cpu_summaries",
+                 "aoti_debug_rt_cpu_records", "aoti_debug_rt_dtype_name"):
         assert hasattr(lib, name), name
     if shutil.which("nm"):
         symbols = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True).stdout
@@ -318,7 +318,8 @@ def test_library_exports_its_entry_points_and_shares_state(library):
         c_names = sorted(s for s in ours if not s.startswith("_Z"))
         assert c_names == ["aoti_debug_rt_abi", "aoti_debug_rt_cpu_records", "aoti_debug_rt_cpu_summaries",
                            "aoti_debug_rt_done", "aoti_debug_rt_dtype_name", "aoti_debug_rt_launch",
-                           "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_warnings"]
+                           "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush",
+                           "aoti_debug_runtime_warnings"]
 
 
 def test_concurrent_builders_make_one_library(tmp_path):

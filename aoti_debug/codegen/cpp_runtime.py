@@ -5,9 +5,9 @@ The runtime is a set of parts in ``native/`` (shipped as package data), one job 
 each a header that includes what it uses so that it builds alone (the native tests do
 that): ``interface.h`` (what the wrapper passes), ``json.h``, ``text.h``, ``state.h``
 (process-wide state and warnings), ``env.h``, ``graph.h``, ``dtypes.h``, ``names.h``,
-``threads.h``, ``stats.h``, ``host_tensor.h``, ``device_stats.h``, ``run_json.h``,
-``crc.h``, ``pt_writer.h``, ``records.h``, ``flight.h``, ``flight_hooks.h``, ``run_dir.h``,
-``entry.h``, and the wrapper-side glue (``glue_*.h``).
+``threads.h``, ``stats.h``, ``host_tensor.h``, ``device_driver.h``, ``device_ring.h``,
+``device_stats.h``, ``run_json.h``, ``crc.h``, ``pt_writer.h``, ``records.h``, ``flight.h``,
+``flight_hooks.h``, ``run_dir.h``, ``entry.h``, and the wrapper-side glue (``glue_*.h``).
 
 ``constants.h`` is generated here, never written by hand: level codes from
 :data:`aoti_debug.config.LEVELS`, record, stats and run.json keys from
@@ -66,6 +66,8 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("threads.h", "records"),
     ("stats.h", "records"),
     ("host_tensor.h", "records"),
+    ("device_driver.h", "records"),
+    ("device_ring.h", "records"),
     ("device_stats.h", "records"),
     ("run_json.h", "records"),
     ("crc.h", "files"),

@@ -77,6 +77,9 @@ CPP_WARNINGS_SYMBOL = "aoti_debug_runtime_warnings"
 #: Exported by the C++ runtimes that record (``native/flight_hooks.h``): why the process ends,
 #: for their flight recorder's last write.
 CPP_EXIT_REASON_SYMBOL = "aoti_debug_runtime_exit_reason"
+#: ... and writes what they queued: level stats waits for no CUDA stats result
+#: (``native/device_stats.h``), so their last records may still be queued.
+CPP_FLUSH_SYMBOL = "aoti_debug_runtime_flush"
 _no_cpp_runtime: set[tuple[str, str]] = set()  # (symbol, loaded library) known not to export it
 
 
@@ -596,6 +599,18 @@ def flush() -> None:
     s = _session
     if s is not None and s.pid == os.getpid():
         s.flush()
+    _flush_cpp_runtimes()
+
+
+def _flush_cpp_runtimes() -> None:
+    """The C++ runtimes of this process (cpp_wrapper, AOTInductor) write what they queued."""
+    try:
+        for fn in _cpp_runtimes(CPP_FLUSH_SYMBOL):
+            fn.restype = None
+            fn.argtypes = []
+            fn()
+    except Exception:
+        pass
 
 
 def reset() -> None:

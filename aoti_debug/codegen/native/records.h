@@ -346,6 +346,7 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
     deferred.segment->sides += 1;
   }
   Q.append = &append_manifest;
+  Q.drain = &drain_queue;
   Q.pid = static_cast<long>(::getpid());
   Q.sides.push_back(std::move(q));
   if (!Q.exit_hook) {
