@@ -633,6 +633,15 @@ def _close_at_exit() -> None:
     reason = _exit_reason()
     if reason != "exit":
         _tell_cpp_runtimes(reason)
+    # The C++ runtimes queue records only for CUDA tensors (level stats): written here while
+    # CUDA is still up (their own exit hooks run after the interpreter's), by processes that used it.
+    torch = sys.modules.get("torch")
+    try:
+        used_cuda = torch is not None and torch.cuda.is_initialized()
+    except Exception:
+        used_cuda = False
+    if used_cuda:
+        _flush_cpp_runtimes()
     s = _session
     if s is not None and s.pid == os.getpid():
         try:
