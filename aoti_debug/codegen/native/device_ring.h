@@ -357,6 +357,15 @@ Segment* take_rows(Shared& S, DeviceStats& D, Ring& R, cu::Handle stream, const 
   Segment& n = R.seg[next];
   while (n.state != Segment::kFree && drain_one(S, true)) {
   }
+  if (n.state != Segment::kFree && n.sides == 0 && !D.broken) {  // rows no record reads (a side that failed)
+    ship(S, D, n);
+    settle(S, D, n, true);
+    if (n.state == Segment::kDone && n.error.empty()) {
+      n.state = Segment::kFree;
+      n.used = 0;
+      n.tab_used = 0;
+    }
+  }
   if (n.state != Segment::kFree || D.broken) return nullptr;
   n.state = Segment::kFilling;
   n.stream = stream;
