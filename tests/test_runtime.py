@@ -307,3 +307,28 @@ def test_deferred_ring_records_written_by_the_library_keep_launch_order(fresh_se
         if r["kind"] == "tensor":
             t = a if r["phase"] == "before" else b * int(r["kernel"][1:])
             assert r["checksum"] == tensor_stats(t)[1], r
+
+
+def test_flush_finds_a_cpp_runtime_loaded_after_an_earlier_look(tmp_path):
+    """aoti_debug.flush() remembers which libraries export the C++ runtime's flush while
+    nothing is loaded or unloaded; a library loaded after that first look is still flushed."""
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if not cxx:
+        pytest.skip("no C++ compiler (g++/c++ or $CXX)")
+    src = tmp_path / "late.cpp"
+    src.write_text(f'extern "C" {{ int flushed = 0; void {session.CPP_FLUSH_SYMBOL}() {{ ++flushed; }} }}\n')
+    lib = tmp_path / "liblate.so"
+    subprocess.run([cxx, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    child = textwrap.dedent(f"""
+        import ctypes, aoti_debug
+        from aoti_debug.runtime import session
+        aoti_debug.flush(); aoti_debug.flush()  # the list is read, then taken from the cache
+        before = session._load_generation()
+        late = ctypes.CDLL({str(lib)!r})
+        assert session._load_generation() != before, (before, session._load_generation())
+        aoti_debug.flush(); aoti_debug.flush()
+        print("FLUSHED", ctypes.c_int.in_dll(late, "flushed").value)
+    """)
+    out = subprocess.run([sys.executable, "-c", child], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "FLUSHED 2" in out.stdout

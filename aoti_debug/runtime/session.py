@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import ctypes
 import itertools
 import json
 import os
@@ -81,6 +82,8 @@ CPP_EXIT_REASON_SYMBOL = "aoti_debug_runtime_exit_reason"
 #: (``native/device_stats.h``), so their last records may still be queued.
 CPP_FLUSH_SYMBOL = "aoti_debug_runtime_flush"
 _no_cpp_runtime: set[tuple[str, str]] = set()  # (symbol, loaded library) known not to export it
+# symbol -> (load generation, the libraries that exported it then): see _load_generation
+_cpp_runtime_paths: dict[str, tuple[tuple[int, int], list[str]]] = {}
 
 
 def failures() -> list[tuple[str, str]]:
@@ -133,21 +136,27 @@ def _cpp_runtimes(symbol: str) -> Iterator[Any]:
     /proc/self/maps), each library held only while its function is in use.
 
     The libraries are found by looking, never loaded: ``dlopen(RTLD_NOLOAD)`` only hands
-    back one that is already in the process.
+    back one that is already in the process. The list of libraries is read again only
+    when one was loaded or unloaded since the last look (:func:`_load_generation`).
     """
-    import ctypes
-
     nolo = getattr(os, "RTLD_NOLOAD", None)
     if nolo is None:
         return
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            fields = [line.split(None, 5) for line in f if ".so" in line]
-    except OSError:
-        return
-    paths = {x[5].rstrip("\n") for x in fields if len(x) == 6 and x[5].startswith("/")}
-    for path in sorted(paths):
-        if (symbol, path) in _no_cpp_runtime or path.endswith(" (deleted)"):
+    generation = _load_generation()
+    cached = _cpp_runtime_paths.get(symbol)
+    if generation is not None and cached is not None and cached[0] == generation:
+        paths = cached[1]  # nothing loaded or unloaded since: no /proc/self/maps (~1 ms)
+    else:
+        try:
+            with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+                fields = [line.split(None, 5) for line in f if ".so" in line]
+        except OSError:
+            return
+        found = {x[5].rstrip("\n") for x in fields if len(x) == 6 and x[5].startswith("/")}
+        paths = [p for p in sorted(found) if (symbol, p) not in _no_cpp_runtime and not p.endswith(" (deleted)")]
+    exporting: list[str] = []
+    for path in paths:
+        if (symbol, path) in _no_cpp_runtime:
             continue
         try:
             lib = ctypes.CDLL(path, mode=nolo | os.RTLD_LOCAL)
@@ -159,10 +168,53 @@ def _cpp_runtimes(symbol: str) -> Iterator[Any]:
             _no_cpp_runtime.add((symbol, path))
             _dlclose(lib)
             continue
+        exporting.append(path)
         try:
             yield fn
         finally:
             _dlclose(lib)
+    if generation is not None:
+        _cpp_runtime_paths[symbol] = (generation, exporting)
+
+
+class _PhdrInfo(ctypes.Structure):
+    """``struct dl_phdr_info`` (link.h), up to the load and unload counters."""
+
+    _fields_ = [("addr", ctypes.c_void_p), ("name", ctypes.c_char_p), ("phdr", ctypes.c_void_p),
+                ("phnum", ctypes.c_uint16), ("adds", ctypes.c_ulonglong), ("subs", ctypes.c_ulonglong)]
+
+
+_PHDR_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_PhdrInfo), ctypes.c_size_t, ctypes.c_void_p)
+
+
+def _load_generation() -> tuple[int, int] | None:
+    """How many libraries this process has loaded and unloaded so far (glibc's
+    ``dl_iterate_phdr`` counters), or None where they cannot be read. A C++ runtime can
+    only appear or go when one of them moves."""
+    global _dl_iterate_phdr
+    if _dl_iterate_phdr is None:
+        try:
+            fn = ctypes.CDLL(None).dl_iterate_phdr
+        except (OSError, AttributeError):
+            _dl_iterate_phdr = False
+            return None
+        fn.restype = ctypes.c_int
+        fn.argtypes = [_PHDR_CALLBACK, ctypes.c_void_p]
+        _dl_iterate_phdr = fn
+    if not _dl_iterate_phdr:
+        return None
+    seen: list[tuple[int, int]] = []
+
+    def first(info: Any, size: int, _data: Any) -> int:
+        if size >= _PhdrInfo.subs.offset + ctypes.sizeof(ctypes.c_ulonglong):
+            seen.append((info.contents.adds, info.contents.subs))
+        return 1  # the counters are the same in every entry: stop at the first
+
+    _dl_iterate_phdr(_PHDR_CALLBACK(first), None)
+    return seen[0] if seen else None
+
+
+_dl_iterate_phdr: Any = None  # the libc function once looked up, False where there is none
 
 
 def _dlclose(lib: Any) -> None:
