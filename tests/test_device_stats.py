@@ -227,12 +227,13 @@ def test_device_records_equal_the_host_path_and_copy_only_results(built, tmp_pat
     assert (9, 1) in kinds_vec and (9, 4) in kinds_vec  # after: the misaligned float32 makes its group unvectorised
     big = [r for _f, rows in found for r in rows if r["n"] == 3_000_000]
     assert big and all(r["nprog"] > 100 for r in big)
-    # Level stats: the results (9 doubles per row) go to a segment of the device ring, one
-    # copy back per graph call (shipped when the next call starts, and at exit), not per
-    # side, and no stream synchronisation but the two when the buffers are first made.
+    # Level stats: the results (9 doubles per row) go to a segment of the device ring, copied
+    # back once per graph call (shipped when the next call starts, and at exit), not per
+    # side: the used rows only (their stats, then their checksums), and no stream
+    # synchronisation but the two when the buffers are first made.
     # Rows: before, 12 of the 15 values (not the CPU, uint16 and uninitialised ones); after, 13.
     dtoh = [int(x.split()[1]) for x in calls if x.startswith("dtoh ")]
-    assert dtoh == [9 * 8 * SEGMENT_ROWS] * 2
+    assert dtoh == [25 * 64, 25 * 8] * 2
     assert calls.count("event-record") == 2 and calls.count("sync") == 2
     # Each call in a segment of its own: the before side's rows from 0, the after side's behind them.
     assert [r["row"] for _f, rows in found for r in rows if r["n"] == 3_000_000] == [10, 22, 10, 22]
@@ -252,7 +253,7 @@ def test_level_stats_waits_for_no_side_and_keeps_record_order(built, tmp_path, h
     """The stream is slow (the stand-in's copies land only when an event recorded after them
     completes, which answers "not ready" three times first; the host would read garbage
     before): records equal the host path's to the bit, in record order with CPU launches
-    between the device ones, written by exit, with one copy back per shipped segment and no
+    between the device ones, written by exit, with one copy back per shipped segment's stats and one per its checksums, and no
     stream synchronisation per side; rings smaller than a graph call ship when full, and a
     side larger than a segment waits for its own results."""
     pack = fake_pack(tmp_path / "pack.bin")
@@ -268,7 +269,7 @@ def test_level_stats_waits_for_no_side_and_keeps_record_order(built, tmp_path, h
     if harness == "harness-ring8x2":  # no side fits a segment: each waits for its own results
         assert ships == 0 and len(copies) == 4 and calls.count("sync") >= 4
         return
-    assert len(copies) == ships and calls.count("event-query ready") == ships and "event-query pending" in calls
+    assert len(copies) == 2 * ships and calls.count("event-query ready") == ships and "event-query pending" in calls
     if harness == "harness":
         assert ships == 2 and calls.count("sync") == 2
     else:  # a segment per side: shipped when the next side does not fit

@@ -29,7 +29,7 @@ namespace {
 // The kernels of a side write their results into rows of the current segment of a ring
 // on the device (8 doubles per row, then one checksum per row, as the kernel writes them
 // for k_total = the segment's rows), and the side's records are queued with the rows
-// their stats and checksums go into. A segment is shipped (one cuMemcpyDtoHAsync into
+// their stats and checksums go into. A segment is shipped (two cuMemcpyDtoHAsync of its used rows into
 // its pinned twin, then one cuEventRecord) when it is full, when a graph call starts the
 // next one, at a change of stream and run, and at exit; queued sides are written, in
 // record order, once their segment's event has completed (polled with cuEventQuery at
@@ -175,11 +175,17 @@ Ring* ring_of(Shared& S, DeviceStats& D, DeviceState& ds, cu::Handle stream, con
   return ds.ring = R;
 }
 
-// Its results go to the host: one copy into the pinned twin, then its event. Caller holds S.mu.
+// Its results go to the host: its used rows copied into the pinned twin, then its event. Caller holds S.mu.
 void ship(Shared& S, DeviceStats& D, Segment& g) {
   if (g.state != Segment::kFilling) return;
+  // The used rows only, 72 bytes a tensor: their stats (8 doubles a row), then their checksums.
   const char* call = "cuMemcpyDtoHAsync";
-  cu::Result r = D.api.copy_dtoh_async(g.host, g.dev, static_cast<size_t>(kSegmentResults), g.stream);
+  const uint64_t stats_end = uint64_t{kSegmentRows} * 64;
+  cu::Result r = 0;
+  if (g.used > 0) r = D.api.copy_dtoh_async(g.host, g.dev, static_cast<size_t>(uint64_t{g.used} * 64), g.stream);
+  if (r == 0 && g.used > 0)
+    r = D.api.copy_dtoh_async(g.host + stats_end, g.dev + stats_end, static_cast<size_t>(uint64_t{g.used} * 8),
+                              g.stream);
   if (r == 0) {
     call = "cuEventRecord";
     r = D.api.event_record(g.event, g.stream);
