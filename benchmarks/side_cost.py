@@ -1,0 +1,134 @@
+"""Host cost of one instrumented launch side at level stats, and of its parts.
+
+    python benchmarks/side_cost.py [--device cuda] [--iters 3000] [--numel 2097152]
+
+A launch of the Python wrapper at level stats calls ``GraphHandle.launch`` (inputs) and
+``GraphHandle.done`` (outputs). This times that pair for a site of two float32 inputs and
+one output (the shape of a transformer's matmul epilogue), contiguous and with one
+transposed input, and then each part of the path alone, so that a change to the hot path
+can be judged by the part it changes. Medians over ``--iters`` calls, in microseconds of
+host time (the device work is not waited for; the writer thread is flushed outside the
+timed calls). Absolute times only from the GPU machine; on CPU the path differs (no ring).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import torch  # noqa: E402
+
+
+def timed(fn, iters: int, every: int = 0, between=None) -> float:
+    """Median microseconds of ``fn()`` over ``iters`` calls; ``between()`` untimed every ``every``."""
+    out = []
+    for i in range(iters):
+        if every and i % every == 0 and between is not None:
+            between()
+        t0 = time.perf_counter_ns()
+        fn()
+        out.append(time.perf_counter_ns() - t0)
+    return statistics.median(out) / 1000
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--iters", type=int, default=3000)
+    p.add_argument("--numel", type=int, default=2048 * 1024)
+    args = p.parse_args()
+    os.environ["AOTI_DEBUG_DIR"] = tempfile.mkdtemp(prefix="side_cost_")
+    os.environ["AOTI_DEBUG_LEVEL"] = "stats"
+    import aoti_debug
+    from aoti_debug.codegen import native_library
+    from aoti_debug.runtime import device_ring, fused_stats, hooks, session
+
+    dev = torch.device(args.device)
+    n = args.numel
+    rows = 1024
+    a = torch.randn(n, device=dev)
+    b = torch.randn(n, device=dev)
+    out = torch.randn(n, device=dev)
+    bt = torch.randn(rows, n // rows, device=dev).t()  # not contiguous: copied before the kernel
+    native = native_library.stats_library_path() if dev.type == "cpu" else None
+    handle = hooks.graph(None, "stats", False, info=(), protocol=hooks.PROTOCOL_VERSION, native=native)
+    site = handle.site(("", "k_side_cost", "k_side_cost",
+                        (("a", "input", "tensor", "a", False, ()), ("b", "input", "tensor", "b", False, ())),
+                        (("out", "output", "tensor", "out", False, ()),), None, 0, ""))
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        aoti_debug.flush()
+
+    def pair(x, y):
+        def run():
+            handle.launch(site, (x, y))
+            handle.done(site, (out,))
+        return run
+
+    rows_out = []
+
+    def row(name, fn, iters=args.iters, every=100):
+        for _ in range(20):
+            fn()
+        sync()
+        rows_out.append((name, timed(fn, iters, every, sync)))
+
+    row("launch+done, 3 tensors (2 in, 1 out)", pair(a, b))
+    row("launch+done, one input transposed", pair(a, bt))
+    row("_tensor_meta x3", lambda: [hooks._tensor_meta(t) for t in (a, b, out)])
+    row("torch.cuda.is_current_stream_capturing" if dev.type == "cuda" else "hooks._capturing",
+        hooks._capturing)
+    row("hooks._device_label", hooks._device_label)
+    sess = session.current()
+    row("session.next_launch", lambda: sess.next_launch("graph0", "k_side_cost"))
+    row("session.next_seq(3)", lambda: sess.next_seq(3))
+    row("t.data_ptr() x3", lambda: [t.data_ptr() for t in (a, b, out)])
+    row("t.is_contiguous() x3", lambda: [t.is_contiguous() for t in (a, b, out)])
+    row("fused_stats._prepare x3", lambda: [fused_stats._prepare(t) for t in (a, b, out)])
+    row("bt.contiguous() (the copy)", lambda: bt.contiguous())
+    if dev.type == "cuda" and fused_stats.enabled_for(dev):
+        ring = device_ring.ring_for(dev)
+        row("device_ring.ring_for", lambda: device_ring.ring_for(dev))
+        row("ring.reserve(2)", lambda: ring.reserve(2))
+        seg, first = ring.reserve(2)
+
+        def summ2():
+            fused_stats.summarize([a, b], into=(seg.buf, first))
+        row("fused_stats.summarize 2 tensors into the ring", summ2)
+        row("fused_stats._stream_key", lambda: fused_stats._stream_key(dev))
+        row("fused_stats._on_device", lambda: fused_stats._on_device(dev))
+        row("buf[8*first:] (a view)", lambda: seg.buf[8 * 8:])
+        row("plan, 2 tensors", lambda: fused_stats.plan([a.data_ptr(), b.data_ptr()], [n, n], [0, 1], 4,
+                                                        seg.buf.data_ptr(), fused_stats.BLOCK, 528, 4))
+        row("torch.cuda.Event().record()", lambda: torch.cuda.Event().record())
+        variant = next(iter(fused_stats._compiled.items()), None)
+        if variant is not None:
+            key, compiled = variant
+            tab = next(iter(fused_stats._tables.values()))
+            part, counters = fused_stats._scratch_for(fused_stats._stream_key(dev), dev, 1024, 64)
+            stream = fused_stats._stream_key(dev)[1]
+            code, vec, block = key[1], key[2], key[3]
+            width = {9: 4}.get(code, 4)
+            launch_args = (a.data_ptr(), tab.data_ptr(), 1, part.data_ptr(), counters.data_ptr(), seg.buf.data_ptr(),
+                           seg.buf.numel() // 9, code, width, True, vec, block, fused_stats._TBLOCK,
+                           fused_stats._RBLOCK)
+            row("the stats kernel's direct launch alone", lambda: fused_stats._direct_launch(compiled, 1, stream,
+                                                                                              launch_args))
+    print(f"side cost on {torch.cuda.get_device_name() if dev.type == 'cuda' else 'cpu'}, torch {torch.__version__}, "
+          f"{n} float32 elements a tensor, median of {args.iters} calls (us of host time)")
+    for name, us in rows_out:
+        print(f"  {name:<48} {us:9.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
