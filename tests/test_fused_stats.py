@@ -312,3 +312,49 @@ def test_kernel_was_used(interpreted, monkeypatch):
     assert not [f for f in session.FAILURES[before:] if f[0].startswith("fused-stats")]
     assert sorted(set(calls)) == list(range(15))  # every kind code launched
     assert not fused_stats._broken
+
+
+def test_side_key_holds_what_decides_a_sides_launches():
+    """A side's launches are repeated only for tensors the kernel reads where they are:
+    the key is the stream and each tensor's address, numel and dtype; a tensor that needs
+    a copy (strided, misaligned, complex, negated view) gives no key."""
+    a, b = torch.randn(64), torch.arange(10)
+    key = fused_stats._side_key([a, b], ("s", 7))
+    assert key == (("s", 7), a.data_ptr(), 64, torch.float32, b.data_ptr(), 10, torch.int64)
+    assert fused_stats._side_key([a.view(8, 8)], ("s", 7)) == fused_stats._side_key([a], ("s", 7))[:1] + (
+        a.data_ptr(), 64, torch.float32)
+    assert fused_stats._side_key([a, torch.randn(8, 8).t()], ("s", 7)) is None
+    raw = bytearray(64)
+    odd = torch.frombuffer(raw, dtype=torch.int64, offset=4, count=4)  # an int64 at a 4-byte boundary
+    assert odd.data_ptr() % 8 and fused_stats._side_key([odd], ("s", 7)) is None
+    assert fused_stats._side_key([torch.randn(4, dtype=torch.complex64)], ("s", 7)) is None
+    assert fused_stats._side_key([torch._neg_view(a)], ("s", 7)) is None
+
+
+def test_a_sides_repeated_launch_follows_the_ring_row():
+    """The kept launches are replayed with the output address and row count of the ring
+    rows the side got this time (rows relative to ``first``, as summarize addresses them),
+    and not at all where the output's alignment changed or launch hooks are installed."""
+    from triton import knobs
+
+    runs = []
+
+    class Compiled:
+        function, packed_metadata = "fn", "meta"
+
+        def run(self, *args):
+            runs.append(args)
+
+    kept = fused_stats._Launch(Compiled(), 12, 99, (1, 2, 3, 4, 5), ("consts",), True, ())
+    out = torch.zeros(9 * 64, dtype=torch.float64)
+    assert fused_stats._launch_side((kept,), out, 16, 64)
+    assert runs == [(12, 1, 1, 99, "fn", "meta", None, None, None, 1, 2, 3, 4, 5, out.data_ptr() + 64 * 16,
+                     64 - 7 * 16 // 8, "consts")]
+    assert not fused_stats._launch_side((kept._replace(out_aligned=False),), out, 16, 64)
+    old = knobs.runtime.launch_enter_hook
+    knobs.runtime.launch_enter_hook = lambda metadata: None
+    try:
+        assert not fused_stats._launch_side((kept,), out, 16, 64)
+    finally:
+        knobs.runtime.launch_enter_hook = old
+    assert len(runs) == 1

@@ -68,9 +68,18 @@ def _has_cuda() -> bool:
     return _cuda
 
 
+_device_name: str | None = None
+
+
 def _device_label() -> str:
+    """The device run.json names: the CUDA device's name once CUDA is up (asked once:
+    ``get_device_name`` costs about 7 us, and every launch asks), else ``cpu``."""
+    global _device_name
+    if _device_name is not None:
+        return _device_name
     if _has_cuda() and torch.cuda.is_initialized():
-        return torch.cuda.get_device_name()
+        _device_name = torch.cuda.get_device_name()
+        return _device_name
     return "cpu"
 
 

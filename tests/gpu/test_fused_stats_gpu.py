@@ -148,6 +148,41 @@ def test_direct_launch_equals_the_jit_launch():
     check(tensors, [n for n, _ in CASES])  # direct launches again, against the torch-op path
 
 
+def test_a_side_seen_before_launches_again_with_the_same_rows():
+    """A ring side whose tensors are where they were (``_sides``) repeats its launches
+    without planning: the rows equal the planned launch's, bit for bit, at another ring
+    row, after its values changed, and a moved tensor takes the planned path again."""
+    tensors = [t for _name, t in CASES
+               if t.dtype in fused_stats._KINDS and t.is_contiguous() and t.data_ptr() % t.element_size() == 0][:24]
+    assert len(tensors) >= 4
+    buf = torch.zeros(9 * 64, dtype=torch.float64, device="cuda")
+    fused_stats._sides.clear()
+    fused_stats.summarize(tensors, into=(buf, 0))  # JIT launches: variants kept
+    fused_stats.summarize(tensors, into=(buf, 0))  # direct launches: the side kept
+    assert len(fused_stats._sides) == 1
+    planned = fused_stats.summarize(tensors, packed=True).clone()
+    calls = []
+    real = fused_stats._launch
+    fused_stats._launch = lambda *a, **k: calls.append(1) or real(*a, **k)
+    try:
+        fused_stats.summarize(tensors, into=(buf, 16))
+        torch.cuda.synchronize()
+        assert not calls, "a side seen before was planned again"
+        k = len(tensors)
+        got = torch.cat([buf[8 * 16: 8 * (16 + k)], buf[8 * 64 + 16: 8 * 64 + 16 + k]])
+        assert torch.equal(got.view(torch.int64), planned.view(torch.int64))
+        tensors[0].mul_(-3)  # new values, same place: the same launches read them
+        fused_stats.summarize(tensors, into=(buf, 24))
+        assert not calls
+        moved = [tensors[0].clone(), *tensors[1:]]
+        fused_stats.summarize(moved, into=(buf, 32))
+        assert calls, "a moved tensor did not take the planned path"
+    finally:
+        fused_stats._launch = real
+    torch.cuda.synchronize()
+    check(tensors, ["t"] * len(tensors))
+
+
 def test_launch_hooks_still_see_every_launch():
     """With a Triton launch hook installed (a profiler such as Proton), launches go through
     the JIT path, which calls it."""
