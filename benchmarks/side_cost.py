@@ -50,7 +50,7 @@ def main() -> int:
     from aoti_debug.codegen import native_library
     from aoti_debug.runtime import device_ring, fused_stats, hooks, session
 
-    dev = torch.device(args.device)
+    dev = torch.empty(0, device=args.device).device  # with its index, as tensors carry it
     n = args.numel
     rows = 1024
     a = torch.randn(n, device=dev)

@@ -315,15 +315,18 @@ def test_kernel_was_used(interpreted, monkeypatch):
 
 
 def test_side_key_holds_what_decides_a_sides_launches():
-    """A side's launches are repeated only for tensors the kernel reads where they are:
-    the key is the stream and each tensor's address, numel and dtype; a tensor that needs
-    a copy (strided, misaligned, complex, negated view) gives no key."""
+    """A side's launches are repeated only for the same reads: the key is the stream and
+    each tensor's address, numel and dtype as the kernel reads it (a strided tensor's
+    contiguous copy, which the planned path then reads too); a tensor the kernel does not
+    take as it is (misaligned, complex, negated view) gives no key."""
     a, b = torch.randn(64), torch.arange(10)
-    key = fused_stats._side_key([a, b], ("s", 7))
+    key, ready = fused_stats._side_key([a, b], ("s", 7))
     assert key == (("s", 7), a.data_ptr(), 64, torch.float32, b.data_ptr(), 10, torch.int64)
-    assert fused_stats._side_key([a.view(8, 8)], ("s", 7)) == fused_stats._side_key([a], ("s", 7))[:1] + (
-        a.data_ptr(), 64, torch.float32)
-    assert fused_stats._side_key([a, torch.randn(8, 8).t()], ("s", 7)) is None
+    assert ready[0] is a and ready[1] is b
+    assert fused_stats._side_key([a.view(8, 8)], ("s", 7))[0] == (("s", 7), a.data_ptr(), 64, torch.float32)
+    t = torch.randn(8, 8).t()
+    key, ready = fused_stats._side_key([a, t], ("s", 7))
+    assert ready[1].is_contiguous() and torch.equal(ready[1], t) and key[4] == ready[1].data_ptr() != t.data_ptr()
     raw = bytearray(64)
     odd = torch.frombuffer(raw, dtype=torch.int64, offset=4, count=4)  # an int64 at a 4-byte boundary
     assert odd.data_ptr() % 8 and fused_stats._side_key([odd], ("s", 7)) is None

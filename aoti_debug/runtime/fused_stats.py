@@ -319,21 +319,27 @@ class _Launch(NamedTuple):
     keep: tuple   # the table and scratch the addresses point into, kept alive with the entry
 
 
-def _side_key(tensors: Sequence[torch.Tensor], stream_key: tuple) -> tuple | None:
-    """What decides a side's launches, when the kernel reads every tensor where it is
-    (contiguous, element-aligned, of a kind it decodes): the stream and each tensor's
-    address, numel and dtype. None where some tensor needs a copy first (no cache)."""
+def _side_key(tensors: Sequence[torch.Tensor], stream_key: tuple) -> tuple[tuple, list[torch.Tensor]] | None:
+    """What decides a side's launches: the stream and, for each tensor as the kernel
+    reads it, its address, numel and dtype; with the tensors it reads (a contiguous copy
+    of a strided one: the caching allocator hands the copy the same block step after
+    step). None where some tensor takes another path (a kind the kernel does not decode,
+    a negated view, an element-misaligned address)."""
     key: list = [stream_key]
+    ready: list[torch.Tensor] = []
     for t in tensors:
         dtype = t.dtype
         spec = _KINDS.get(dtype)
-        if spec is None or t.layout is not _STRIDED or not t.is_contiguous() or t.is_neg():
+        if spec is None or t.layout is not _STRIDED or t.is_neg():
             return None
+        if not t.is_contiguous():
+            t = t.detach().contiguous()
         p = t.data_ptr()
         if p % spec[1]:
             return None
         key += (p, t.numel(), dtype)
-    return tuple(key)
+        ready.append(t)
+    return tuple(key), ready
 
 
 def _launch_side(launches: tuple[_Launch, ...], out: torch.Tensor, first: int, rows: int) -> bool:
@@ -417,11 +423,13 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tu
             _block is None and _max_programs is None and _min_tiles is None:
         # A side seen before (same tensors where they were): its launches again, without
         # the plan, the table or Triton's dispatch. The rows are relative to `first`.
-        side = _side_key(tensors, _stream_key(device))
-        launches_seen = _sides.get(side) if side is not None else None
-        if launches_seen is not None and device.index == torch.cuda.current_device() and \
-                _launch_side(launches_seen, out, first, rows):
-            return out
+        found = _side_key(tensors, _stream_key(device))
+        if found is not None:
+            side, tensors = found  # the copies the kernel reads, for the planned path too
+            launches_seen = _sides.get(side)
+            if launches_seen is not None and device.index == torch.cuda.current_device() and \
+                    _launch_side(launches_seen, out, first, rows):
+                return out
     todo: list[int] = []
     kernel = _kernel() if enabled_for(device) else None
     if kernel is None:
