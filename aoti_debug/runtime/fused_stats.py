@@ -396,7 +396,9 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tu
     ``packed=True``, returns the one float64 ``[9*k]`` buffer holding both (see
     :func:`unpack`). ``into=(buf, first)`` writes rows ``first .. first+k-1`` of an
     existing packed buffer of ``n`` rows (float64 ``[9*n]`` on the tensors' device: a
-    slot ring, ``runtime/device_ring.py``) and returns ``buf``; no allocation. ``static``
+    slot ring, ``runtime/device_ring.py``) and returns ``buf``; no allocation (on CUDA, a
+    side whose tensors are where they were last time repeats its kept launches:
+    :data:`_sides`). ``static``
     (with ``into``, while a CUDA graph is captured: ``cuda_graphs.Capture``) provides the
     pointer tables and scratch, which must outlive the graph. A tensor
     the kernel cannot take goes through ``stats.device_summary``; errors from that path
@@ -468,10 +470,11 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tu
                     warn_once(f"fused-stats-{spec[0]}", f"fused stats kernel failed for {spec}, using torch ops: {e}")
                     todo.extend(row + shift for row, _ in items)
         if side is not None and shift == first and not todo and launches and None not in launches:
-            if len(_sides) >= _SIDE_CACHE_MAX:
-                _retire([t for x in _sides.values() for launch in x for t in launch.keep], device)
-                _sides.clear()
-            _sides[side] = tuple(launches)
+            with _lock:  # graphs on several threads: one clears while another adds
+                if len(_sides) >= _SIDE_CACHE_MAX:
+                    _retire([t for x in _sides.values() for launch in x for t in launch.keep], device)
+                    _sides.clear()
+                _sides[side] = tuple(launches)
     stats, sums = unpack(out) if todo or not (packed or into is not None) else (None, None)
     if todo:
         pairs = [device_summary(tensors[row - first]) for row in todo]
