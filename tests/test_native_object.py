@@ -126,13 +126,19 @@ def test_linked_package_exports_nothing_new(files_object, tmp_path):
     linked = _exports(tmp_path, cpp_runtime.linked_block("cpu", "save", name), [files_object], "linked")
     inline = _exports(tmp_path, cpp_runtime.inline_block("cpu", "save"), [], "inline")
     ours = {s for s in linked if "aoti_debug" in s}
-    assert ours <= inline and "aoti_debug_runtime_warnings" in ours, sorted(ours - inline)
+    # The accessors of the process-wide state have default visibility (their static is
+    # then STB_GNU_UNIQUE); whether a copy of one is emitted out of line depends on the
+    # inlining, so the inlined runtime may lack one. Nothing else may be new.
+    accessors = ("6sharedEv", "6claimsEv", "12device_queueEv")
+    assert {s for s in ours - inline if not s.endswith(accessors)} == set(), sorted(ours - inline)
+    assert "aoti_debug_runtime_warnings" in ours
     ns = cpp_runtime.abi_namespace()
     assert {f"_ZZN{len(ns)}{ns}6sharedEvE1s", f"_ZZN{len(ns)}{ns}6claimsEvE1c"} <= ours
     assert not [s for s in linked if "linked_launch" in s or "linked_done" in s or "entry_" in s]
     # Beyond that, only instantiations of standard-library templates may differ (the
     # compiler inlines differently at -O3); libstdc++ declares them with default visibility.
-    new = [s for s in linked - inline if not s.startswith(("_ZNSt", "_ZNKSt", "_ZSt", "_ZZNSt"))]
+    new = [s for s in linked - inline if not s.startswith(("_ZNSt", "_ZNKSt", "_ZSt", "_ZZNSt"))
+           and not ("aoti_debug" in s and s.endswith(accessors))]
     assert not new, new
 
 

@@ -56,7 +56,7 @@ PARTS = sorted(n for n in os.listdir(cpp_runtime.NATIVE_DIR) if n.endswith(".h")
 
 def test_every_part_is_listed():
     listed = {n for n, _ in cpp_runtime.PARTS} | {cpp_runtime.INTERFACE, cpp_runtime.CPU_SUMMARY, cpp_runtime.CPU_RECORDS,
-                                                   cpp_runtime.GLUE_CUDA, cpp_runtime.GLUE_INLINE,
+                                                   cpp_runtime.RING_RECORDS, cpp_runtime.GLUE_CUDA, cpp_runtime.GLUE_INLINE,
                                                    cpp_runtime.GLUE_LIBRARY, cpp_runtime.GLUE_LINKED}
     assert listed == set(PARTS)
 
@@ -307,7 +307,7 @@ def test_library_exports_its_entry_points_and_shares_state(library):
     assert lib.aoti_debug_rt_abi().decode() == cpp_runtime.abi_namespace()
     for name in ("aoti_debug_rt_launch", "aoti_debug_rt_done", "aoti_debug_runtime_warnings",
                  "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush", "aoti_debug_rt_cpu_summaries",
-                 "aoti_debug_rt_cpu_records", "aoti_debug_rt_dtype_name"):
+                 "aoti_debug_rt_cpu_records", "aoti_debug_rt_ring_records", "aoti_debug_rt_dtype_name"):
         assert hasattr(lib, name), name
     if shutil.which("nm"):
         symbols = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True).stdout
@@ -318,7 +318,7 @@ def test_library_exports_its_entry_points_and_shares_state(library):
         c_names = sorted(s for s in ours if not s.startswith("_Z"))
         assert c_names == ["aoti_debug_rt_abi", "aoti_debug_rt_cpu_records", "aoti_debug_rt_cpu_summaries",
                            "aoti_debug_rt_done", "aoti_debug_rt_dtype_name", "aoti_debug_rt_launch",
-                           "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush",
+                           "aoti_debug_rt_ring_records", "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush",
                            "aoti_debug_runtime_warnings"]
 
 

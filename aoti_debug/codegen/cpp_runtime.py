@@ -79,9 +79,11 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("entry.h", "names"),
 )
 INTERFACE = "interface.h"
-#: Built into the JIT library only (library.cpp): the Python runtime's CPU stats and records.
+#: Built into the JIT library only (library.cpp): the Python runtime's CPU stats and records,
+#: and its writer of device-ring records (runtime/ring_records.py).
 CPU_SUMMARY = "cpu_summary.h"
 CPU_RECORDS = "cpu_records.h"
+RING_RECORDS = "ring_records.h"
 GLUE_CUDA = "glue_cuda.h"
 GLUE_INLINE = "glue_inline.h"
 GLUE_LIBRARY = "glue_library.h"
