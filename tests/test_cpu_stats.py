@@ -87,11 +87,13 @@ def strided(draw):
     ndim = draw(st.integers(0, 4))
     shape = tuple(draw(st.lists(st.integers(0, 7), min_size=ndim, max_size=ndim)))
     t = _values(dtype, tuple(s * 2 for s in shape), draw(st.integers(0, 2**16)), draw(st.booleans()))
-    view = draw(st.sampled_from(["contiguous", "stepped", "transposed", "expanded"]))
+    view = draw(st.sampled_from(["contiguous", "stepped", "transposed", "permuted", "expanded"]))
     if view == "stepped" and ndim:
         t = t[tuple(slice(None, None, 2) for _ in range(ndim))]
     elif view == "transposed" and ndim >= 2:
         t = t[tuple(slice(0, s) for s in shape)].transpose(0, ndim - 1)
+    elif view == "permuted" and ndim >= 2:
+        t = t[tuple(slice(0, s) for s in shape)].permute(*draw(st.permutations(range(ndim))))
     elif view == "expanded" and ndim and min(shape) > 0:
         t = t[tuple(slice(0, 1) for _ in range(ndim))].expand(*shape)
     else:
@@ -106,6 +108,22 @@ def test_batches_of_strided_tensors_match_the_torch_path(library, ts):
     for t, r in zip(ts, results):
         assert r is not None, (t.dtype, t.shape, t.stride())
         assert isinstance(r[0], EncodedDict)
+        assert_same(r, t)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bool, torch.int64,
+                                   torch.complex64])
+def test_transposed_and_permuted_tensors_across_gather_tiles(library, dtype):
+    """Layouts gathered tile by tile (their last dim strided, another dim nearer in
+    memory), with partial tiles at every edge, a sliced source and stride-0 dims."""
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(5, 67, 70, generator=g).to(dtype)
+    views = [base[0].t(), base.permute(2, 0, 1), base.permute(0, 2, 1), base.permute(1, 2, 0)[3:, ::2, 1:],
+             base[:, :1, :].expand(5, 40, 70).transpose(1, 2), base.transpose(0, 2)[:, 1:4]]
+    for t in views:
+        assert not t.is_contiguous()
+    for t, r in zip(views, library.summarize(views)):
+        assert r is not None, (t.shape, t.stride())
         assert_same(r, t)
 
 

@@ -30,7 +30,15 @@ namespace {
 int cpu_summaries(const int64_t* spec, size_t spec_len, size_t count, double* stats, uint64_t* checksums,
                   char* text, size_t text_cap) {
   constexpr int64_t kMaxDim = 64;
-  std::vector<unsigned char> buf;
+  // Strided tensors are gathered here: kept per thread between calls (a fresh buffer
+  // pays a page fault per 4 KiB and zeroes it, step after step), up to 64 MiB.
+  constexpr size_t kKeepBytes = size_t{64} << 20;
+  static thread_local std::vector<unsigned char> buf;
+  struct Trim {
+    ~Trim() {
+      if (buf.capacity() > kKeepBytes) std::vector<unsigned char>().swap(buf);
+    }
+  } trim;
   size_t at = 0, text_at = 0;
   for (size_t i = 0; i < count; ++i) {
     if (at + 3 > spec_len) return -1;
