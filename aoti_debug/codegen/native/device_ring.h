@@ -258,16 +258,9 @@ std::string filled(const QueuedSide& q, const Segment& g) {
   for (const QueuedHole& h : q.holes) {
     o.append(q.lines, at, h.stats_at - at);
     if (g.error.empty()) {
-      const double* s = reinterpret_cast<const double*>(g.host) + uint64_t{h.row} * 8;
-      Summary sm;
-      sm.mn = s[0];
-      sm.mx = s[1];
-      sm.mean = s[2];
-      sm.sd = s[3];
-      sm.absmax = s[4];
-      sm.nan = static_cast<int64_t>(s[5]);
-      sm.inf = static_cast<int64_t>(s[6]);
-      std::memcpy(&sm.checksum, g.host + uint64_t{kSegmentRows} * 64 + uint64_t{h.row} * 8, sizeof(sm.checksum));
+      uint64_t checksum;
+      std::memcpy(&checksum, g.host + uint64_t{kSegmentRows} * 64 + uint64_t{h.row} * 8, sizeof(checksum));
+      const Summary sm = row_summary(reinterpret_cast<const double*>(g.host) + uint64_t{h.row} * 8, checksum);
       append_stats_json(o, sm);
       o.append(q.lines, h.stats_at, h.checksum_at - h.stats_at);
       o += '"';

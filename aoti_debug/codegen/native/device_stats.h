@@ -404,16 +404,9 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
   const double* o = reinterpret_cast<const double*>(D.host);
   for (const Group& g : groups) {
     for (size_t j : g.members) {
-      const double* s = o + items[j].row * 8;
-      Summary& sm = results[items[j].index];
-      sm.mn = s[0];
-      sm.mx = s[1];
-      sm.mean = s[2];
-      sm.sd = s[3];
-      sm.absmax = s[4];
-      sm.nan = static_cast<int64_t>(s[5]);
-      sm.inf = static_cast<int64_t>(s[6]);
-      std::memcpy(&sm.checksum, o + 8 * m + items[j].row, sizeof(sm.checksum));
+      uint64_t checksum;
+      std::memcpy(&checksum, o + 8 * m + items[j].row, sizeof(checksum));
+      results[items[j].index] = row_summary(o + items[j].row * 8, checksum);
       launched[items[j].index] = 1;
     }
   }

@@ -7,7 +7,6 @@
 #ifndef AOTI_DEBUG_PART_RING_RECORDS_H
 #define AOTI_DEBUG_PART_RING_RECORDS_H
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -36,9 +35,6 @@ constexpr int64_t kRingLayout = 1;
 // its checksum (int64), then (pointer, length) of its text between "launch" and
 // "kernel_call" and of its text after "kernel_call" (without the closing brace).
 constexpr size_t kRingRecord = 9;
-
-// The count of a stats row as a record holds it (stats.stats_fields: int(value)).
-inline int64_t ring_count(double v) { return v == v && std::fabs(v) < 9.2e18 ? static_cast<int64_t>(v) : 0; }
 
 // Returns 0 and the lines (one per record, in order) in the output buffer; -1 when
 // `spec` is malformed; -3 when the buffer is too small (kRingSlotEnd holds what is
@@ -71,19 +67,12 @@ int ring_records(int64_t* spec) {
     json_int(lines, r[2]);
     lines += ',';
     lines.append(body, static_cast<size_t>(r[8]));
-    Summary sm;
-    sm.mn = row[0];
-    sm.mx = row[1];
-    sm.mean = row[2];
-    sm.sd = row[3];
-    sm.absmax = row[4];
-    sm.nan = ring_count(row[5]);
-    sm.inf = ring_count(row[6]);
+    const Summary sm = row_summary(row, static_cast<uint64_t>(*sum));
     lines += kStats;
     append_stats_json(lines, sm);
     lines += kChecksum;
     lines += '"';
-    append_checksum(lines, static_cast<uint64_t>(*sum));
+    append_checksum(lines, sm.checksum);
     lines += "\"}\n";
   }
   spec[kRingSlotEnd] = static_cast<int64_t>(lines.size());

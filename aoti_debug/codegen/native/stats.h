@@ -37,6 +37,25 @@ struct Summary {
   uint64_t checksum = 0;
 };
 
+// A count the stats kernel wrote as a double, as a record holds it (stats.stats_fields:
+// int(value)); 0 for a value no count can be (a row that was never written).
+inline int64_t row_count(double v) { return v == v && std::fabs(v) < 9.2e18 ? static_cast<int64_t>(v) : 0; }
+
+// One row of the stats kernel's results (runtime/fused_stats.py): min, max, mean, std,
+// absmax, nan count, inf count as doubles; its checksum comes from the checksum column.
+Summary row_summary(const double* row, uint64_t checksum) {
+  Summary sm;
+  sm.mn = row[0];
+  sm.mx = row[1];
+  sm.mean = row[2];
+  sm.sd = row[3];
+  sm.absmax = row[4];
+  sm.nan = row_count(row[5]);
+  sm.inf = row_count(row[6]);
+  sm.checksum = checksum;
+  return sm;
+}
+
 // format.schema.Stats as a JSON object, keys from schema::stat: what both runtimes
 // write into a record (the Python runtime gets it through cpu_summary.h and cpu_records.h).
 void append_stats_json(std::string& o, const Summary& sm) {
