@@ -346,9 +346,7 @@ def _launch_side(launches: tuple[_Launch, ...], out: torch.Tensor, first: int, r
     """The launches of a side seen before, into rows ``first ..`` of the ring buffer
     ``out`` (of ``rows`` rows), as :func:`summarize` addresses them; False where they
     cannot be repeated (the output's alignment changed, launch hooks were installed)."""
-    from triton import knobs
-
-    if not (_no_hooks(knobs.runtime.launch_enter_hook) and _no_hooks(knobs.runtime.launch_exit_hook)):
+    if _launch_hooks_installed():
         return False
     out_addr = out.data_ptr() + 64 * first
     aligned = out_addr % 16 == 0
@@ -356,8 +354,7 @@ def _launch_side(launches: tuple[_Launch, ...], out: torch.Tensor, first: int, r
         return False
     k_total = rows - 7 * first // 8
     for x in launches:
-        x.compiled.run(x.programs, 1, 1, x.stream, x.compiled.function, x.compiled.packed_metadata, None, None, None,
-                       *x.head, out_addr, k_total, *x.tail)
+        _run(x.compiled, x.programs, x.stream, (*x.head, out_addr, k_total, *x.tail))
     return True
 
 
@@ -379,12 +376,23 @@ def _direct_launch(compiled: Any, programs: int, stream: int, args: tuple) -> bo
     variant was chosen by the same alignment specialisation Triton's JIT applies. False
     (the caller takes the JIT path) where launch hooks are installed (a profiler such as
     Proton): they get their metadata from the JIT path."""
+    if _launch_hooks_installed():
+        return False
+    _run(compiled, programs, stream, args)
+    return True
+
+
+def _launch_hooks_installed() -> bool:
+    """Triton launch hooks are set (a profiler such as Proton): launches take the JIT path."""
     from triton import knobs
 
-    if not (_no_hooks(knobs.runtime.launch_enter_hook) and _no_hooks(knobs.runtime.launch_exit_hook)):
-        return False
+    return not (_no_hooks(knobs.runtime.launch_enter_hook) and _no_hooks(knobs.runtime.launch_exit_hook))
+
+
+def _run(compiled: Any, programs: int, stream: int, args: tuple) -> None:
+    """``compiled``'s Triton launcher on ``programs`` programs of ``stream``, with the
+    kernel's arguments in order (pointers as integers)."""
     compiled.run(programs, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
-    return True
 
 
 def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tuple[torch.Tensor, int] | None = None,
