@@ -5,6 +5,7 @@ record needs it (print, extra fields, errors, no library, a failing library)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import types
 
@@ -49,19 +50,25 @@ class _HostRing:
         self.odd = odd
         self.broken = broken
 
-    def stats(self, handle, items, rows):
+    def rows(self, handle, device, tensors):
+        """``GraphHandle._ring_rows``: the rows of a side (a planned side's too)."""
         seg, first = self.segment, self.used
         sums = seg.host[8 * seg.cap:].view(torch.int64)
-        for j, i in enumerate(rows):
-            s, c = device_summary(items[i][1])
+        for j, t in enumerate(tensors):
+            s, c = device_summary(t)
             row = s.tolist()
             at = first + j
             if self.odd and at % 3 == 2:
                 row = [*_ODD_ROWS[(at // 3) % len(_ODD_ROWS)], 1.0]
             seg.host[8 * at: 8 * at + 8] = torch.tensor(row, dtype=torch.float64)
             sums[at] = -int(c) - 1 if at % 2 else int(c)  # negative checksums too
-        self.used += len(rows)
-        return self.arrival, {i: first + j for j, i in enumerate(rows)}
+        self.used += len(tensors)
+        return self.arrival, first
+
+    def stats(self, handle, items, rows):
+        """``GraphHandle._ring_stats``, which asks for CUDA tensors."""
+        arrival, first = self.rows(handle, None, [items[i][1] for i in rows])
+        return arrival, {i: first + j for j, i in enumerate(rows)}
 
     def ship(self):
         self.segment.shipped_rows = self.used
@@ -72,10 +79,9 @@ def _arg(name, role="input", kind="tensor", expr=None, unwritten=False, volatile
     return SiteArg(name, role, kind, expr or name, unwritten, volatile)
 
 
-def _sides():
-    """Transformer-like launch sides: (site, before values, after values)."""
-    g = torch.Generator().manual_seed(0)
-    x, w, b = torch.randn(8, 16, generator=g), torch.randn(16, 16, generator=g), torch.randn(16, generator=g)
+@functools.cache
+def _sites() -> tuple[Site, ...]:
+    """The sites of :func:`_sides`, made once as a wrapper makes them (at its import)."""
     mm = Site("", "extern_kernels.addmm", "addmm", (_arg("b"), _arg("x"), _arg("w", expr="reinterpret_tensor(w, (16, 16))")),
               (_arg("buf0", "output"),), None, 1, "")
     fused = Site("", "triton_per_fused_\"layer_norm\u00e9_1", "k", (_arg("buf0", "inout"), _arg("ks0", kind="symint"),
@@ -83,6 +89,14 @@ def _sides():
                  (_arg("buf0", "inout"), _arg("outs", "output", "unknown", volatile=(("[1]", "rng seed"),))), None, 2, "")
     sub = Site("cond_true_0", "triton_poi_fused_add_2", "k", (_arg("xs", kind="unknown"),), (_arg("y", "output"),),
                None, -1, "")
+    return mm, fused, sub
+
+
+def _sides(step: int = 0):
+    """Transformer-like launch sides: (site, before values, after values)."""
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(8, 16, generator=g), torch.randn(16, 16, generator=g), torch.randn(16, generator=g)
+    mm, fused, sub = _sites()
     return [
         (mm, [b, x, w.t()], [torch.randn(8, 16, generator=g)]),
         (fused, [x.bfloat16(), 5, 1e-5, None, torch.empty(3)],
@@ -92,15 +106,21 @@ def _sides():
 
 
 def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None, broken=False, odd=True,
-         cpu_side: bool = True) -> bytes:
+         cpu_side: bool = True, plans: bool = True, sides=None) -> bytes:
     """The manifest bytes of ``steps`` calls of the sides, with ring records written by the
-    library (``native``) or by the dicts, in a run directory of their own."""
-    os.environ["AOTI_DEBUG_DIR"] = os.path.join(os.environ["AOTI_DEBUG_DIR"], "native" if native else "dicts")
+    library (``native``) or by the dicts, in a run directory of their own; ``plans``
+    False: no side is made from a plan (``GraphHandle._ring_side``), every record is a dict
+    in the model's thread first."""
+    os.environ["AOTI_DEBUG_DIR"] = os.path.join(os.environ["AOTI_DEBUG_DIR"],
+                                                f"{'native' if native else 'dicts'}-{'plans' if plans else 'full'}")
     session.reset()
     ring = _HostRing(odd=odd, broken=broken)
     mp = pytest.MonkeyPatch()
     try:
         mp.setattr(hooks.GraphHandle, "_ring_stats", lambda self, items, rows: ring.stats(self, items, rows))
+        mp.setattr(hooks.GraphHandle, "_ring_rows", lambda self, device, tensors: ring.rows(self, device, tensors))
+        if not plans:
+            mp.setattr(hooks.GraphHandle, "_ring_side", lambda self, *a: False)
         mp.setattr(hooks.GraphHandle, "_native_stats", lambda self, items: list(range(len(items))))
         mp.setattr(session, "BEFORE_FLUSH", [ring.ship])
         g = hooks.graph(None, level, False, protocol=PROTOCOL_VERSION, native=library.path if library else None)
@@ -108,8 +128,8 @@ def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None
         if not native:
             g._lines = None
         plain = Site("", "cpp_fused_scalar_3", "k", (_arg("n", kind="scalar"),), (_arg("m", kind="scalar"),), None, 3, "")
-        for _ in range(steps):
-            for site, before, after in _sides():
+        for step in range(steps):
+            for site, before, after in (sides or _sides)(step):
                 g.launch(site, before)
                 g.done(site, after, extra)
                 if cpu_side:  # records with nothing to wait for, between ring records
@@ -250,3 +270,91 @@ def test_cuda_graph_replay_values_are_written_alike(library, fresh_session):
     native, dicts = jobs(lines), jobs(None)
     assert all(lines.takes(j) for j in native)
     assert sess._encode(native) == sess._encode(dicts) == writer.encode_lines([j.record for j in dicts])
+
+
+def _count_planned(monkeypatch) -> list[int]:
+    """Calls of ``GraphHandle._ring_side`` that made a side from its plan."""
+    calls = [0]
+    side = hooks.GraphHandle._ring_side
+
+    def counted(self, *args):
+        done = side(self, *args)
+        calls[0] += done
+        return done
+
+    monkeypatch.setattr(hooks.GraphHandle, "_ring_side", counted)
+    return calls
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["library", "dicts"])
+def test_planned_sides_write_what_the_full_path_writes(library, fresh_session, monkeypatch, native):
+    planned = _count_planned(monkeypatch)
+    with_plans = _run(library, native, steps=4)
+    # Steps 2-4: addmm's both sides and the subgraph kernel's output (the others hold scalars or lists).
+    assert planned[0] == 3 * 3
+    assert with_plans == _run(library, native, steps=4, plans=False)
+
+
+def test_a_planned_side_whose_ring_cannot_be_read_records_the_error(library, fresh_session, monkeypatch):
+    planned = _count_planned(monkeypatch)
+    broken = _run(library, True, broken=True)
+    assert planned[0] > 0
+    assert broken == _run(library, True, broken=True, plans=False)
+    assert broken.count(b"illegal memory access") == broken.count(b'"kind":"tensor"') - broken.count(b"uninitialised")
+
+
+def _changing(step: int):
+    """One site whose values change layout, dtype, device, count and kind from step to step."""
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(6, 4, generator=g)
+    before = [[x, x], [x.t(), x], [x, x.double()], [x, x.double()], [x.reshape(4, 6), x.double()], [x, x.double()],
+              [x, 3], [x, x.double()], [x[:, :2], x.double()], [x, x.double(), x]][step]
+    return [(_changing_site(), before, [x * 2])]
+
+
+@functools.cache
+def _changing_site() -> Site:
+    return Site("", "triton_poi_fused_mul_5", "k", (_arg("a"), _arg("b", kind="unknown")), (_arg("c", "output"),), None,
+                5, "")
+
+
+def test_a_side_whose_values_change_is_planned_again(library, fresh_session, monkeypatch):
+    planned = _count_planned(monkeypatch)
+    with_plans = _run(library, True, steps=10, sides=_changing, cpu_side=False)
+    # Every "after" side but the first; "before" at step 3 (as step 2) and step 7 (as step 5:
+    # step 6's scalar made no plan).
+    assert planned[0] == 9 + 2
+    assert with_plans == _run(library, True, steps=10, sides=_changing, cpu_side=False, plans=False)
+    import json
+
+    recs = [json.loads(line) for line in with_plans.decode("ascii").splitlines()]
+    assert [r["stride"] for r in recs if r["arg"] == "a" and r["kind"] == "tensor"][:3] == [[4, 1], [1, 4], [4, 1]]
+
+
+def test_no_plan_is_used_under_a_flight_recorder(library, fresh_session, monkeypatch):
+    """A handle's plans outlive its session: a later session with a flight recorder takes
+    every record through its ring (Session.submit), none from a plan."""
+    planned = _count_planned(monkeypatch)
+    ring = _HostRing(odd=False)
+    monkeypatch.setattr(hooks.GraphHandle, "_ring_stats", lambda self, items, rows: ring.stats(self, items, rows))
+    monkeypatch.setattr(hooks.GraphHandle, "_ring_rows", lambda self, device, tensors: ring.rows(self, device, tensors))
+    monkeypatch.setattr(hooks.GraphHandle, "_native_stats", lambda self, items: list(range(len(items))))
+    monkeypatch.setattr(session, "BEFORE_FLUSH", [ring.ship])
+    g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
+    g._records = None  # CPU sides as dicts: every tensor takes the (fake) ring
+    mm = _sites()[0]
+    for _ in range(2):
+        site, before, after = _sides()[0]
+        g.launch(site, before)
+        g.done(site, after)
+    assert planned[0] == 2 and g._ring_plans
+    aoti_debug.flush()
+    monkeypatch.setenv("AOTI_DEBUG_RING", "4")
+    session.reset()
+    submitted = []
+    monkeypatch.setattr(session.Session, "submit", lambda self, job: submitted.append(job))
+    site, before, after = _sides()[0]
+    g.launch(mm, before)
+    g.done(mm, after)
+    assert planned[0] == 2
+    assert [j.record["arg"] for j in submitted] == ["b", "x", "w", "buf0"]

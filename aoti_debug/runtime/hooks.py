@@ -131,6 +131,8 @@ class GraphHandle:
         self._lines = _UNSET
         """The library's writer of device-ring records (``ring_records``), or None."""
         self._plans: dict[tuple[int, str], cpu_records.SidePlan] = {}
+        self._ring_plans: dict[tuple, ring_records.SidePlan] = {}
+        """CUDA sides at level stats whose records are made from a plan (``_ring_side``)."""
         self._tls = threading.local()
         self.top_sites = False
         """Some site is in the top-level graph: the flight recorder counts graph calls by them."""
@@ -253,12 +255,17 @@ class GraphHandle:
     # -- records -----------------------------------------------------------------------
     def _record(self, sess, site: Site, args: Sequence[SiteArg], values: Sequence[Any], phase: str,
                 extra: Sequence[dict | None] | None = None) -> None:
-        if _capturing():
+        if self.level != "stats" and _capturing():  # (launch and done asked already at stats)
             warn_once("cuda-graph", "a CUDA graph is being captured: instrumented launches are not recorded inside it")
             return
         tls = self._tls
         launch, call, label = tls.launch, tls.call, tls.label
         sess.write_site(label, site.id, site.kernel, site.provenance)
+        key = (id(site), label, phase)
+        plan = self._ring_plans.get(key)
+        if plan is not None and extra is None and sess.flight is None and plan.site is site and plan.matches(values) and \
+                self._ring_side(sess, plan, values, launch, call):
+            return
         # A CPU side the runtime library writes as text in one call. Not with a flight
         # recorder: its ring and trigger take each record through Session.submit.
         if extra is None and self.level in _TEXT_LEVELS and sess.flight is None and \
@@ -266,7 +273,6 @@ class GraphHandle:
             return
         tensors: list[tuple[dict, torch.Tensor]] = []
         jobs: list[Job] = []
-        key = (id(site), label, phase)
         templates = self._templates.get(key)
         if templates is None or templates.site is not site or len(templates) != len(values):
             templates = self._side_templates(key, site, args, values, phase, label)
@@ -292,7 +298,11 @@ class GraphHandle:
             # The launch where the trigger's NaN/Inf was born, again: save both its sides.
             fl.capture(tensors, last=phase == "after" or not site.after)
         if tensors:
-            self._tensors(sess, tensors, jobs)
+            ringed = self._tensors(sess, tensors, jobs)
+            if ringed and extra is None and len(tensors) == len(jobs) and templates.simple and fl is None:
+                # Every value a tensor of the ring: the next calls make this side's records from a plan.
+                self._ring_plans[key] = ring_records.SidePlan(site, [rec for rec, _t in tensors],
+                                                              [t for _r, t in tensors], self._ring_lines())
             jobs.sort(key=_seq)  # scalars were queued before tensors: the manifest in record order
         if self.level == "print" and jobs:
             self._print_side(sess, jobs)
@@ -357,11 +367,11 @@ class GraphHandle:
             rec["value"] = type(v).__name__
         return Job(rec)
 
-    def _tensors(self, sess, items: list[tuple[dict, torch.Tensor]], jobs: list[Job]) -> None:
+    def _tensors(self, sess, items: list[tuple[dict, torch.Tensor]], jobs: list[Job]) -> bool:
         """Stats for all tensors of one launch side in one batch: CPU tensors in one call
         of the runtime library, CUDA tensors into a device ring (one kernel launch, read
         back in bulk later), others with one device->host copy. Appends the records' jobs
-        to ``jobs``."""
+        to ``jobs``; True when every tensor went into the ring at level stats."""
         for rec, t in items:
             rec.update(_tensor_meta(t))
         rest = self._native_stats(items)
@@ -378,7 +388,7 @@ class GraphHandle:
                 lines = self._ring_lines() if self.level == "stats" else None
                 jobs.extend([Job(rec, arrival, ring_records.RingFill(arrival, rows[i], lines))
                              if i in rows else Job(rec) for i, (rec, _t) in enumerate(items)])
-                return
+                return self.level == "stats" and len(rows) == len(items)
         host_stats = self._device_stats(items, rest) if rest else {}
         payloads = [self._host_copy(sess, rec, t) for rec, t in items] if saving else None
         event = None
@@ -388,13 +398,14 @@ class GraphHandle:
                 event.record()
         if payloads is None and not host_stats:  # CPU stats: the records are complete
             jobs.extend([Job(rec) for rec, _t in items])
-            return
+            return False
         for i, (rec, _t) in enumerate(items):
             job_stats = host_stats.get(i)
             payload = payloads[i] if payloads is not None else None
             nbytes = payload[0].numel() * payload[0].element_size() if payload else 0
             finish = _finisher(sess, job_stats, payload) if job_stats is not None or payload is not None else None
             jobs.append(Job(rec, event, finish, nbytes))
+        return False
 
     def _ring_stats(self, items: list[tuple[dict, torch.Tensor]], rows: list[int]):
         """The CUDA tensors ``items[i]``, ``i`` in ``rows``, summarised into the device ring
@@ -406,15 +417,37 @@ class GraphHandle:
         for i in rows:
             if items[i][1].device != dev0:
                 return None
-        if self.level == "stats" and cuda_graphs.installed():
-            cuda_graphs.prepare(dev0)  # a CUDA-graph capture may follow: its arena, outside the graph pool
         try:
-            seg, first = device_ring.ring_for(dev0).reserve(len(rows))
-            fused_stats.summarize([items[i][1] for i in rows], into=(seg.buf, first))
+            arrival, first = self._ring_rows(dev0, [items[i][1] for i in rows])
         except Exception as e:
             warn_once(f"ring-{type(e).__name__}", f"device stats ring failed, copying stats per launch side: {e}")
             return None
-        return seg.arrival, {i: first + j for j, i in enumerate(rows)}
+        return arrival, {i: first + j for j, i in enumerate(rows)}
+
+    def _ring_rows(self, device: torch.device, tensors: Sequence[torch.Tensor]) -> tuple[Any, int]:
+        """Stats of ``tensors`` (CUDA, on ``device``) into consecutive rows of the device
+        ring of the current stream: ``(the rows' arrival, first row)``."""
+        if self.level == "stats" and cuda_graphs.installed():
+            cuda_graphs.prepare(device)  # a CUDA-graph capture may follow: its arena, outside the graph pool
+        seg, first = device_ring.ring_for(device).reserve(len(tensors))
+        fused_stats.summarize(tensors, into=(seg.buf, first))
+        return seg.arrival, first
+
+    def _ring_side(self, sess, plan: ring_records.SidePlan, values: Sequence[torch.Tensor], launch: int,
+                   call: int) -> bool:
+        """A planned side (``SidePlan``): its stats into the ring and its records as one
+        writer job, with no record dict made here; False: the side takes the full path
+        (the ring failed; that path tries again and warns)."""
+        if not device_ring.ENABLED:
+            return False
+        try:
+            arrival, first = self._ring_rows(plan.device, values)
+        except Exception:
+            self._ring_plans.clear()
+            return False
+        side = ring_records.RingSide(plan, sess.next_seq(len(values)), launch, call, arrival, first)
+        sess.submit_all([Job(None, arrival, side)])
+        return True
 
     def _capture(self, sess, label: str, site: Site, args: Sequence[SiteArg], values: Sequence[Any],
                  phase: str) -> None:

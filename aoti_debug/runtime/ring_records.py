@@ -26,6 +26,8 @@ import ctypes
 import threading
 from typing import Any
 
+from torch import Tensor
+
 from ..format.writer import encode_record
 from . import device_ring
 from .session import Job, warn_once
@@ -66,6 +68,70 @@ class RingFill:
         device_ring.fill(rec, self.arrival.values(), self.row)
 
 
+class SidePlan:
+    """A CUDA launch side at level ``stats`` whose records differ from call to call only
+    in their numbers (seq, launch, kernel call) and their stats: every value is a tensor
+    of one CUDA device, none unwritten, and each keeps the dtype, shape and stride of the
+    call the plan was made from (:meth:`matches`). Made by the hooks from that call's
+    records; a later call of the side is one :class:`RingSide` job, with no record dict
+    made in the model's thread."""
+
+    __slots__ = ("site", "records", "meta", "device", "lines", "texts")
+
+    def __init__(self, site: Any, records: list[dict], tensors: list[Any], lines: "RingLines | None"):
+        self.site = site
+        self.records = tuple({k: v for k, v in rec.items()} for rec in records)
+        """Each record's fields, its numbers as the first call's (set per call)."""
+        self.meta = tuple((t.dtype, t.shape, t.stride()) for t in tensors)
+        self.device = tensors[0].device
+        self.lines = lines
+        self.texts: tuple[Any, list[tuple]] | None = None
+        """``(RingLines, each record's constant texts)``: set by the writer thread."""
+
+    def matches(self, values: Any) -> bool:
+        """Whether ``values`` are tensors with this plan's device, dtypes, shapes and strides."""
+        meta = self.meta
+        if len(values) != len(meta):
+            return False
+        device = self.device
+        for v, (dtype, shape, stride) in zip(values, meta):
+            if type(v) is not Tensor and not isinstance(v, Tensor):
+                return False
+            if v.dtype is not dtype or v.shape != shape or v.device != device or v.stride() != stride:
+                return False
+        return True
+
+
+class RingSide:
+    """One call of a planned side (:class:`SidePlan`) as one writer job's ``finish``:
+    its first record number, launch, kernel call, and first ring row (the side's rows are
+    consecutive, in record order)."""
+
+    __slots__ = ("plan", "seq", "launch", "call", "arrival", "row", "lines")
+
+    def __init__(self, plan: SidePlan, seq: int, launch: int, call: int, arrival: Any, row: int):
+        self.plan = plan
+        self.seq = seq
+        self.launch = launch
+        self.call = call
+        self.arrival = arrival
+        self.row = row
+        self.lines = plan.lines
+
+    def records(self) -> list[dict]:
+        """The side's records with their numbers, stats not set (the dict path)."""
+        out = []
+        for k, tpl in enumerate(self.plan.records):
+            rec = tpl.copy()
+            rec["seq"], rec["launch"], rec["kernel_call"] = self.seq + k, self.launch, self.call
+            out.append(rec)
+        return out
+
+    def fill(self, rec: dict, k: int) -> None:
+        """Set record ``k``'s stats and checksum from its ring row."""
+        device_ring.fill(rec, self.arrival.values(), self.row + k)
+
+
 class RingLines:
     """One runtime library's ring-record function and the constant texts it was given."""
 
@@ -83,8 +149,8 @@ class RingLines:
     def takes(self, job: Job) -> bool:
         """Whether the library may write ``job``'s line: a plain record whose values are on
         the host (this waits for them, as the dict path's ``synchronize`` does)."""
-        if self.failed or not _PLAIN.issuperset(job.record):
-            return False
+        if self.failed or (job.record is not None and not _PLAIN.issuperset(job.record)):
+            return False  # (a RingSide's records are plain: SidePlan is made of ring records)
         arrival = job.event
         if arrival is self._ready:
             return True
@@ -111,15 +177,21 @@ class RingLines:
         self._texts[key] = found
         return found
 
+    def _texts_of(self, rec: dict) -> tuple:
+        key = (rec["graph"], rec["wrapper"], rec["kernel"], rec["op"], rec["phase"], rec["arg"], rec["role"],
+               rec["index"], rec.get("site", _ABSENT), rec.get("expr", _ABSENT), rec.get("volatile", _ABSENT),
+               rec["kind"], rec["dtype"], tuple(rec["shape"]), tuple(rec["stride"]), rec["device"], rec["numel"])
+        return self._texts.get(key) or self._text(rec, key)
+
     def encode(self, jobs: list[Job]) -> bytes | None:
         """The manifest lines of ``jobs`` (each :meth:`takes`), in their order; None when the
         library failed (one warning; the caller's dict path writes them, as it will all
         later records)."""
-        spec = array.array("q", (LAYOUT, 0, len(jobs), 0, 0, 0))
+        spec = array.array("q", (LAYOUT, 0, 0, 0, 0, 0))
         add = spec.extend
         keep = []
         size = 0
-        texts_of = self._texts.get
+        count = 0
         last: Any = None
         try:
             for job in jobs:
@@ -127,18 +199,29 @@ class RingLines:
                 if fill.arrival is not last:
                     last = fill.arrival
                     stats, sums = last.host()
-                key = (rec["graph"], rec["wrapper"], rec["kernel"], rec["op"], rec["phase"], rec["arg"], rec["role"],
-                       rec["index"], rec.get("site", _ABSENT), rec.get("expr", _ABSENT),
-                       rec.get("volatile", _ABSENT), rec["kind"], rec["dtype"], tuple(rec["shape"]),
-                       tuple(rec["stride"]), rec["device"], rec["numel"])
-                texts = texts_of(key) or self._text(rec, key)
+                if rec is None:  # a planned side: its records' texts are the plan's
+                    plan = fill.plan
+                    found = plan.texts
+                    if found is None or found[0] is not self:
+                        found = plan.texts = (self, [self._texts_of(r) for r in plan.records])
+                    seq, launch, call, row = fill.seq, fill.launch, fill.call, fill.row
+                    for k, texts in enumerate(found[1]):
+                        size += texts[6]
+                        add((seq + k, launch, call, stats + 64 * (row + k), sums + 8 * (row + k), texts[2], texts[3],
+                             texts[4], texts[5]))
+                    keep.append(found)
+                    count += len(found[1])
+                    continue
+                texts = self._texts_of(rec)
                 keep.append(texts)
                 size += texts[6]
                 row = fill.row
                 add((rec["seq"], rec["launch"], rec["kernel_call"], stats + 64 * row, sums + 8 * row, texts[2],
                      texts[3], texts[4], texts[5]))
+                count += 1
             out = bytearray(size)
             spec[1] = len(spec)
+            spec[2] = count
             spec[3] = _address_of(out)
             spec[4] = size
             rc = self._fn(spec.buffer_info()[0])

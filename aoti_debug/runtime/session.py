@@ -231,12 +231,15 @@ def _ready() -> bool:
 
 
 class Job:
-    """One manifest line to write, with what must happen before it (wait, save)."""
+    """One manifest line to write (a planned ring side: its lines), with what must happen
+    before it (wait, save)."""
 
     __slots__ = ("record", "event", "finish", "nbytes", "call")
 
-    def __init__(self, record: dict, event: Any = None, finish: Callable[[dict], None] | None = None, nbytes: int = 0):
+    def __init__(self, record: dict | None, event: Any = None, finish: Callable[[dict], None] | None = None,
+                 nbytes: int = 0):
         self.record = record
+        """None for a planned ring side's records, made by the writer (``Session._finished``)."""
         self.event = event
         self.finish = finish
         self.nbytes = nbytes
@@ -517,7 +520,8 @@ class Session:
         def native() -> None:
             text = lines.encode(group)
             if text is None:  # the library failed (it warned): the dict path
-                records.extend([r for r in map(self._finish, group) if r is not None])
+                for job in group:
+                    records.extend(self._finished(job))
             else:
                 parts.append(text)
             group.clear()
@@ -535,14 +539,30 @@ class Session:
                 continue
             if group:
                 native()
-            record = self._finish(job)
-            if record is not None:
-                records.append(record)
+            records.extend(self._finished(job))
         if group:
             native()
         if records:
             parts.append(encode_lines(records))
         return b"".join(parts)
+
+    def _finished(self, job: Job) -> list[dict]:
+        """The complete records of ``job`` (no flight recorder): its one record, or a
+        planned ring side's (``ring_records.RingSide``: ``record`` None), made here."""
+        if job.record is not None:
+            record = self._finish(job)
+            return [] if record is None else [record]
+        side = job.finish
+        records = side.records()
+        for k, record in enumerate(records):
+            try:  # as _finish does for each record of the dict path
+                job.event.synchronize()
+                side.fill(record, k)
+            except Exception as e:
+                record["error"] = f"{type(e).__name__}: {e}"
+                warn_once(f"record-{type(e).__name__}", f"could not record {record.get('kernel')}/"
+                                                        f"{record.get('arg')}: {e}")
+        return records
 
     def _append_text(self, text: bytes) -> None:
         w = self._writer
