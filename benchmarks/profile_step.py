@@ -65,6 +65,52 @@ def stats_kernel_variants() -> int | None:
         return None
 
 
+def timeline(fn, inputs, sync) -> str:
+    """The device's view of ``fn`` over ``inputs`` back to back: the wall time per step,
+    the kernels' summed time per step by kind (the stats kernel, copies and fills, the
+    model's), and the device's idle share of the wall time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    sync()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        t0 = time.perf_counter()
+        for xi in inputs:
+            fn(xi)
+        sync()
+        wall = (time.perf_counter() - t0) / len(inputs)
+    kinds: dict[str, list[float]] = {}
+    spans = []
+    for e in p.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        name = e.name
+        kind = ("stats kernel" if "_stats_kernel" in name else
+                "copies/fills" if name.startswith(("Memcpy", "Memset")) or "copy" in name.lower() or "fill" in name.lower()
+                else "model kernels")
+        kinds.setdefault(kind, []).append(e.time_range.elapsed_us() / 1e3)
+        spans.append((e.time_range.start, e.time_range.end))
+    busy, end = 0.0, None
+    for s, t in sorted(spans):  # the union of kernel intervals (us)
+        if end is None or s > end:
+            busy += t - s
+            end = t
+        elif t > end:
+            busy += t - end
+            end = t
+    n = len(inputs)
+    lines = [f"  wall {wall * 1e3:.3f}; device busy {busy / 1e3 / n:.3f} ({busy / 1e3 / n / (wall * 1e3):.0%} of wall)"]
+    for kind, times in sorted(kinds.items()):
+        lines.append(f"  {kind:<14} {sum(times) / n:8.3f} in {len(times) / n:.0f} kernels")
+    top_names: dict[str, float] = {}
+    for e in p.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            top_names[e.name[:60]] = top_names.get(e.name[:60], 0.0) + e.time_range.elapsed_us() / 1e3
+    for name, ms in sorted(top_names.items(), key=lambda kv: -kv[1])[:8]:
+        lines.append(f"    {ms / n:8.3f}  {name}")
+    return "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=sorted(MODELS), default="transformer")
@@ -75,6 +121,9 @@ def main() -> int:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--first-call", action="store_true",
                    help="also profile the instrumented compile and first call (sorted by cumulative time)")
+    p.add_argument("--timeline", action="store_true",
+                   help="also the device's view of back-to-back steps (torch.profiler): kernel time per step "
+                        "by kind, base and instrumented")
     args = p.parse_args()
 
     import torch
@@ -101,11 +150,14 @@ def main() -> int:
             times.append(time.perf_counter() - t0)
         return times
 
+    timelines = []
     with torch.no_grad():
         base = torch.compile(model)
         base(x)
         sync()
         base_step = statistics.median(lockstep(base))
+        if args.timeline and device == "cuda":
+            timelines.append(("base", timeline(base, inputs, sync)))
         torch._dynamo.reset()
         aoti_debug.enable(args.level)
         fn = torch.compile(model)
@@ -134,6 +186,8 @@ def main() -> int:
             prof.enable()
             lockstep(fn)
             prof.disable()
+            if args.timeline and device == "cuda":
+                timelines.append((f"ours {args.level}", timeline(fn, inputs, sync)))
     print(f"{source} on {torch.cuda.get_device_name() if device == 'cuda' else 'CPU'}, level {args.level}, "
           f"torch {torch.__version__}, {len(inputs)} steps")
     print(f"base step {base_step * 1e3:.3f} ms; instrumented {step * 1e3:.3f} ms ({step / base_step:.2f}x), "
@@ -147,6 +201,9 @@ def main() -> int:
     variants = stats_kernel_variants()
     if variants is not None:
         print(f"fused stats kernel: {variants} compiled variants in this process")
+    for name, lines in timelines:
+        print(f"device timeline, {name}, {len(inputs)} steps back to back (torch.profiler), ms per step:")
+        print(lines)
     print(f"cProfile over {len(inputs)} lockstep steps, all threads (cProfile's own cost inflates these):")
     print(top(prof, "tottime", args.top))
     return 0
