@@ -85,9 +85,8 @@ def timeline(fn, inputs, sync) -> str:
         if e.device_type != torch.autograd.DeviceType.CUDA:
             continue
         name = e.name
-        kind = ("stats kernel" if "_stats_kernel" in name else
-                "copies/fills" if name.startswith(("Memcpy", "Memset")) or "copy" in name.lower() or "fill" in name.lower()
-                else "model kernels")
+        copy = name.startswith(("Memcpy", "Memset")) or "copy" in name.lower() or "fill" in name.lower()
+        kind = "stats kernel" if "_stats_kernel" in name else "copies/fills" if copy else "model kernels"
         kinds.setdefault(kind, []).append(e.time_range.elapsed_us() / 1e3)
         spans.append((e.time_range.start, e.time_range.end))
     busy, end = 0.0, None

@@ -119,6 +119,7 @@ def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None
     try:
         mp.setattr(hooks.GraphHandle, "_ring_stats", lambda self, items, rows: ring.stats(self, items, rows))
         mp.setattr(hooks.GraphHandle, "_ring_rows", lambda self, device, tensors: ring.rows(self, device, tensors))
+        mp.setattr(hooks.GraphHandle, "_planned_rows", lambda self, plan, ts: ring.rows(self, plan.device, ts))
         if not plans:
             mp.setattr(hooks.GraphHandle, "_ring_side", lambda self, *a: False)
         mp.setattr(hooks.GraphHandle, "_native_stats", lambda self, items: list(range(len(items))))
@@ -338,6 +339,8 @@ def test_no_plan_is_used_under_a_flight_recorder(library, fresh_session, monkeyp
     ring = _HostRing(odd=False)
     monkeypatch.setattr(hooks.GraphHandle, "_ring_stats", lambda self, items, rows: ring.stats(self, items, rows))
     monkeypatch.setattr(hooks.GraphHandle, "_ring_rows", lambda self, device, tensors: ring.rows(self, device, tensors))
+    monkeypatch.setattr(hooks.GraphHandle, "_planned_rows",
+                        lambda self, plan, tensors: ring.rows(self, plan.device, tensors))
     monkeypatch.setattr(hooks.GraphHandle, "_native_stats", lambda self, items: list(range(len(items))))
     monkeypatch.setattr(session, "BEFORE_FLUSH", [ring.ship])
     g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)

@@ -358,6 +358,21 @@ def _launch_side(launches: tuple[_Launch, ...], out: torch.Tensor, first: int, r
     return True
 
 
+def kept_launches(tensors: Sequence[torch.Tensor], device: torch.device) -> tuple[_Launch, ...] | None:
+    """The launches :func:`summarize` keeps for a side whose tensors are these, where the
+    kernel reads the tensors themselves (no copy made for the side), on ``device``'s
+    current stream; None where none are kept now; ``()`` where the kernel reads a copy of
+    some tensor, which its layout decides. A caller that knows the tensors are still where
+    they were may repeat them with :func:`_launch_side` instead of calling :func:`summarize`."""
+    for t in tensors:
+        if not t.is_contiguous():
+            return ()  # (before _side_key, which would make the copy)
+    found = _side_key(tensors, _stream_key(device))
+    if found is None or any(r is not t for r, t in zip(found[1], tensors)):
+        return None
+    return _sides.get(found[0])
+
+
 def _launchable(compiled: Any) -> bool:
     """Whether ``compiled`` (what Triton's JIT launch returned) can be launched directly
     the next time: Triton 3.x's compiled kernel, with its launcher and metadata."""
@@ -382,11 +397,18 @@ def _direct_launch(compiled: Any, programs: int, stream: int, args: tuple) -> bo
     return True
 
 
+_knobs: Any = None
+
+
 def _launch_hooks_installed() -> bool:
     """Triton launch hooks are set (a profiler such as Proton): launches take the JIT path."""
-    from triton import knobs
+    global _knobs
+    knobs = _knobs
+    if knobs is None:
+        from triton import knobs as found
 
-    return not (_no_hooks(knobs.runtime.launch_enter_hook) and _no_hooks(knobs.runtime.launch_exit_hook))
+        knobs = _knobs = found.runtime
+    return not (_no_hooks(knobs.launch_enter_hook) and _no_hooks(knobs.launch_exit_hook))
 
 
 def _run(compiled: Any, programs: int, stream: int, args: tuple) -> None:

@@ -76,7 +76,7 @@ class SidePlan:
     records; a later call of the side is one :class:`RingSide` job, with no record dict
     made in the model's thread."""
 
-    __slots__ = ("site", "records", "meta", "device", "lines", "texts")
+    __slots__ = ("site", "records", "meta", "device", "lines", "texts", "ring", "ptrs", "launches")
 
     def __init__(self, site: Any, records: list[dict], tensors: list[Any], lines: "RingLines | None"):
         self.site = site
@@ -87,6 +87,13 @@ class SidePlan:
         self.lines = lines
         self.texts: tuple[Any, list[tuple]] | None = None
         """``(RingLines, each record's constant texts)``: set by the writer thread."""
+        self.ring: Any = None
+        self.ptrs: list[int] | None = None
+        self.launches: Any = None
+        """The stats kernel's kept launches (``fused_stats.kept_launches``) for the tensors
+        at ``ptrs`` into ``ring`` (its device and stream), None (not kept yet) or ``()``
+        (never: the kernel reads a copy): the hooks repeat them while the side's tensors
+        stay where they were."""
 
     def matches(self, values: Any) -> bool:
         """Whether ``values`` are tensors with this plan's device, dtypes, shapes and strides."""

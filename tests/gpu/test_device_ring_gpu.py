@@ -97,6 +97,40 @@ def test_ring_equals_host_copy_path(tmp_path, monkeypatch):
     assert seqs == sorted(seqs), "manifest out of launch order"
 
 
+def test_planned_sides_repeat_their_launches_bit_for_bit(tmp_path, monkeypatch):
+    """From the third call a side's records come from its plan and its stats kernel's kept
+    launches (``GraphHandle._planned_rows``): each call's own values, bit for bit as the
+    per-side host copies give them for the same input."""
+    from aoti_debug.runtime import fused_stats
+
+    torch.manual_seed(0)
+    model = Transformer(128, 4, 2).cuda().eval()
+    a, b = (torch.randn(2, 32, 128, device="cuda") for _ in range(2))
+    summarized = [0] * 7  # fused_stats.summarize calls per graph call
+    summarize = fused_stats.summarize
+    call = [0]
+
+    def counted(*args, **kwargs):
+        summarized[call[0]] += 1
+        return summarize(*args, **kwargs)
+
+    monkeypatch.setattr(fused_stats, "summarize", counted)
+
+    def between(i):
+        call[0] = i
+        monkeypatch.setattr(device_ring, "ENABLED", i < 4)
+
+    _, run_dir = _run(tmp_path, "planned", model, [a, b, a, b, a, b], between=between)
+    recs = records(run_dir)
+    calls = _per_call(recs, 6)
+    # Call 0 plans, call 1 keeps the launches, calls 2-3 repeat them (sides with scalars or copies still summarize).
+    assert summarized[0] > 20 and summarized[2] < summarized[0], summarized
+    _same(calls[2], calls[4])
+    _same(calls[3], calls[5])
+    _same(calls[0], calls[2])
+    assert calls[2] != calls[3]
+
+
 def test_ring_print_lines_in_launch_order(tmp_path, capfd):
     torch.manual_seed(0)
     model = MLP(64, 128, 32).cuda().eval()
