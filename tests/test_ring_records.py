@@ -119,7 +119,8 @@ def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None
     try:
         mp.setattr(hooks.GraphHandle, "_ring_stats", lambda self, items, rows: ring.stats(self, items, rows))
         mp.setattr(hooks.GraphHandle, "_ring_rows", lambda self, device, tensors: ring.rows(self, device, tensors))
-        mp.setattr(hooks.GraphHandle, "_planned_rows", lambda self, plan, ts: ring.rows(self, plan.device, ts))
+        mp.setattr(hooks.GraphHandle, "_planned_rows",
+                   lambda self, plan, ts: ring.rows(self, plan.device, plan.ring_values(ts)))
         if not plans:
             mp.setattr(hooks.GraphHandle, "_ring_side", lambda self, *a: False)
         mp.setattr(hooks.GraphHandle, "_native_stats", lambda self, items: list(range(len(items))))
@@ -291,8 +292,9 @@ def _count_planned(monkeypatch) -> list[int]:
 def test_planned_sides_write_what_the_full_path_writes(library, fresh_session, monkeypatch, native):
     planned = _count_planned(monkeypatch)
     with_plans = _run(library, native, steps=4)
-    # Steps 2-4: addmm's both sides and the subgraph kernel's output (the others hold scalars or lists).
-    assert planned[0] == 3 * 3
+    # Steps 2-4: addmm's both sides, the fused kernel's inputs (scalars, None, an unwritten
+    # buffer: fixed records) and the subgraph kernel's output (the other two hold lists).
+    assert planned[0] == 3 * 4
     assert with_plans == _run(library, native, steps=4, plans=False)
 
 
@@ -308,8 +310,9 @@ def _changing(step: int):
     """One site whose values change layout, dtype, device, count and kind from step to step."""
     g = torch.Generator().manual_seed(step)
     x = torch.randn(6, 4, generator=g)
-    before = [[x, x], [x.t(), x], [x, x.double()], [x, x.double()], [x.reshape(4, 6), x.double()], [x, x.double()],
-              [x, 3], [x, x.double()], [x[:, :2], x.double()], [x, x.double(), x]][step]
+    d = x.double()
+    before = [[x, x], [x.t(), x], [x, d], [x, d], [x.reshape(4, 6), d], [x, d], [x, 3], [x, 3], [x, 4], [x, d, x],
+              [x, True], [x, 1], [x, 0.0], [x, -0.0]][step]
     return [(_changing_site(), before, [x * 2])]
 
 
@@ -321,11 +324,11 @@ def _changing_site() -> Site:
 
 def test_a_side_whose_values_change_is_planned_again(library, fresh_session, monkeypatch):
     planned = _count_planned(monkeypatch)
-    with_plans = _run(library, True, steps=10, sides=_changing, cpu_side=False)
-    # Every "after" side but the first; "before" at step 3 (as step 2) and step 7 (as step 5:
-    # step 6's scalar made no plan).
-    assert planned[0] == 9 + 2
-    assert with_plans == _run(library, True, steps=10, sides=_changing, cpu_side=False, plans=False)
+    with_plans = _run(library, True, steps=14, sides=_changing, cpu_side=False)
+    # Every "after" side but the first; "before" at step 3 (as step 2) and step 7 (as step 6):
+    # not for another value, type (True, 1) or sign (0.0, -0.0).
+    assert planned[0] == 13 + 2
+    assert with_plans == _run(library, True, steps=14, sides=_changing, cpu_side=False, plans=False)
     import json
 
     recs = [json.loads(line) for line in with_plans.decode("ascii").splitlines()]
@@ -340,7 +343,7 @@ def test_no_plan_is_used_under_a_flight_recorder(library, fresh_session, monkeyp
     monkeypatch.setattr(hooks.GraphHandle, "_ring_stats", lambda self, items, rows: ring.stats(self, items, rows))
     monkeypatch.setattr(hooks.GraphHandle, "_ring_rows", lambda self, device, tensors: ring.rows(self, device, tensors))
     monkeypatch.setattr(hooks.GraphHandle, "_planned_rows",
-                        lambda self, plan, tensors: ring.rows(self, plan.device, tensors))
+                        lambda self, plan, ts: ring.rows(self, plan.device, plan.ring_values(ts)))
     monkeypatch.setattr(hooks.GraphHandle, "_native_stats", lambda self, items: list(range(len(items))))
     monkeypatch.setattr(session, "BEFORE_FLUSH", [ring.ship])
     g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)

@@ -299,11 +299,10 @@ class GraphHandle:
             fl.capture(tensors, last=phase == "after" or not site.after)
         if tensors:
             ringed = self._tensors(sess, tensors, jobs)
-            if ringed and extra is None and len(tensors) == len(jobs) and templates.simple and fl is None:
-                # Every value a tensor of the ring: the next calls make this side's records from a plan.
-                self._ring_plans[key] = ring_records.SidePlan(site, [rec for rec, _t in tensors],
-                                                              [t for _r, t in tensors], self._ring_lines())
             jobs.sort(key=_seq)  # scalars were queued before tensors: the manifest in record order
+            if ringed and extra is None and templates.simple and fl is None:
+                # Every tensor in the ring: the next calls make this side's records from a plan.
+                self._plan(key, site, jobs, values, tensors)
         if self.level == "print" and jobs:
             self._print_side(sess, jobs)
         if jobs:
@@ -433,11 +432,25 @@ class GraphHandle:
         fused_stats.summarize(tensors, into=(seg.buf, first))
         return seg.arrival, first
 
-    def _planned_rows(self, plan: ring_records.SidePlan, values: Sequence[torch.Tensor]) -> tuple[Any, int]:
+    def _plan(self, key: tuple, site: Site, jobs: list[Job], values: Sequence[Any],
+              tensors: list[tuple[dict, torch.Tensor]]) -> None:
+        """Keep a plan of this side (``ring_records.SidePlan``) made from its records, before
+        they are queued; none where some value is one a plan does not keep."""
+        if len(jobs) != len(values):
+            return
+        ring = {id(rec) for rec, _t in tensors}
+        try:
+            self._ring_plans[key] = ring_records.SidePlan(site, [j.record for j in jobs], list(values),
+                                                          [id(j.record) in ring for j in jobs], self._ring_lines())
+        except ValueError:
+            pass
+
+    def _planned_rows(self, plan: ring_records.SidePlan, values: Sequence[Any]) -> tuple[Any, int]:
         """``_ring_rows`` for a planned side: while its tensors are where they were, on the
         same ring, the stats kernel's launches are repeated without ``fused_stats.summarize``
         (which would find them again from the tensors: ~70 us a side in a real model)."""
         device = plan.device
+        values = plan.ring_values(values)
         ring = device_ring.ring_for(device)
         seg, first = ring.reserve(len(values))
         ptrs = [t.data_ptr() for t in values]
@@ -460,10 +473,11 @@ class GraphHandle:
             return False
         try:
             arrival, first = self._planned_rows(plan, values)
-        except Exception:
+        except Exception as e:  # the full path tries the ring again (and warns when it fails too)
+            warn_once(f"ring-plan-{type(e).__name__}", f"a planned launch side failed, recording it in full: {e}")
             self._ring_plans.clear()
             return False
-        side = ring_records.RingSide(plan, sess.next_seq(len(values)), launch, call, arrival, first)
+        side = ring_records.RingSide(plan, sess.next_seq(len(plan.records)), launch, call, arrival, first)
         sess.submit_all([Job(None, arrival, side)])
         return True
 

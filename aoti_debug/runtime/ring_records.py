@@ -24,6 +24,7 @@ from __future__ import annotations
 import array
 import ctypes
 import threading
+from math import copysign
 from typing import Any
 
 from torch import Tensor
@@ -68,22 +69,44 @@ class RingFill:
         device_ring.fill(rec, self.arrival.values(), self.row)
 
 
+#: The scalar types whose records a plan keeps (the record holds the value itself).
+_PLAIN_SCALARS = (bool, int, float, type(None))
+
+
 class SidePlan:
     """A CUDA launch side at level ``stats`` whose records differ from call to call only
-    in their numbers (seq, launch, kernel call) and their stats: every value is a tensor
-    of one CUDA device, none unwritten, and each keeps the dtype, shape and stride of the
-    call the plan was made from (:meth:`matches`). Made by the hooks from that call's
-    records; a later call of the side is one :class:`RingSide` job, with no record dict
-    made in the model's thread."""
+    in their numbers (seq, launch, kernel call) and their tensors' stats: its tensors are
+    on one CUDA device and keep the dtype, shape and stride of the call the plan was made
+    from, and its other values (numels, flags: ``None``, bool, int, float) keep their
+    value (:meth:`matches`). Unwritten inputs (metadata only) and scalars are *fixed*
+    records, the same at every call; the others take a ring row each, in record order.
+    Made by the hooks from that call's records; a later call of the side is one
+    :class:`RingSide` job, with no record dict made in the model's thread."""
 
-    __slots__ = ("site", "records", "meta", "device", "lines", "texts", "ring", "ptrs", "launches")
+    __slots__ = ("site", "records", "rows", "meta", "ring_at", "device", "lines", "texts", "ring", "ptrs",
+                 "launches")
 
-    def __init__(self, site: Any, records: list[dict], tensors: list[Any], lines: "RingLines | None"):
+    def __init__(self, site: Any, records: list[dict], values: list[Any], in_ring: list[bool],
+                 lines: "RingLines | None"):
         self.site = site
         self.records = tuple({k: v for k, v in rec.items()} for rec in records)
         """Each record's fields, its numbers as the first call's (set per call)."""
-        self.meta = tuple((t.dtype, t.shape, t.stride()) for t in tensors)
-        self.device = tensors[0].device
+        rows: list[int | None] = []
+        meta: list[tuple] = []
+        for v, ring in zip(values, in_ring):
+            if isinstance(v, Tensor):
+                meta.append((v.dtype, v.shape, v.stride()))
+            elif type(v) in _PLAIN_SCALARS:
+                meta.append((None, type(v), v))
+            else:
+                raise ValueError(f"a plan keeps no {type(v).__name__} value")
+            rows.append(sum(in_ring[:len(rows)]) if ring else None)
+        self.rows = tuple(rows)
+        """The ring row of each record, from the side's first (None: a fixed record)."""
+        self.meta = tuple(meta)
+        self.ring_at = None if all(in_ring) else tuple(i for i, ring in enumerate(in_ring) if ring)
+        """The positions of the values the ring summarises (None: all)."""
+        self.device = next(v.device for v, ring in zip(values, in_ring) if ring)
         self.lines = lines
         self.texts: tuple[Any, list[tuple]] | None = None
         """``(RingLines, each record's constant texts)``: set by the writer thread."""
@@ -96,17 +119,27 @@ class SidePlan:
         stay where they were."""
 
     def matches(self, values: Any) -> bool:
-        """Whether ``values`` are tensors with this plan's device, dtypes, shapes and strides."""
+        """Whether ``values`` are what the plan was made from: tensors with its device,
+        dtypes, shapes and strides, and the same scalars."""
         meta = self.meta
         if len(values) != len(meta):
             return False
         device = self.device
         for v, (dtype, shape, stride) in zip(values, meta):
-            if type(v) is not Tensor and not isinstance(v, Tensor):
+            if dtype is None:  # a scalar: shape is its type, stride its value
+                if type(v) is not shape or v != stride or \
+                        (shape is float and copysign(1.0, v) != copysign(1.0, stride)):
+                    return False  # (-0.0 == 0.0, and their records differ)
+            elif type(v) is not Tensor and not isinstance(v, Tensor):
                 return False
-            if v.dtype is not dtype or v.shape != shape or v.device != device or v.stride() != stride:
+            elif v.dtype is not dtype or v.shape != shape or v.device != device or v.stride() != stride:
                 return False
         return True
+
+    def ring_values(self, values: Any) -> Any:
+        """The values the ring summarises, in record order."""
+        at = self.ring_at
+        return values if at is None else [values[i] for i in at]
 
 
 class RingSide:
@@ -135,8 +168,11 @@ class RingSide:
         return out
 
     def fill(self, rec: dict, k: int) -> None:
-        """Set record ``k``'s stats and checksum from its ring row."""
-        device_ring.fill(rec, self.arrival.values(), self.row + k)
+        """Set record ``k``'s stats and checksum from its ring row, once the values are on
+        the host (a fixed record has none: nothing to wait for)."""
+        row = self.plan.rows[k]
+        if row is not None:
+            device_ring.fill(rec, self.arrival.values(), self.row + row)
 
 
 class RingLines:
@@ -196,6 +232,7 @@ class RingLines:
         later records)."""
         spec = array.array("q", (LAYOUT, 0, 0, 0, 0, 0))
         add = spec.extend
+        fixed: list[tuple[int, bytes]] = []  # (place among the lines, line) of planned sides' fixed records
         keep = []
         size = 0
         count = 0
@@ -210,14 +247,19 @@ class RingLines:
                     plan = fill.plan
                     found = plan.texts
                     if found is None or found[0] is not self:
-                        found = plan.texts = (self, [self._texts_of(r) for r in plan.records])
+                        found = plan.texts = (self, [self._texts_of(r) if at is not None else _fixed_text(r)
+                                                     for r, at in zip(plan.records, plan.rows)])
                     seq, launch, call, row = fill.seq, fill.launch, fill.call, fill.row
-                    for k, texts in enumerate(found[1]):
+                    for k, (texts, at) in enumerate(zip(found[1], plan.rows)):
+                        if at is None:  # a fixed record: its line made here, put in its place below
+                            fixed.append((count + len(fixed), b'{"seq":%d,"launch":%d,%s,"kernel_call":%d,%s}' % (
+                                seq + k, launch, texts[0], call, texts[1])))
+                            continue
                         size += texts[6]
-                        add((seq + k, launch, call, stats + 64 * (row + k), sums + 8 * (row + k), texts[2], texts[3],
-                             texts[4], texts[5]))
+                        add((seq + k, launch, call, stats + 64 * (row + at), sums + 8 * (row + at), texts[2],
+                             texts[3], texts[4], texts[5]))
+                        count += 1
                     keep.append(found)
-                    count += len(found[1])
                     continue
                 texts = self._texts_of(rec)
                 keep.append(texts)
@@ -234,12 +276,29 @@ class RingLines:
             rc = self._fn(spec.buffer_info()[0])
             if rc != 0:
                 raise RuntimeError(f"{RECORDS_SYMBOL} returned {rc}")
-            return bytes(memoryview(out)[:spec[5]])
+            text = bytes(memoryview(out)[:spec[5]])
+            if not fixed:
+                return text
+            lines: list[Any] = [None] * (count + len(fixed))
+            for at, line in fixed:
+                lines[at] = line
+            written = iter(text.split(b"\n")[:count])
+            return b"\n".join([line if line is not None else next(written) for line in lines]) + b"\n"
         except Exception as e:
             self.failed = True
             warn_once(f"ring-records-{type(e).__name__}", f"the runtime library could not write device-ring "
                                                            f"records, encoding them in Python: {e}")
             return None
+
+
+def _fixed_text(rec: dict) -> tuple[bytes, bytes]:
+    """A fixed record's line (a planned side's scalar or unwritten input) as the texts
+    around its numbers: ``(head, body)`` of ``encode_record``'s line, as ``_text`` splits it."""
+    text = encode_record({**rec, "seq": 0, "launch": 0, "kernel_call": 0})
+    if not text.startswith(_START):
+        raise ValueError(f"records start otherwise than the runtime library writes them: {text[:40]!r}")
+    at = text.index(_CALL)
+    return text[len(_START):at].encode("ascii"), text[at + len(_CALL):-1].encode("ascii")
 
 
 def _address(text: bytes) -> int:

@@ -555,8 +555,7 @@ class Session:
         side = job.finish
         records = side.records()
         for k, record in enumerate(records):
-            try:  # as _finish does for each record of the dict path
-                job.event.synchronize()
+            try:  # as _finish does for each record of the dict path (fill waits for the values)
                 side.fill(record, k)
             except Exception as e:
                 record["error"] = f"{type(e).__name__}: {e}"
