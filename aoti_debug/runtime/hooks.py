@@ -99,8 +99,12 @@ def _named(args: Sequence[SiteArg], values: Sequence[Any] | None) -> list[tuple[
     return [(name, a.role, v) for a, value in zip(args, values) for name, v in _flatten(a.arg, value)]
 
 
+#: What ``torch.cuda.is_current_stream_capturing`` calls (asked twice per launch).
+_is_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
+
+
 def _capturing() -> bool:
-    return _has_cuda() and torch.cuda.is_current_stream_capturing()
+    return _has_cuda() and _is_capturing()
 
 
 class _Templates(list):
@@ -131,6 +135,7 @@ class GraphHandle:
         self._lines = _UNSET
         """The library's writer of device-ring records (``ring_records``), or None."""
         self._plans: dict[tuple[int, str], cpu_records.SidePlan] = {}
+        self._last_label: tuple = (None, None, None)
         self._ring_plans: dict[tuple, ring_records.SidePlan] = {}
         """CUDA sides at level stats whose records are made from a plan (``_ring_side``)."""
         self._tls = threading.local()
@@ -179,8 +184,13 @@ class GraphHandle:
             sess = _session.current()
             if self.level != "names":
                 sess.writer(self.level, _device_label())
-            with _labels:
-                label = self._label(sess, subgraph)
+            known = self._last_label  # (session, subgraph, label): one lookup without the lock
+            if known[0] is sess and known[1] == subgraph:
+                label = known[2]
+            else:
+                with _labels:
+                    label = self._label(sess, subgraph)
+                self._last_label = (sess, subgraph, label)
             tls = self._tls
             if self.level == "stats" and _capturing():
                 tls.label = label

@@ -298,8 +298,9 @@ class Session:
         ``graph`` (0, 1, ...), taken together so concurrent threads never share either."""
         with self._count_lock:
             self.launch += 1
-            call = self.kernel_calls[(graph, kernel)]
-            self.kernel_calls[(graph, kernel)] = call + 1
+            key = (graph, kernel)
+            call = self.kernel_calls.get(key, 0)  # (dict.get: Counter's [] is Python code)
+            self.kernel_calls[key] = call + 1
             return self.launch, call
 
     # -- run directory ---------------------------------------------------------------
