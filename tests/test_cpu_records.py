@@ -111,6 +111,26 @@ def test_a_side_with_a_value_the_library_does_not_write_takes_the_dict_path(libr
     assert text == dicts and len(text) == 4
 
 
+def test_a_value_that_is_a_tensor_in_one_call_and_a_list_in_the_next(library, fresh_session):
+    """The values packed by position (Records.values_side) and the flattened path share
+    one plan: a side whose value turns into a list, and back, names and summarises each
+    value. (Not compared with the dict path: its record templates, made at a side's first
+    call, keep a later call's list as one value of kind "other".)"""
+    site = Site("", "k", "k", (_arg("buf2", "output", "unknown"), _arg("ks0", kind="symint")), (), None, 0, "")
+    g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
+    for values in ([torch.arange(3.0), 4], [(torch.ones(2), None, [torch.zeros(1), 3]), 5], [torch.full((2,), 7.0), 6]):
+        g.launch(site, values)
+    aoti_debug.flush()
+    recs = records(only_run(str(fresh_session)))
+    assert [(r["arg"], r["kind"], r.get("numel", r.get("value"))) for r in recs] == [
+        ("buf2", "tensor", 3), ("ks0", "symint", 4),
+        ("buf2[0]", "tensor", 2), ("buf2[1]", "none", None), ("buf2[2][0]", "tensor", 1), ("buf2[2][1]", "scalar", 3),
+        ("ks0", "symint", 5), ("buf2", "tensor", 2), ("ks0", "symint", 6)]
+    assert [r["stats"]["mean"] for r in recs if r["kind"] == "tensor"] == [1.0, 1.0, 0.0, 7.0]
+    assert [r["index"] for r in recs] == [0, 1, 0, 0, 0, 0, 1, 0, 1] and [r["seq"] for r in recs] == list(range(1, 10))
+    assert not [k for k, _ in session.FAILURES if "cpu-records" in k]
+
+
 def test_a_conjugate_view_takes_the_dict_path(library, fresh_session):
     z = torch.randn(3, dtype=torch.complex64)
     records_obj = cpu_records.for_library(library)

@@ -76,6 +76,9 @@ class SidePlan:
                                        *self._text(f"[aoti_debug] {phase:<6} {site.kernel} launch=" if printing else "")))
         #: record arg name -> (its kind as a tensor, as an int, its number in ``texts``)
         self.entries: dict[str, tuple[int, int, int]] = {}
+        #: The entry of each arg by position, for a side whose values hold no list or
+        #: tuple (:meth:`Records.values_side`); made at its first such call.
+        self.slots: tuple[tuple[int, int, int], ...] | None = None
 
     def _record(self, a: SiteArg, name: str, i: int) -> dict:
         return record(seq=0, launch=0, graph=self.label, wrapper=self.wrapper, kernel=self.site.kernel,
@@ -116,6 +119,16 @@ class SidePlan:
                                               len(self.entries))
             return found
 
+    def make_slots(self, args: Sequence[SiteArg]) -> tuple[tuple[int, int, int], ...]:
+        """The entry of each arg by position (each value named by its arg)."""
+        slots = tuple(self.entry(i, a, a.arg) for i, a in enumerate(args))
+        self.slots = slots
+        return slots
+
+
+#: What :meth:`Records.values_side` returns for a side holding a list or tuple.
+FLATTEN: Any = object()
+
 
 class Records:
     """One runtime library's record function, with reusable output buffers per thread."""
@@ -135,11 +148,49 @@ class Records:
         self._tls = threading.local()
         self._structs: dict[int, struct.Struct] = {}
 
+    def values_side(self, plan: SidePlan, args: Sequence[SiteArg], values: Sequence[Any], launch: int, call: int,
+                    next_seq: Any, fd: int) -> tuple[memoryview | None, str] | None:
+        """:meth:`side` for a side's values as the hook got them, each named by its arg
+        (``args``: the plan's site's args of its phase, always the same): the hot path, no
+        flattened list to build, each value's texts found by position. :data:`FLATTEN`
+        where a value is a list or tuple (the caller flattens the side for :meth:`side`)."""
+        slots = plan.slots or plan.make_slots(args)
+        n = min(len(slots), len(values))
+        if not n:
+            return None
+        codes = self.codes
+        tls = self._tls
+        out = getattr(tls, "out", None) or self._grow(_START_BYTES)
+        # the header (cpu_records.h CpuSlot); the texts are complete: every slot has its entry
+        spec: list[int] = [LAYOUT, 0, n, 0, launch, call, fd, *plan.texts.buffer_info(), *self._gil, *out, 0, 0, 0]
+        try:
+            for e, v in zip(slots, values):
+                tv = type(v)
+                if tv is _TENSOR or tv is _PARAMETER:
+                    kind = codes.get(v.dtype)
+                    if kind is None or v.layout is not _STRIDED or not v.is_cpu or v.is_neg() or \
+                            (kind[2] and v.is_conj()):
+                        return None
+                    shape = v.shape
+                    spec += (e[0], e[2], v.data_ptr(), kind[0], len(shape), *shape, *v.stride())
+                elif tv is int and _INT64[0] <= v <= _INT64[1]:
+                    spec += (e[1], e[2], v)
+                elif v is None:
+                    spec += (ITEM_NONE, e[2])
+                elif tv is list or tv is tuple or isinstance(v, (list, tuple)):
+                    return FLATTEN
+                else:
+                    return None
+        except RuntimeError:  # a tensor without strides or storage (another layout)
+            return None
+        return self._write(plan, spec, n, next_seq, fd, out)
+
     def side(self, plan: SidePlan, flat: Sequence[tuple[int, SiteArg, str, Any]], launch: int, call: int,
              next_seq: Any, fd: int) -> tuple[memoryview | None, str] | None:
         """Writes the side's manifest lines to ``fd`` (the manifest; -1: returned instead)
         and returns ``(lines or None, print text)``; None where a value is not one this path
-        writes (the caller's dict path records the side). ``next_seq(n)`` hands out the
+        writes (the caller's dict path records the side). ``flat``: ``(arg's position, arg,
+        record arg name, value)`` of each flattened value. ``next_seq(n)`` hands out the
         records' numbers, once the side is known to be written here.
 
         Raises:
@@ -171,10 +222,16 @@ class Records:
                     return None
         except RuntimeError:  # a tensor without strides or storage (another layout)
             return None
+        spec[7:9] = plan.texts.buffer_info()  # after every value's entry was made
+        return self._write(plan, spec, len(flat), next_seq, fd, out)
+
+    def _write(self, plan: SidePlan, spec: list[int], count: int, next_seq: Any, fd: int,
+               out: tuple[int, int]) -> tuple[memoryview | None, str]:
+        """Numbers the side's records, packs ``spec`` and calls the library (:meth:`side`)."""
+        tls = self._tls
         n = len(spec)
         spec[1] = n
-        spec[3] = next_seq(len(flat))
-        spec[7:9] = plan.texts.buffer_info()  # after every value's entry was made
+        spec[3] = next_seq(count)
         packed = getattr(tls, "spec", None)
         if packed is None or 8 * n > len(packed):
             packed = self._spec_buffer(n)

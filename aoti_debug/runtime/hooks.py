@@ -566,21 +566,22 @@ class GraphHandle:
                 break
         if self.level == "print" and sess.pending():
             return False  # its lines would print ahead of sides queued before it (_print_side waits)
-        flat = []
-        for i, (a, value) in enumerate(zip(args, values)):
-            if isinstance(value, (list, tuple)):
-                flat.extend((i, a, name, v) for name, v in _flatten(a.arg, value))
-            else:
-                flat.append((i, a, a.arg, value))
-        if not flat:
-            return False
         key = (id(site), phase)
         plan = self._plans.get(key)
         if plan is None or plan.site is not site or plan.label != label:
             plan = self._plans[key] = cpu_records.SidePlan(site, phase, label, self.wrapper, self.level == "print")
-        w = sess._writer
-        try:  # straight into the manifest when nothing is queued before these records
-            out = records.side(plan, flat, launch, call, sess.next_seq, -1 if sess.pending() else w.fileno())
+        # straight into the manifest when nothing is queued before these records
+        fd = -1 if sess.pending() else sess._writer.fileno()
+        try:
+            out = records.values_side(plan, args, values, launch, call, sess.next_seq, fd)
+            if out is cpu_records.FLATTEN:  # a list or tuple of values: each flattened value named
+                flat = []
+                for i, (a, value) in enumerate(zip(args, values)):
+                    if isinstance(value, (list, tuple)):
+                        flat.extend((i, a, name, v) for name, v in _flatten(a.arg, value))
+                    else:
+                        flat.append((i, a, a.arg, value))
+                out = records.side(plan, flat, launch, call, sess.next_seq, fd) if flat else None
         except OSError as e:
             warn_once("manifest", f"cannot append to manifest in {sess.path!r}: {e}")
             return True
