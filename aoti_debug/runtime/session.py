@@ -154,25 +154,27 @@ def _cpp_runtimes(symbol: str) -> Iterator[Any]:
             return
         found = {x[5].rstrip("\n") for x in fields if len(x) == 6 and x[5].startswith("/")}
         paths = [p for p in sorted(found) if (symbol, p) not in _no_cpp_runtime and not p.endswith(" (deleted)")]
+    import _ctypes
+
     exporting: list[str] = []
     for path in paths:
         if (symbol, path) in _no_cpp_runtime:
             continue
-        try:
-            lib = ctypes.CDLL(path, mode=nolo | os.RTLD_LOCAL)
+        try:  # a handle and an address, no ctypes.CDLL (which makes a class per library: ~25 us)
+            handle = _ctypes.dlopen(path, nolo | os.RTLD_LOCAL)
         except OSError:
             continue
         try:
-            fn = getattr(lib, symbol)
-        except AttributeError:
+            fn = _FUNCTION(_ctypes.dlsym(handle, symbol))
+        except (OSError, AttributeError):
             _no_cpp_runtime.add((symbol, path))
-            _dlclose(lib)
+            _dlclose_handle(handle)
             continue
         exporting.append(path)
         try:
             yield fn
         finally:
-            _dlclose(lib)
+            _dlclose_handle(handle)
     if generation is not None:
         _cpp_runtime_paths[symbol] = (generation, exporting)
 
@@ -217,11 +219,16 @@ def _load_generation() -> tuple[int, int] | None:
 _dl_iterate_phdr: Any = None  # the libc function once looked up, False where there is none
 
 
-def _dlclose(lib: Any) -> None:
+#: The type of a C++ runtime's function as :func:`_cpp_runtimes` hands it out (callers set
+#: its ``restype`` and ``argtypes``); a CFUNCTYPE releases the GIL for the call.
+_FUNCTION = ctypes.CFUNCTYPE(None)
+
+
+def _dlclose_handle(handle: int) -> None:
     try:
         import _ctypes
 
-        _ctypes.dlclose(lib._handle)
+        _ctypes.dlclose(handle)
     except Exception:
         pass
 
