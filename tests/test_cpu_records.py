@@ -111,13 +111,16 @@ def test_a_side_with_a_value_the_library_does_not_write_takes_the_dict_path(libr
     assert text == dicts and len(text) == 4
 
 
-def test_a_value_that_is_a_tensor_in_one_call_and_a_list_in_the_next(library, fresh_session):
+@pytest.mark.parametrize("dicts", [False, True], ids=["library", "dicts"])
+def test_a_value_that_is_a_tensor_in_one_call_and_a_list_in_the_next(library, fresh_session, dicts):
     """The values packed by position (Records.values_side) and the flattened path share
     one plan: a side whose value turns into a list, and back, names and summarises each
-    value. (Not compared with the dict path: its record templates, made at a side's first
-    call, keep a later call's list as one value of kind "other".)"""
+    value; so does the record dicts' path (its templates of the first call are not used
+    for a call holding a list)."""
     site = Site("", "k", "k", (_arg("buf2", "output", "unknown"), _arg("ks0", kind="symint")), (), None, 0, "")
     g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
+    if dicts:
+        g._records = None
     for values in ([torch.arange(3.0), 4], [(torch.ones(2), None, [torch.zeros(1), 3]), 5], [torch.full((2,), 7.0), 6]):
         g.launch(site, values)
     aoti_debug.flush()

@@ -284,7 +284,8 @@ class GraphHandle:
         tensors: list[tuple[dict, torch.Tensor]] = []
         jobs: list[Job] = []
         templates = self._templates.get(key)
-        if templates is None or templates.site is not site or len(templates) != len(values):
+        if templates is None or templates.site is not site or len(templates) != len(values) or \
+                any([isinstance(v, (list, tuple)) for v in values]):  # (lists: flattened at every call)
             templates = self._side_templates(key, site, args, values, phase, label)
         first_seq = sess.next_seq(len(templates))
         for k, (a, tpl, v) in enumerate(zip(args, templates, values) if templates.simple else
