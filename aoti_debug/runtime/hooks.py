@@ -107,6 +107,11 @@ def _capturing() -> bool:
     return _has_cuda() and _is_capturing()
 
 
+#: ``torch.cuda.current_device()`` without its lazy-init check, for where CUDA is up
+#: already (a planned side's tensors are on it).
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
 class _Templates(list):
     """Record templates of one launch side; ``simple``: no value is a list or tuple."""
 
@@ -466,7 +471,7 @@ class GraphHandle:
         seg, first = ring.reserve(len(values))
         ptrs = [t.data_ptr() for t in values]
         launches = plan.launches
-        if launches and plan.ring is ring and ptrs == plan.ptrs and device.index == torch.cuda.current_device() and \
+        if launches and plan.ring is ring and ptrs == plan.ptrs and device.index == _current_device() and \
                 fused_stats._launch_side(launches, seg.buf, first, seg.cap):
             return seg.arrival, first
         fused_stats.summarize(values, into=(seg.buf, first))
@@ -489,7 +494,7 @@ class GraphHandle:
             self._ring_plans.clear()
             return False
         side = ring_records.RingSide(plan, sess.next_seq(len(plan.records)), launch, call, arrival, first)
-        sess.submit_all([Job(None, arrival, side)])
+        sess.submit_side(Job(None, arrival, side))
         return True
 
     def _capture(self, sess, label: str, site: Site, args: Sequence[SiteArg], values: Sequence[Any],

@@ -433,6 +433,15 @@ class Session:
         if self._thread is None:
             self._start()
 
+    def submit_side(self, job: Job) -> None:
+        """Queue a planned ring side's one job (``ring_records.RingSide``; no flight
+        recorder, nothing to save): :meth:`submit_all` for one job that always waits."""
+        with self._cond:
+            self._queue.append(job)
+            self._cond.notify_all()
+        if self._thread is None:
+            self._start()
+
     def write_lines(self, data: bytes | memoryview) -> None:
         """Manifest lines encoded already, each ending in a newline (a CPU launch side's,
         from the runtime library: ``cpu_records``): written at once, in this thread, when
