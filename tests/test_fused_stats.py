@@ -167,8 +167,8 @@ def make_permuted_cases(device: str, big: int = 1) -> list[tuple[str, torch.Tens
         out.append((f"{name}-permuted-4d-offset16",
                     v(64 + 3 * 4 * 5 * 8 * big, dtype=dt)[16 // dt.itemsize:][:3 * 4 * 5 * 8 * big]
                     .view(3 * big, 4, 5, 8).permute(3, 1, 0, 2)))
-    out.append(("float32-long-rows", v(3, 2000 * big).t()))     # an inner run of 2000: column blocks
-    out.append(("float32-short-rows", v(2000 * big, 3).t()))    # an inner run of 3
+    out.append(("float32-long-rows", v(3, 1100 * big).t()))     # a run of 1100: column blocks of any tile
+    out.append(("float32-short-rows", v(700 * big, 3).t()))     # a run of 3
     out.append(("float32-run-65", v(65, 37 * big).t()))         # a run no tile width divides
     out.append(("float64-outlier-first", v(50 * big, 40, dtype=torch.float64, special=False).mul_(1e-3)
                 .index_fill_(0, torch.tensor([0], device=device), 1e9).t()))
@@ -500,15 +500,15 @@ def test_permuted_case(interpreted, name, t):
     bit for bit; with the default tiles, small tiles over few and many programs."""
     check([t], [name])
     check([t], [name], _block=64, _max_programs=3)
-    check([t], [name], _block=16, _min_tiles=1, _max_programs=1000)
+    check([t], [name], _block=32, _min_tiles=1, _max_programs=1000)
 
 
 def test_permuted_equals_the_contiguous_copy(interpreted):
     """The permuted kernel's rows equal those of the tensor's contiguous copy: bit for bit
     but for mean and std (summed in another order)."""
     ts = [t for _, t in PERMUTED]
-    a = fused_stats.summarize(ts, _block=64, _max_programs=5)
-    b = fused_stats.summarize([t.contiguous() for t in ts], _block=64, _max_programs=5)
+    a = fused_stats.summarize(ts, _block=256, _max_programs=5)
+    b = fused_stats.summarize([t.contiguous() for t in ts], _block=256, _max_programs=5)
     assert torch.equal(a[1], b[1])
     exact = [0, 1, 4, 5, 6, 7]
     torch.testing.assert_close(a[0][:, exact], b[0][:, exact], rtol=0, atol=0, equal_nan=True)
@@ -580,7 +580,7 @@ if given is not None:
             t = t.transpose(0, -1)
         return t
 
-    @settings(max_examples=200, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=100, deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
     @given(t=permuted_tensors(), block=st.sampled_from([16, 64, 1024]), programs=st.sampled_from([1, 3, 1000]))
     def test_permuted_tensors_match_the_logical_order(interpreted, t, block, programs):
