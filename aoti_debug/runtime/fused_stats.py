@@ -23,6 +23,22 @@ How (CUDA, and CPU under ``TRITON_INTERPRET=1`` for tests):
   So a launch side costs one kernel launch per kind (plus one tiny H2D copy of the
   table when the tensors' addresses are new) instead of ~20 torch ops per tensor.
 
+Layouts read in place: contiguous tensors, and tensors whose elements fill a dense block
+of memory in another order (*permuted-dense*: the strides, sorted, are a contiguous
+tensor's of the permuted sizes, size-1 dims ignored: channels_last, channels_last_3d,
+any transpose or permute of a contiguous tensor, at any element-aligned storage
+offset). The latter go to a variant of the kernel (``_stats_kernel_perm``, one launch
+per kind and tile width) that reads the tensor in memory order as ``[rows, inner]``
+(``inner`` the innermost memory run, after merging dims adjacent in both orders: NCHW
+channels_last reads as ``[N*H*W, C]``) in tiles of ``[BLOCK // CB, CB]`` with ``CB`` a
+power of two fitted to ``inner`` (:func:`_cols`); the checksum weighs element
+``(r, c)`` by its logical index ``base(r) + c * L_inner``, ``base(r)`` from one
+mixed-radix decomposition of ``r`` per tile row over at most :data:`MAX_ROW_DIMS`
+memory-order dims (:class:`_Perm`). Any other strided tensor (gaps such as
+``x[:, ::2]``, overlaps such as ``expand``, more row dims) is read from a
+``.contiguous()`` copy. The C++ runtime launches only ``_stats_kernel`` (its code is
+the same with or without the variant) and copies every non-contiguous tensor.
+
 Exactness: checksums are bit-identical to ``device_checksum`` (a sum mod 2**64 does
 not depend on the order of additions). min, max, absmax and the counts are exact.
 mean and std are float64 results whose rounding differs from the torch path (which
@@ -99,7 +115,7 @@ _UNSET: Any = object()
 _kernel_obj: Any = _UNSET             # the Triton kernel, None when triton is unusable
 _perm_kernel_obj: Any = None          # its variant for permuted-dense tensors (set with it)
 _interpreted = False                  # the kernel runs in Triton's interpreter
-_broken: set[tuple] = set()           # (kind, vec) whose compile/launch failed
+_broken: set[tuple] = set()           # (kind, vec, tile width or 0) whose compile/launch failed
 _tables: dict[tuple, torch.Tensor] = {}
 _compiled: dict[tuple, Any] = {}      # (device, kind, vec, block, aligned pointers) -> compiled kernel
 _scratch: dict[tuple, list] = {}      # (device, stream) -> [partials f64, counters i32]
@@ -198,14 +214,18 @@ def _perm_layout(shape: Sequence[int], strides: Sequence[int]) -> _Perm | None:
 
 def _layout_of(t: torch.Tensor) -> _Perm | None:
     """:func:`_perm_layout` of a non-contiguous tensor, cached by shape and strides."""
-    key = (t.shape, t.stride())
+    return _cached_layout(t.shape, t.stride())
+
+
+def _cached_layout(shape: Sequence[int], strides: Sequence[int]) -> _Perm | None:
+    key = (shape, strides)
     try:
         return _layouts[key]
     except KeyError:
         pass
     if len(_layouts) >= _LAYOUT_CACHE_MAX:
         _layouts.clear()
-    found = _layouts[key] = _perm_layout(*key)
+    found = _layouts[key] = _perm_layout(shape, strides)
     return found
 
 
@@ -461,9 +481,9 @@ def _side_key(tensors: Sequence[torch.Tensor], stream_key: tuple) -> tuple[tuple
         if t.is_contiguous():
             p = t.data_ptr()
             key += (p, t.numel(), dtype)
-        elif _layout_of(t) is not None:
+        elif _cached_layout(shape := t.shape, strides := t.stride()) is not None:
             p = t.data_ptr()
-            key += (p, t.numel(), dtype, t.shape, t.stride())
+            key += (p, t.numel(), dtype, shape, strides)
         else:
             t = t.detach().contiguous()
             p = t.data_ptr()
