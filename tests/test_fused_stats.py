@@ -113,6 +113,85 @@ def make_cases(device: str) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
+#: Every dtype the kernel decodes (complex ones as their real view).
+DTYPES = [torch.bool, torch.uint8, torch.int8, torch.float8_e4m3fn, torch.float8_e5m2, torch.int16, torch.float16,
+          torch.bfloat16, torch.int32, torch.float32, torch.int64, torch.float64, torch.uint16, torch.uint32,
+          torch.uint64, torch.complex32, torch.complex64, torch.complex128]
+
+
+def values(shape, dtype: torch.dtype, device: str, g: torch.Generator, special: bool = True) -> torch.Tensor:
+    """A contiguous tensor of ``dtype`` with varied values (NaN/Inf among floats when ``special``)."""
+    n = math.prod(shape)
+    if dtype == torch.bool:
+        t = torch.randint(0, 2, (n,), generator=g).bool()
+    elif dtype.is_complex:
+        t = torch.complex(torch.randn(n, generator=g), torch.randn(n, generator=g) * 3).to(dtype)
+    elif dtype.is_floating_point:
+        t = (torch.randn(n, generator=g, dtype=torch.float64) * 5).to(dtype)
+        if special and n > 8 and dtype != torch.float8_e4m3fn:  # e4m3fn: no inf
+            t[3::17] = float("nan")
+            t[5::23] = float("inf")
+            t[7::29] = float("-inf")
+    elif dtype == torch.uint64:
+        t = torch.randint(0, 2**62, (n,), generator=g).view(torch.uint64)
+    else:
+        info = torch.iinfo(dtype)
+        lo, hi = max(info.min, -(2**62)), min(info.max, 2**62)
+        t = torch.randint(lo, hi, (n,), generator=g).to(dtype)
+    return t.view(shape).to(device)
+
+
+def make_permuted_cases(device: str, big: int = 1) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) pairs whose elements fill a dense block of memory in another order
+    than the logical one (read in place by the permuted kernel), and strided tensors that
+    do not (read from a copy). ``big`` multiplies the leading sizes (the GPU test)."""
+    g = torch.Generator(device="cpu").manual_seed(5)
+    out: list[tuple[str, torch.Tensor]] = []
+
+    def v(*shape, dtype=torch.float32, special=True):
+        return values(shape, dtype, device, g, special)
+
+    for dt in DTYPES:
+        name = str(dt).replace("torch.", "")
+        out.append((f"{name}-transposed", v(9 * big, 13, dtype=dt).t()))
+        out.append((f"{name}-channels-last", v(2 * big, 5, 6, 7, dtype=dt).to(memory_format=torch.channels_last)))
+        out.append((f"{name}-permuted-offset", v(3 + 4 * 5 * 6 * big, dtype=dt)[3:].view(4 * big, 5, 6).permute(1, 2, 0)))
+    for dt in (torch.float16, torch.bfloat16, torch.float32, torch.int8):
+        name = str(dt).replace("torch.", "")
+        out.append((f"{name}-channels-last-3d",
+                    v(2 * big, 3, 4, 5, 6, dtype=dt).to(memory_format=torch.channels_last_3d)))
+        out.append((f"{name}-channels-last-c64", v(2 * big, 64, 5, 3, dtype=dt).to(memory_format=torch.channels_last)))
+        out.append((f"{name}-attention", v(2 * big, 16, 3, 8, dtype=dt).permute(0, 2, 1, 3)))
+        out.append((f"{name}-attention-kt", v(2 * big, 16, 3, 8, dtype=dt).permute(0, 2, 3, 1)))
+        # a storage offset of 16 bytes: the 16-byte vector form where the runs allow it
+        out.append((f"{name}-permuted-4d-offset16",
+                    v(64 + 3 * 4 * 5 * 8 * big, dtype=dt)[16 // dt.itemsize:][:3 * 4 * 5 * 8 * big]
+                    .view(3 * big, 4, 5, 8).permute(3, 1, 0, 2)))
+    out.append(("float32-long-rows", v(3, 1100 * big).t()))     # a run of 1100: column blocks of any tile
+    out.append(("float32-short-rows", v(700 * big, 3).t()))     # a run of 3
+    out.append(("float32-run-65", v(65, 37 * big).t()))         # a run no tile width divides
+    out.append(("float64-outlier-first", v(50 * big, 40, dtype=torch.float64, special=False).mul_(1e-3)
+                .index_fill_(0, torch.tensor([0], device=device), 1e9).t()))
+    out.append(("float32-unit-dims", v(1, 7 * big, 1, 9).permute(3, 2, 1, 0)))
+    out.append(("float32-unit-dims-2", v(5 * big, 1, 6).transpose(0, 2)))
+    out.append(("float32-channels-last-c1", v(2 * big, 1, 4, 5).to(memory_format=torch.channels_last)))
+    out.append(("float32-merged-dims", v(2 * big, 3, 4, 5).permute(2, 3, 0, 1)))  # memory [N*C, H*W]
+    out.append(("float32-6-row-dims", v(*[2] * 6, 3 * big).permute(*reversed(range(7)))))
+    out.append(("float32-7-row-dims", v(*[2] * 7, 3 * big).permute(*reversed(range(8)))))  # over the limit: a copy
+    out.append(("float32-empty-permuted", v(0, 3, 4).permute(2, 0, 1)))
+    out.append(("float16-empty-channels-last", v(0, 3, 4, 5, dtype=torch.float16).to(memory_format=torch.channels_last)))
+    out.append(("float32-gaps", v(8 * big, 10)[:, ::2]))                   # not dense: a copy
+    out.append(("float32-gaps-transposed", v(8 * big, 10)[:, 1:9].t()))    # not dense: a copy
+    out.append(("float32-expanded", v(5 * big, 1).expand(5 * big, 30).t()))  # overlapping: a copy
+    return out
+
+
+def read_in_place(t: torch.Tensor) -> bool:
+    """Whether the kernel reads ``t`` itself with the permuted kernel (no copy)."""
+    prep = fused_stats._prepare(t)
+    return prep is not None and prep[2] is not None and prep[1].data_ptr() == t.data_ptr()
+
+
 def _scale(exp: torch.Tensor) -> float:
     absmax = float(exp[4])
     return absmax if math.isfinite(absmax) and absmax > 0 else 1.0
@@ -316,8 +395,9 @@ def test_kernel_was_used(interpreted, monkeypatch):
 
 def test_side_key_holds_what_decides_a_sides_launches():
     """A side's launches are repeated only for the same reads: the key is the stream and
-    each tensor's address, numel and dtype as the kernel reads it (a strided tensor's
-    contiguous copy, which the planned path then reads too); a tensor the kernel does not
+    each tensor's address, numel and dtype as the kernel reads it, with the shape and
+    strides of a permuted-dense tensor (read in place), and a contiguous copy of any other
+    strided tensor (which the planned path then reads too); a tensor the kernel does not
     take as it is (misaligned, complex, negated view) gives no key."""
     a, b = torch.randn(64), torch.arange(10)
     key, ready = fused_stats._side_key([a, b], ("s", 7))
@@ -326,7 +406,16 @@ def test_side_key_holds_what_decides_a_sides_launches():
     assert fused_stats._side_key([a.view(8, 8)], ("s", 7))[0] == (("s", 7), a.data_ptr(), 64, torch.float32)
     t = torch.randn(8, 8).t()
     key, ready = fused_stats._side_key([a, t], ("s", 7))
-    assert ready[1].is_contiguous() and torch.equal(ready[1], t) and key[4] == ready[1].data_ptr() != t.data_ptr()
+    assert ready[1] is t and key[4:] == (t.data_ptr(), 64, torch.float32, (8, 8), (1, 8))
+    # the same memory read in another order is another launch
+    assert fused_stats._side_key([a.view(8, 8).t()], ("s", 7))[0] != fused_stats._side_key([a.view(8, 8)], ("s", 7))[0]
+    c = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    key, ready = fused_stats._side_key([c], ("s", 7))
+    assert ready[0] is c and key[1:] == (c.data_ptr(), 120, torch.float32, (2, 3, 4, 5), (60, 1, 15, 3))
+    g = torch.randn(8, 8)[:, ::2]  # a gap between elements: read from a contiguous copy
+    key, ready = fused_stats._side_key([a, g], ("s", 7))
+    assert ready[1].is_contiguous() and torch.equal(ready[1], g) and key[4] == ready[1].data_ptr() != g.data_ptr()
+    assert len(key) == 7
     raw = bytearray(64)
     odd = torch.frombuffer(raw, dtype=torch.int64, offset=4, count=4)  # an int64 at a 4-byte boundary
     assert odd.data_ptr() % 8 and fused_stats._side_key([odd], ("s", 7)) is None
@@ -361,3 +450,139 @@ def test_a_sides_repeated_launch_follows_the_ring_row():
     finally:
         knobs.runtime.launch_enter_hook = old
     assert len(runs) == 1
+
+
+# ------------------------------------------------------------------------- permuted-dense layouts
+
+
+def test_perm_layout_reads_memory_order_with_logical_indices():
+    """_perm_layout: a permutation of a contiguous tensor's strides reads as [rows, inner]
+    in memory order, with each row dim's logical stride (the checksum's index); dims
+    adjacent in both orders merge; anything else is None."""
+    lay = fused_stats._perm_layout
+    cl = torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    assert lay(cl.shape, cl.stride()) == ((3, 20, ((20, 1), (2, 60))))  # [N, H*W, C]
+    assert lay((6, 5), (1, 6)) == (6, 5, ((5, 1),))                       # a transpose
+    assert lay((3, 4, 5), (20, 5, 1)) is None                             # contiguous
+    assert lay((3, 1, 5), (5, 99, 1)) is None                             # contiguous, any stride on a unit dim
+    assert lay((5, 1, 3), (1, 7, 5)) == (5, 3, ((3, 1),))                 # a unit dim ignored
+    assert lay((4, 5), (10, 2)) is None                                   # gaps
+    assert lay((4, 5), (0, 1)) is None                                    # expanded
+    assert lay((4, 5), (1, 2)) is None                                    # overlapping
+    assert lay((0, 5), (1, 0)) is None                                    # empty
+    t = torch.empty(2, 3, 4, 5).permute(2, 3, 0, 1)  # memory [N*C, H*W]: rows N*C, inner run H*W
+    assert lay(t.shape, t.stride()) == (20, 6, ((6, 1),))
+    # all dims reversed: nothing merges; memory dim m (innermost 6) is logical dim 6-m, of
+    # logical stride 2**m; row dims innermost first
+    many = torch.empty([2] * 7).permute(*reversed(range(7)))
+    assert fused_stats.MAX_ROW_DIMS == 6
+    assert lay(many.shape, many.stride()) == (2, 64, tuple((2, 2 ** m) for m in reversed(range(6))))
+    over = torch.empty([2] * 8).permute(*reversed(range(8)))
+    assert lay(over.shape, over.stride()) is None  # more row dims than the kernel decomposes: a copy
+
+
+PERMUTED = make_permuted_cases("cpu")
+#: read from a copy: gaps, overlaps, too many row dims; empty tensors are contiguous
+_COPIED = ("gaps", "expanded", "7-row-dims", "empty")
+
+
+def test_permuted_cases_cover_what_they_name():
+    for name, t in PERMUTED:
+        assert not t.is_contiguous() or name.endswith(("empty-permuted", "empty-channels-last", "channels-last-c1")), name
+        assert read_in_place(t) == (not any(c in name for c in _COPIED) and not t.is_contiguous()), name
+    kinds = {fused_stats._prepare(t)[0][0] for _, t in PERMUTED if read_in_place(t)}
+    assert kinds == set(range(15))  # every element kind through the permuted kernel
+
+
+@pytest.mark.parametrize("name,t", PERMUTED, ids=[n for n, _ in PERMUTED])
+def test_permuted_case(interpreted, name, t):
+    """Read in place: the checksum, min, max, absmax and counts of the logical order,
+    bit for bit; with the default tiles, small tiles over few and many programs."""
+    check([t], [name])
+    check([t], [name], _block=64, _max_programs=3)
+    check([t], [name], _block=32, _min_tiles=1, _max_programs=1000)
+
+
+def test_permuted_equals_the_contiguous_copy(interpreted):
+    """The permuted kernel's rows equal those of the tensor's contiguous copy: bit for bit
+    but for mean and std (summed in another order)."""
+    ts = [t for _, t in PERMUTED]
+    a = fused_stats.summarize(ts, _block=256, _max_programs=5)
+    b = fused_stats.summarize([t.contiguous() for t in ts], _block=256, _max_programs=5)
+    assert torch.equal(a[1], b[1])
+    exact = [0, 1, 4, 5, 6, 7]
+    torch.testing.assert_close(a[0][:, exact], b[0][:, exact], rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(a[0][:, 2:4], b[0][:, 2:4], rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+def test_sides_mixing_contiguous_and_permuted(interpreted, monkeypatch):
+    """One side of contiguous, permuted (several tile widths) and copied tensors of several
+    kinds: one launch per kind, and per kind and tile width for the permuted ones, and
+    no copy of a tensor read in place."""
+    g = torch.Generator().manual_seed(9)
+    ts = [torch.randn(300, generator=g), torch.randn(20, 30, generator=g).t(),
+          torch.randn(2, 8, 3, 3, generator=g).to(memory_format=torch.channels_last),
+          torch.randn(4, 6, generator=g)[:, ::2], torch.randn(7, 5, generator=g)[1:].t(),
+          torch.randint(-5, 5, (9, 4), generator=g).t(), torch.arange(12),
+          torch.randn(3, 3, 4, generator=g).to(torch.bfloat16).permute(2, 1, 0)]
+    names = ["f32", "f32-t30", "f32-cl8", "f32-gaps", "f32-t-offset", "i64-t", "i64", "bf16-p"]
+    launches = []
+    real = fused_stats._launch
+    monkeypatch.setattr(fused_stats, "_launch",
+                        lambda *a, **k: launches.append((a[2][0], a[11])) or real(*a, **k))
+    copies = []
+    for method in ("contiguous", "clone"):
+        orig = getattr(torch.Tensor, method)
+        monkeypatch.setattr(torch.Tensor, method, lambda self, *a, _o=orig, **k: copies.append(self.data_ptr())
+                            or _o(self, *a, **k))
+    stats, sums = fused_stats.summarize(ts, _block=64, _max_programs=4)
+    monkeypatch.undo()
+    in_place = [t.data_ptr() for t in ts if read_in_place(t)]
+    assert len(in_place) == 5 and not set(in_place) & set(copies)
+    assert copies == [ts[3].data_ptr()]  # the one with gaps
+    # f32: contiguous (with the copy), runs of 20, 8 (channels_last) and 5; i64: contiguous, a run of 4;
+    # bf16: a run of 4
+    c = fused_stats._cols
+    assert sorted(launches) == sorted({(9, 0), (9, c(20, 64)), (9, c(8, 64)), (9, c(5, 64)), (10, 0), (10, c(4, 64)),
+                                       (7, c(4, 64))})
+    check(ts, names, _block=64, _max_programs=4)
+
+
+def test_permuted_tensor_in_ring_rows(interpreted):
+    """Permuted tensors written into rows of a packed ring buffer (rows relative to
+    ``first``) equal summarize() alone."""
+    ts = [torch.randn(5, 4).t(), torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last), torch.randn(10)]
+    ring = torch.full((9 * 24,), 7.0, dtype=torch.float64)
+    fused_stats.summarize(ts, into=(ring, 16))
+    s, c = fused_stats.unpack(ring)
+    s2, c2 = fused_stats.summarize(ts)
+    torch.testing.assert_close(s[16:19], s2, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(c[16:19], c2)
+
+
+try:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover - hypothesis is a test dependency
+    given = None
+
+if given is not None:
+    @st.composite
+    def permuted_tensors(draw):
+        dtype = draw(st.sampled_from(DTYPES))
+        shape = draw(st.lists(st.integers(1, 5), min_size=1, max_size=5))
+        perm = draw(st.permutations(range(len(shape))))
+        offset = draw(st.integers(0, 3))
+        n = math.prod(shape)
+        g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+        t = values((offset + n,), dtype, "cpu", g)[offset:].view(shape).permute(*perm)
+        if draw(st.booleans()) and t.dim() >= 2:  # and one more transpose of the view
+            t = t.transpose(0, -1)
+        return t
+
+    @settings(max_examples=100, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @given(t=permuted_tensors(), block=st.sampled_from([16, 64, 1024]), programs=st.sampled_from([1, 3, 1000]))
+    def test_permuted_tensors_match_the_logical_order(interpreted, t, block, programs):
+        check([t], [f"{t.dtype} {tuple(t.shape)} {t.stride()} offset {t.storage_offset()}"], _block=block,
+              _min_tiles=1, _max_programs=programs)

@@ -23,6 +23,22 @@ How (CUDA, and CPU under ``TRITON_INTERPRET=1`` for tests):
   So a launch side costs one kernel launch per kind (plus one tiny H2D copy of the
   table when the tensors' addresses are new) instead of ~20 torch ops per tensor.
 
+Layouts read in place: contiguous tensors, and tensors whose elements fill a dense block
+of memory in another order (*permuted-dense*: the strides, sorted, are a contiguous
+tensor's of the permuted sizes, size-1 dims ignored: channels_last, channels_last_3d,
+any transpose or permute of a contiguous tensor, at any element-aligned storage
+offset). The latter go to a variant of the kernel (``_stats_kernel_perm``, one launch
+per kind and tile width) that reads the tensor in memory order as ``[rows, inner]``
+(``inner`` the innermost memory run, after merging dims adjacent in both orders: NCHW
+channels_last reads as ``[N*H*W, C]``) in tiles of ``[BLOCK // CB, CB]`` with ``CB`` a
+power of two fitted to ``inner`` (:func:`_cols`); the checksum weighs element
+``(r, c)`` by its logical index ``base(r) + c * L_inner``, ``base(r)`` from one
+mixed-radix decomposition of ``r`` per tile row over at most :data:`MAX_ROW_DIMS`
+memory-order dims (:class:`_Perm`). Any other strided tensor (gaps such as
+``x[:, ::2]``, overlaps such as ``expand``, more row dims) is read from a
+``.contiguous()`` copy. The C++ runtime launches only ``_stats_kernel`` (its code is
+the same with or without the variant) and copies every non-contiguous tensor.
+
 Exactness: checksums are bit-identical to ``device_checksum`` (a sum mod 2**64 does
 not depend on the order of additions). min, max, absmax and the counts are exact.
 mean and std are float64 results whose rounding differs from the torch path (which
@@ -67,6 +83,13 @@ PROGRAMS_PER_SM = 4
 MIN_TILES = 4
 _TBLOCK = 64   # tensors looked up per step when a program finds its tensor
 _RBLOCK = 128  # partials combined per step by a tensor's last program
+#: A permuted tensor read in place has at most this many memory-order dims besides its
+#: inner run (after merging dims that stay adjacent); more go through a contiguous copy.
+MAX_ROW_DIMS = 6
+_PERM_TW = 9 + 2 * MAX_ROW_DIMS  # int64 per table row of the permuted kernel (_PERM_DIMS)
+#: A tile row's cost in elements (the row's logical index: a div/mod per row dim), for
+#: choosing the tile's width (:func:`_cols`).
+_ROW_COST = 16
 
 # kind: (code, width in bytes, is_float). The code selects the decoder in the kernel.
 _KINDS: dict[torch.dtype, tuple[int, int, bool]] = {
@@ -90,8 +113,9 @@ _KINDS: dict[torch.dtype, tuple[int, int, bool]] = {
 _lock = threading.Lock()
 _UNSET: Any = object()
 _kernel_obj: Any = _UNSET             # the Triton kernel, None when triton is unusable
+_perm_kernel_obj: Any = None          # its variant for permuted-dense tensors (set with it)
 _interpreted = False                  # the kernel runs in Triton's interpreter
-_broken: set[tuple] = set()           # (kind, vec) whose compile/launch failed
+_broken: set[tuple] = set()           # (kind, vec, tile width or 0) whose compile/launch failed
 _tables: dict[tuple, torch.Tensor] = {}
 _compiled: dict[tuple, Any] = {}      # (device, kind, vec, block, aligned pointers) -> compiled kernel
 _scratch: dict[tuple, list] = {}      # (device, stream) -> [partials f64, counters i32]
@@ -100,6 +124,8 @@ _TABLE_CACHE_MAX = 4096
 _sides: dict[tuple, tuple] = {}       # _side_key -> the side's launches (_Launch), see summarize
 _SIDE_CACHE_MAX = 4096
 _STRIDED = torch.strided
+_layouts: dict[tuple, Any] = {}       # (shape, strides) -> _Perm, or None: not read in place
+_LAYOUT_CACHE_MAX = 4096
 
 #: ``AOTI_DEBUG_FUSED_STATS=0`` (read at import) sends everything down the torch-op path.
 ENABLED = os.environ.get(ENV_FUSED_STATS, "1") != "0"
@@ -114,14 +140,15 @@ def _kernel():
     Triton decides at import whether the kernel runs compiled or in its interpreter
     (``TRITON_INTERPRET=1``); an interpreted kernel also serves CPU tensors (tests).
     """
-    global _kernel_obj, _interpreted
+    global _kernel_obj, _perm_kernel_obj, _interpreted
     if _kernel_obj is _UNSET:
         with _lock:
             if _kernel_obj is _UNSET:
                 try:
-                    from .fused_stats_kernels import _stats_kernel
+                    from .fused_stats_kernels import _stats_kernel, _stats_kernel_perm
 
                     _interpreted = type(_stats_kernel).__name__ == "InterpretedFunction"
+                    _perm_kernel_obj = _stats_kernel_perm
                     _kernel_obj = _stats_kernel
                 except Exception:  # no triton, or one this code cannot use
                     _kernel_obj = None
@@ -140,8 +167,85 @@ def enabled_for(device: torch.device) -> bool:
     return device.type == "cuda" or _interpreted
 
 
+class _Perm(NamedTuple):
+    """How the permuted kernel reads a tensor whose elements fill a dense block of memory
+    in another order than the logical one: as ``[rows, inner]`` in memory order, element
+    ``(r, c)`` having the logical (row-major) index ``row_base(r) + c * inner_stride``;
+    ``row_base`` decomposes ``r`` over ``dims`` (``(size, logical stride)`` per memory-order
+    dim, innermost first)."""
+
+    inner: int
+    inner_stride: int
+    dims: tuple[tuple[int, int], ...]
+
+
+def _perm_layout(shape: Sequence[int], strides: Sequence[int]) -> _Perm | None:
+    """The :class:`_Perm` of a tensor of ``shape`` and ``strides`` when they are a permutation
+    of a contiguous tensor's (channels_last, a transpose, any permute; size-1 dims
+    ignored) and not contiguous themselves; None otherwise (contiguous, gaps, overlaps,
+    more than :data:`MAX_ROW_DIMS` row dims).
+
+    Dims adjacent in memory order that are adjacent in logical order too merge into one
+    (channels_last NCHW reads as ``[N, H*W, C]``: rows ``N*H*W``, inner run ``C``)."""
+    dims = []
+    logical = 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size != 1:
+            dims.append((stride, size, logical))
+        logical *= size
+    if logical == 0:
+        return None  # empty: nothing to read (and is_contiguous() says so)
+    dims.sort(reverse=True)  # memory order, outermost first
+    dense = 1
+    for stride, size, _ in reversed(dims):
+        if stride != dense:
+            return None
+        dense *= size
+    merged: list[list[int]] = []
+    for _stride, size, lstride in dims:
+        if merged and merged[-1][1] == size * lstride:  # the next dim in logical order too
+            merged[-1] = [merged[-1][0] * size, lstride]
+        else:
+            merged.append([size, lstride])
+    if len(merged) < 2 or len(merged) - 1 > MAX_ROW_DIMS:
+        return None
+    return _Perm(merged[-1][0], merged[-1][1], tuple((n, ls) for n, ls in reversed(merged[:-1])))
+
+
+def _layout_of(t: torch.Tensor) -> _Perm | None:
+    """:func:`_perm_layout` of a non-contiguous tensor, cached by shape and strides."""
+    return _cached_layout(t.shape, t.stride())
+
+
+def _cached_layout(shape: Sequence[int], strides: Sequence[int]) -> _Perm | None:
+    key = (shape, strides)
+    try:
+        return _layouts[key]
+    except KeyError:
+        pass
+    if len(_layouts) >= _LAYOUT_CACHE_MAX:
+        _layouts.clear()
+    found = _layouts[key] = _perm_layout(shape, strides)
+    return found
+
+
+def _cols(inner: int, block: int) -> int:
+    """The permuted kernel's tile width for an inner run of ``inner`` elements: the power
+    of two up to ``block`` that reads a row for the least lanes plus per-row work."""
+    best, cost = 1, None
+    cb = 1
+    while cb <= block:
+        c = -(-inner // cb) * (cb + _ROW_COST)
+        if cost is None or c < cost:
+            best, cost = cb, c
+        cb *= 2
+    return best
+
+
 def _prepare(t: torch.Tensor):
-    """``((kind, width, is_float), contiguous tensor)`` for the kernel, or None (torch-op path)."""
+    """``((kind, width, is_float), tensor, layout)`` for the kernel, or None (torch-op path):
+    the tensor is contiguous (layout None) or permuted-dense (its :class:`_Perm`, read in
+    place); any other strided tensor is a contiguous copy."""
     spec = _KINDS.get(t.dtype)
     if spec is None and not t.is_complex():
         return None
@@ -153,10 +257,13 @@ def _prepare(t: torch.Tensor):
         if spec is None:
             return None
     if not t.is_contiguous():
+        perm = _layout_of(t)
+        if perm is not None and t.data_ptr() % spec[1] == 0:
+            return spec, t, perm
         t = t.detach().contiguous()
     elif t.data_ptr() % spec[1]:
         t = t.detach().clone()  # an element-misaligned view (hand-made storage offset): realign
-    return spec, t
+    return spec, t, None
 
 
 def _sms(device: torch.device) -> int:
@@ -262,20 +369,57 @@ def plan(ptrs: Sequence[int], numels: Sequence[int], rows: Sequence[int], width:
     return base, vec, values, programs
 
 
+def plan_permuted(ptrs: Sequence[int], numels: Sequence[int], layouts: Sequence[_Perm], rows: Sequence[int],
+                  width: int, block: int, cols: int, max_programs: int,
+                  min_tiles: int) -> tuple[int, int, list[int], int]:
+    """:func:`plan` for the permuted kernel: tensors of one kind read in place, tiles of
+    ``[block // cols, cols]`` elements over each tensor's ``[rows, inner]`` memory order
+    (never empty: an empty tensor is contiguous). ``vec`` is 16 bytes of elements also
+    when every inner run is a multiple of it and a tile row holds at least one. Table row
+    per tensor: :func:`plan`'s six values, then the inner run (units of ``vec``), its
+    logical stride, the number of row dims and their ``(size, logical stride)`` pairs,
+    innermost first, padded to ``_PERM_TW`` values."""
+    base = min(ptrs)
+    vec = 16 // width
+    if base % 16 or (vec > 1 and (cols < vec or any((p - base) % 16 for p in ptrs)
+                                  or any(lay.inner % vec for lay in layouts))):
+        vec = 1
+    unit = width * vec
+    rb = block // cols
+    values: list[int] = []
+    programs = 0
+    for p, n, lay, row in zip(ptrs, numels, layouts, rows):
+        tiles = -(-(n // lay.inner) // rb) * -(-lay.inner // cols)
+        per = max(min_tiles, -(-tiles // max_programs))
+        nprog = max(1, -(-tiles // per))
+        dims = [v for d in lay.dims for v in d]
+        values += ((p - base) // unit, n, programs, nprog, per, row, lay.inner // vec, lay.inner_stride,
+                   len(lay.dims), *dims, *[0] * (_PERM_TW - 9 - len(dims)))
+        programs += nprog
+    return base, vec, values, programs
+
+
 def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: torch.Tensor, k_total: int,
             device: torch.device, stream_key: tuple, block: int, max_programs: int, min_tiles: int,
-            static: Any = None) -> None:
+            static: Any = None, cols: int = 0, layouts: Sequence[_Perm] = ()) -> None:
     """One launch for all tensors of one kind: ``items`` = [(output row, contiguous tensor)],
-    laid out by :func:`plan`."""
+    laid out by :func:`plan`; with ``cols``, the permuted kernel's launch for tensors read
+    in place (``layouts``: their :class:`_Perm`), laid out by :func:`plan_permuted`."""
     code, width, is_float = spec
     ptrs = [t.data_ptr() for _, t in items]
     numels = [t.numel() for _, t in items]
-    base_ptr, vec, values, programs = plan(ptrs, numels, [row for row, _ in items], width, out.data_ptr(), block,
-                                           max_programs, min_tiles)
+    rows = [row for row, _ in items]
+    if cols:
+        kernel = _perm_kernel_obj
+        base_ptr, vec, values, programs = plan_permuted(ptrs, numels, layouts, rows, width, block, cols,
+                                                        max_programs, min_tiles)
+    else:
+        base_ptr, vec, values, programs = plan(ptrs, numels, rows, width, out.data_ptr(), block, max_programs,
+                                               min_tiles)
     base = next((t for (_, t), p, n in zip(items, ptrs, numels) if n and p == base_ptr), out)
     if code in (0, 3, 4) and base is not out:
         base = base.view(torch.uint8)  # bool / float8 pointers: plain bytes for Triton
-    if (code, vec) in _broken:
+    if (code, vec, cols) in _broken:
         raise RuntimeError("the kernel failed before for this dtype")
     if static is not None:  # inside a CUDA-graph capture: the graph's own static buffers
         tab = static.table_for(values)
@@ -287,21 +431,22 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
         if not _interpreted:
             # base_ptr is base's address (out's when every tensor is empty: plan's spare)
             addr = (base_ptr, tab.data_ptr(), part.data_ptr(), counters.data_ptr(), out.data_ptr())
-            variant = (device.index, code, vec, block, tuple([a % 16 == 0 for a in addr]))
+            variant = (device.index, code, vec, block, tuple([a % 16 == 0 for a in addr]), cols)
             args = (addr[0], addr[1], len(items), addr[2], addr[3], addr[4], k_total,
-                    code, width, is_float, vec, block, _TBLOCK, _RBLOCK)
+                    code, width, is_float, vec, block, _TBLOCK, _RBLOCK) + ((cols, _PERM_TW) if cols else ())
             compiled = _compiled.get(variant)
             if compiled is not None and _direct_launch(compiled, programs, stream_key[1], args):
                 return _Launch(compiled, programs, stream_key[1], args[:5], args[7:], addr[4] % 16 == 0,
                                (tab, part, counters))
+        extra = {"CB": cols, "TW": _PERM_TW} if cols else {}
         compiled = kernel[(programs,)](base, tab, len(items), part, counters, out, k_total,
                                        KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block,
-                                       TBLOCK=_TBLOCK, RBLOCK=_RBLOCK, num_warps=NUM_WARPS)
+                                       TBLOCK=_TBLOCK, RBLOCK=_RBLOCK, num_warps=NUM_WARPS, **extra)
         if not _interpreted and _launchable(compiled):
             _compiled[variant] = compiled
     except Exception:
         if static is None:
-            _broken.add((code, vec))
+            _broken.add((code, vec, cols))
         raise
     return None
 
@@ -321,8 +466,9 @@ class _Launch(NamedTuple):
 
 def _side_key(tensors: Sequence[torch.Tensor], stream_key: tuple) -> tuple[tuple, list[torch.Tensor]] | None:
     """What decides a side's launches: the stream and, for each tensor as the kernel
-    reads it, its address, numel and dtype; with the tensors it reads (a contiguous copy
-    of a strided one: the caching allocator hands the copy the same block step after
+    reads it, its address, numel and dtype, and for a permuted-dense tensor (read in
+    place) its shape and strides too; with the tensors it reads (a contiguous copy of any
+    other strided one: the caching allocator hands the copy the same block step after
     step). None where some tensor takes another path (a kind the kernel does not decode,
     a negated view, an element-misaligned address)."""
     key: list = [stream_key]
@@ -332,12 +478,18 @@ def _side_key(tensors: Sequence[torch.Tensor], stream_key: tuple) -> tuple[tuple
         spec = _KINDS.get(dtype)
         if spec is None or t.layout is not _STRIDED or t.is_neg():
             return None
-        if not t.is_contiguous():
+        if t.is_contiguous():
+            p = t.data_ptr()
+            key += (p, t.numel(), dtype)
+        elif _cached_layout(shape := t.shape, strides := t.stride()) is not None:
+            p = t.data_ptr()
+            key += (p, t.numel(), dtype, shape, strides)
+        else:
             t = t.detach().contiguous()
-        p = t.data_ptr()
+            p = t.data_ptr()
+            key += (p, t.numel(), dtype)
         if p % spec[1]:
             return None
-        key += (p, t.numel(), dtype)
         ready.append(t)
     return tuple(key), ready
 
@@ -467,14 +619,20 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tu
     if kernel is None:
         todo = list(range(first, first + k))
     else:
+        block = _block or BLOCK
+        # one launch per kind, and per kind and tile width for the tensors read in place
         groups: dict[tuple, list[tuple[int, torch.Tensor]]] = {}
+        layouts: dict[tuple, list[_Perm]] = {}
         for row, t in enumerate(tensors, first):
             prep = _prepare(t)
             if prep is None:
                 todo.append(row)
+            elif prep[2] is None:
+                groups.setdefault((prep[0], 0), []).append((row, prep[1]))
             else:
-                groups.setdefault(prep[0], []).append((row, prep[1]))
-        block = _block or BLOCK
+                key = (prep[0], _cols(prep[2].inner, block))
+                groups.setdefault(key, []).append((row, prep[1]))
+                layouts.setdefault(key, []).append(prep[2])
         max_programs = _max_programs or max(1, PROGRAMS_PER_SM * _sms(device))
         min_tiles = _min_tiles or MIN_TILES
         stream_key = _stream_key(device)
@@ -488,12 +646,12 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tu
             kout, shift, ktotal = out[8 * first:], first, rows - 7 * first // 8
         launches: list[_Launch | None] = []
         with _on_device(device):
-            for spec, items in groups.items():
+            for (spec, cols), items in groups.items():
                 if shift:
                     items = [(row - shift, t) for row, t in items]
                 try:
                     launches.append(_launch(kernel, items, spec, kout, ktotal, device, stream_key, block,
-                                            max_programs, min_tiles, static))
+                                            max_programs, min_tiles, static, cols, layouts.get((spec, cols), ())))
                 except Exception as e:
                     from .session import warn_once
 

@@ -61,10 +61,19 @@ def _decode(bits, KIND: tl.constexpr):
 @triton.jit
 def _tile(p, idx, mask, K, mn, mx, s1, s2, cnt, nan, cs,
           KIND: tl.constexpr, IS_FLOAT: tl.constexpr, MASKED: tl.constexpr):
+    """A tile of elements at ``p + idx``, ``idx`` being also their logical index."""
+    return _tile_at(p, idx, idx, mask, K, mn, mx, s1, s2, cnt, nan, cs, KIND, IS_FLOAT, MASKED)
+
+
+@triton.jit
+def _tile_at(p, off, li, mask, K, mn, mx, s1, s2, cnt, nan, cs,
+             KIND: tl.constexpr, IS_FLOAT: tl.constexpr, MASKED: tl.constexpr):
+    """Accumulates a tile of elements at ``p + off`` (any shape) whose logical row-major
+    indices are ``li`` (the checksum's weights)."""
     if MASKED:
-        bits = tl.load(p + idx, mask=mask, other=0)
+        bits = tl.load(p + off, mask=mask, other=0)
     else:
-        bits = tl.load(p + idx)
+        bits = tl.load(p + off)
     x = _decode(bits, KIND)
     if IS_FLOAT:
         fin = tl.abs(x) < float("inf")
@@ -87,7 +96,7 @@ def _tile(p, idx, mask, K, mn, mx, s1, s2, cnt, nan, cs,
         cnt += 1
     s1 += d
     s2 += d * d
-    cs += bits.to(tl.int64) * (idx * 2 + 1)
+    cs += bits.to(tl.int64) * (li * 2 + 1)
     return mn, mx, s1, s2, cnt, nan, cs
 
 
@@ -148,6 +157,16 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
         idx = (t0 + nfull) * BLOCK + ar
         mn, mx, s1, s2, cnt, nan, cs = _tile(p, idx, idx < end, K, mn, mx, s1, s2, cnt, nan, cs,
                                              KIND, IS_FLOAT, True)
+    _finish(part, counters, out, k_total, pid, first, nprog, row, K, nvalid, cnt, s1, s2, mn, mx, nan, cs,
+            RBLOCK)
+
+
+@triton.jit
+def _finish(part, counters, out, k_total, pid, first, nprog, row, K, nvalid, cnt, s1, s2, mn, mx, nan, cs,
+            RBLOCK: tl.constexpr):
+    """A program's partials from its per-lane accumulators (1-D, any length); the last
+    program of the tensor (``nprog`` programs from ``first``) combines them into row
+    ``row`` of ``out`` and its checksum slot."""
     c = tl.sum(cnt, axis=0)
     cf = c.to(tl.float64)
     S1 = tl.sum(s1, axis=0)
@@ -224,3 +243,113 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
         tl.store(ob + 7, N)
         tl.store(out + k_total * 8 + row, tl.sum(csv, axis=0).to(tl.float64, bitcast=True))
         tl.store(counters + row, 0)  # ready for the next launch on this stream
+
+
+#: A permuted tensor's table row (int64): offset (units of VEC elements), numel, first
+#: program, programs, tiles per program, output row, inner run (units of VEC elements),
+#: the inner run's logical stride, row dims, then (size, logical stride) per row dim.
+_PERM_DIMS = tl.constexpr(9)
+
+
+@triton.jit
+def _row_base(rp, rows, nd):
+    """Logical index of each memory row's first element: ``rows`` decomposed over the
+    table's row dims (``nd`` pairs (size, logical stride), innermost first; the
+    outermost takes the quotient left, no modulo)."""
+    rr = rows
+    b = tl.zeros_like(rows)
+    for j in range(0, nd - 1):
+        nj = tl.load(rp + _PERM_DIMS + 2 * j)
+        b += (rr % nj) * tl.load(rp + _PERM_DIMS + 2 * j + 1)
+        rr = rr // nj
+    return b + rr * tl.load(rp + _PERM_DIMS + 2 * nd - 1)
+
+
+@triton.jit(do_not_specialize=["k", "k_total"])
+def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
+                       KIND: tl.constexpr, WIDTH: tl.constexpr, IS_FLOAT: tl.constexpr,
+                       VEC: tl.constexpr, BLOCK: tl.constexpr, TBLOCK: tl.constexpr,
+                       RBLOCK: tl.constexpr, CB: tl.constexpr, TW: tl.constexpr):
+    """:func:`_stats_kernel` for tensors whose elements are a permutation of a dense block
+    of memory: read in memory order as ``[rows, inner]`` in tiles of ``[BLOCK // CB, CB]``
+    (a tensor's tiles are numbered row block major), each element weighted in the
+    checksum by its logical index ``base(row) + col * L_inner``. Table rows of ``TW``
+    int64 (``_PERM_DIMS``)."""
+    RB: tl.constexpr = BLOCK // CB
+    pid = tl.program_id(0).to(tl.int64)
+    tid = -1
+    for j0 in range(0, k, TBLOCK):
+        js = j0 + tl.arange(0, TBLOCK)
+        f = tl.load(tab + js * TW + 2, mask=js < k, other=pid + 1)
+        tid += tl.sum((f <= pid).to(tl.int32), axis=0)
+    rp = tab + tid * TW
+    q = tl.load(rp)
+    n = tl.load(rp + 1)
+    first = tl.load(rp + 2)
+    nprog = tl.load(rp + 3)
+    ctiles = tl.load(rp + 4)
+    row = tl.load(rp + 5)
+    innerv = tl.load(rp + 6)
+    li_inner = tl.load(rp + 7)
+    nd = tl.load(rp + 8)
+    if WIDTH == 1:
+        bp = base.to(tl.pointer_type(tl.uint8), bitcast=True)
+    elif WIDTH == 2:
+        bp = base.to(tl.pointer_type(tl.uint16), bitcast=True)
+    elif WIDTH == 4:
+        bp = base.to(tl.pointer_type(tl.uint32), bitcast=True)
+    else:
+        bp = base.to(tl.pointer_type(tl.int64), bitcast=True)
+    p = bp + q * VEC
+    inner = innerv * VEC  # a multiple of VEC: rows start 16-byte aligned when VEC > 1
+    R = n // inner
+    ncb = (inner + CB - 1) // CB
+    tiles = ((R + RB - 1) // RB) * ncb
+    t0 = (pid - first) * ctiles
+    t1 = tl.minimum(t0 + ctiles, tiles)
+    # tiles before tsplit are whole (no mask): full row blocks when CB divides the run
+    tsplit = tl.where(inner % CB == 0, (R // RB) * ncb, 0)
+    tsplit = tl.maximum(tl.minimum(tsplit, t1), t0)
+    # -- shift: the first tile's first element (0 when absent or not finite)
+    rb0 = t0 // ncb
+    kat = rb0 * RB * inner + (t0 - rb0 * ncb) * CB
+    K = _decode(tl.load(p + kat, mask=t0 < t1, other=0), KIND).to(tl.float64)
+    if IS_FLOAT:
+        K = tl.where(tl.abs(K) < float("inf"), K, 0.0)
+    if IS_FLOAT and WIDTH < 8:
+        mn = tl.full([RB, CB], float("inf"), tl.float32)
+        mx = tl.full([RB, CB], float("-inf"), tl.float32)
+    else:
+        mn = tl.full([RB, CB], float("inf"), tl.float64)
+        mx = tl.full([RB, CB], float("-inf"), tl.float64)
+    s1 = tl.zeros([RB, CB], tl.float64)
+    s2 = tl.zeros([RB, CB], tl.float64)
+    cnt = tl.zeros([RB, CB], tl.int32)
+    nan = tl.zeros([RB, CB], tl.int32)
+    cs = tl.zeros([RB, CB], tl.int64)
+    ar = tl.arange(0, RB).to(tl.int64)
+    ac = tl.arange(0, CB)
+    nvalid = t0 * 0  # elements read, for the inf count
+    for t in range(t0, tsplit):
+        rb = t // ncb
+        cols = (t - rb * ncb) * CB + ac
+        rows = rb * RB + ar
+        off = rows[:, None] * innerv * VEC + cols[None, :]
+        li = _row_base(rp, rows, nd)[:, None] + cols[None, :] * li_inner
+        mn, mx, s1, s2, cnt, nan, cs = _tile_at(p, off, li, None, K, mn, mx, s1, s2, cnt, nan, cs,
+                                                KIND, IS_FLOAT, False)
+        nvalid += RB * CB
+    for t in range(tsplit, t1):
+        rb = t // ncb
+        cb = t - rb * ncb
+        cols = cb * CB + ac
+        rows = rb * RB + ar
+        off = rows[:, None] * innerv * VEC + cols[None, :]
+        li = _row_base(rp, rows, nd)[:, None] + cols[None, :] * li_inner
+        mask = (rows < R)[:, None] & (cols < inner)[None, :]
+        mn, mx, s1, s2, cnt, nan, cs = _tile_at(p, off, li, mask, K, mn, mx, s1, s2, cnt, nan, cs,
+                                                KIND, IS_FLOAT, True)
+        nvalid += tl.minimum(R - rb * RB, RB) * tl.minimum(inner - cb * CB, CB)
+    _finish(part, counters, out, k_total, pid, first, nprog, row, K, nvalid,
+            tl.sum(cnt, axis=1), tl.sum(s1, axis=1), tl.sum(s2, axis=1), tl.min(mn, axis=1),
+            tl.max(mx, axis=1), tl.sum(nan, axis=1), tl.sum(cs, axis=1), RBLOCK)

@@ -17,10 +17,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 triton = pytest.importorskip("triton", reason="triton is not installed")
 
-from tests.test_fused_stats import check, make_cases  # noqa: E402
+from tests.test_fused_stats import check, make_cases, make_permuted_cases, read_in_place  # noqa: E402
 
 CASES = make_cases("cuda") if torch.cuda.is_available() else []
 BIG = [c for c in CASES if c[1].numel() > 200]
+PERMUTED = make_permuted_cases("cuda") if torch.cuda.is_available() else []
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -177,16 +178,20 @@ def test_a_side_seen_before_launches_again_with_the_same_rows():
         moved = [tensors[0].clone(), *tensors[1:]]
         fused_stats.summarize(moved, into=(buf, 32))
         assert calls, "a moved tensor did not take the planned path"
-        # A strided tensor: its contiguous copy is what the key holds (the caching
-        # allocator gives it the same block again: seen before at the third call).
-        strided = [torch.randn(64, 48, device="cuda").t(), *tensors[1:4]]
-        for at in (40, 48, 56):
-            calls.clear()
-            fused_stats.summarize(strided, into=(buf, at))
-        assert not calls, "a side with a strided tensor was planned at every call"
-        torch.cuda.synchronize()
-        got = torch.cat([buf[8 * 56: 8 * 60], buf[8 * 64 + 56: 8 * 64 + 60]])
-        assert torch.equal(got.view(torch.int64), fused_stats.summarize(strided, packed=True).view(torch.int64))
+        # A strided tensor with gaps: its contiguous copy is what the key holds (the caching
+        # allocator gives it the same block again: seen before at the third call); a
+        # permuted-dense one is read in place, keyed by its own address and layout.
+        for strided in ([torch.randn(64, 96, device="cuda")[:, ::2], *tensors[1:4]],
+                        [torch.randn(64, 48, device="cuda").t(), *tensors[1:3],
+                         torch.randn(2, 16, 5, 5, device="cuda").to(memory_format=torch.channels_last)]):
+            for at in (40, 48, 56):
+                calls.clear()
+                fused_stats.summarize(strided, into=(buf, at))
+            assert not calls, "a side with a strided tensor was planned at every call"
+            torch.cuda.synchronize()
+            got = torch.cat([buf[8 * 56: 8 * 60], buf[8 * 64 + 56: 8 * 64 + 60]])
+            assert torch.equal(got.view(torch.int64), fused_stats.summarize(strided, packed=True).view(torch.int64))
+            check(strided, ["strided"] * 4)
     finally:
         fused_stats._launch = real
     torch.cuda.synchronize()
@@ -212,3 +217,94 @@ def test_launch_hooks_still_see_every_launch():
         knobs.runtime.launch_enter_hook.remove(hook)
     torch.cuda.synchronize()
     assert seen
+
+
+# ------------------------------------------------------------------------- permuted-dense layouts
+
+
+@pytest.mark.parametrize("name,t", PERMUTED, ids=[n for n, _ in PERMUTED])
+def test_permuted_case(name, t):
+    check([t], [name])
+    check([t], [name], _min_tiles=1, _max_programs=1000)
+
+
+def _large_permuted() -> list[tuple[str, torch.Tensor]]:
+    """Layouts met in models, at model sizes (many programs per tensor)."""
+    g = torch.Generator(device="cuda").manual_seed(4)
+
+    def rnd(*shape, dtype=torch.float32):
+        return torch.randn(shape, device="cuda", generator=g).to(dtype)
+
+    cl = torch.channels_last
+    x = rnd(32, 64, 56, 56, dtype=torch.float16).to(memory_format=cl)
+    flat = x.permute(0, 2, 3, 1).view(-1)  # the memory order
+    flat[::997] = float("nan")
+    flat[5::3001] = float("-inf")
+    storage = rnd(7 + 8 * 512 * 12 * 64, dtype=torch.bfloat16)
+    return [
+        ("fp16 channels_last 32x64x56x56 nan/inf", x),
+        ("fp32 channels_last 16x256x14x14", rnd(16, 256, 14, 14).to(memory_format=cl)),
+        ("bf16 channels_last 8x512x7x7", rnd(8, 512, 7, 7, dtype=torch.bfloat16).to(memory_format=cl)),
+        ("fp32 channels_last input 8x3x224x224", rnd(8, 3, 224, 224).to(memory_format=cl)),
+        ("bf16 channels_last_3d 4x32x8x32x32",
+         rnd(4, 32, 8, 32, 32, dtype=torch.bfloat16).to(memory_format=torch.channels_last_3d)),
+        ("bf16 weight 4096x1024 transposed", rnd(4096, 1024, dtype=torch.bfloat16).t()),
+        ("fp32 weight 1000x768 transposed", rnd(1000, 768).t()),
+        ("fp16 attention 8x512x12x64 -> BHSD", rnd(8, 512, 12, 64, dtype=torch.float16).permute(0, 2, 1, 3)),
+        ("fp16 attention k^T", rnd(8, 512, 12, 64, dtype=torch.float16).permute(0, 2, 3, 1)),
+        ("bf16 attention, storage offset 7",
+         storage[7:].view(8, 512, 12, 64).permute(0, 2, 1, 3)),
+        ("int8 channels_last", torch.randint(-128, 128, (16, 128, 28, 28), device="cuda", dtype=torch.int8,
+                                             generator=g).to(memory_format=cl)),
+        ("int64 transposed", torch.randint(-(2**40), 2**40, (3000, 1500), device="cuda", generator=g).t()),
+        ("float8_e4m3fn transposed", rnd(2048, 1536).to(torch.float8_e4m3fn).t()),
+        ("complex64 transposed", torch.complex(rnd(1024, 700), rnd(1024, 700)).t()),
+        ("bool channels_last", (rnd(8, 32, 40, 40) > 0).to(memory_format=cl)),
+    ]
+
+
+def test_large_permuted_layouts_equal_the_contiguous_path():
+    """Read in place at model sizes, one program per tile or the default chunks: the
+    checksum, min, max, absmax and counts equal the contiguous copy's bit for bit (and the
+    torch path's), mean and std to the usual tolerance."""
+    cases = _large_permuted()
+    ts = [t for _, t in cases]
+    names = [n for n, _ in cases]
+    assert all(read_in_place(t) for t in ts), [n for n, t in cases if not read_in_place(t)]
+    for kw in ({}, {"_min_tiles": 1, "_max_programs": 100000}):
+        got_s, got_c = fused_stats.summarize(ts, **kw)
+        exp_s, exp_c = fused_stats.summarize([t.contiguous() for t in ts], **kw)
+        bad = [n for n, a, b in zip(names, got_c.tolist(), exp_c.tolist()) if a != b]
+        assert not bad, f"checksums differ: {bad}"
+        exact = [0, 1, 4, 5, 6, 7]
+        torch.testing.assert_close(got_s[:, exact], exp_s[:, exact], rtol=0, atol=0, equal_nan=True)
+        torch.testing.assert_close(got_s[:, 2:4], exp_s[:, 2:4], rtol=1e-9, atol=1e-9, equal_nan=True)
+    check(ts, names)
+    check(ts, names, _min_tiles=1, _max_programs=100000)
+
+
+def test_permuted_tensors_are_not_copied():
+    """Once a side's kernels are compiled and its table is on the device, summarizing
+    permuted tensors into a ring allocates nothing and runs nothing but the permuted
+    kernel (no copy kernel)."""
+    cases = _large_permuted()[:6]
+    ts = [t for _, t in cases]
+    buf = torch.zeros(9 * 16, dtype=torch.float64, device="cuda")
+    fused_stats.summarize(ts, into=(buf, 0), _min_tiles=1, _max_programs=4096)  # compile, table, scratch
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    fused_stats.summarize(ts, into=(buf, 0), _min_tiles=1, _max_programs=4096)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fused_stats.summarize(ts, into=(buf, 0), _min_tiles=1, _max_programs=4096)
+        torch.cuda.synchronize()
+    kernels = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+    assert kernels == {"_stats_kernel_perm"}, kernels
+    # and the copies it no longer makes would show there
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fused_stats.summarize([t.contiguous() for t in ts], into=(buf, 0))
+        torch.cuda.synchronize()
+    assert len({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}) > 1
