@@ -514,11 +514,12 @@ def kept_launches(tensors: Sequence[torch.Tensor], device: torch.device) -> tupl
     """The launches :func:`summarize` keeps for a side whose tensors are these, where the
     kernel reads the tensors themselves (no copy made for the side), on ``device``'s
     current stream; None where none are kept now; ``()`` where the kernel reads a copy of
-    some tensor, which its layout decides. A caller that knows the tensors are still where
-    they were may repeat them with :func:`_launch_side` instead of calling :func:`summarize`."""
+    some tensor (neither contiguous nor permuted-dense), which its layout decides. A
+    caller that knows the tensors are still where they were may repeat them with
+    :func:`_launch_side` instead of calling :func:`summarize`."""
     for t in tensors:
-        if not t.is_contiguous():
-            return ()  # (before _side_key, which would make the copy)
+        if not t.is_contiguous() and _cached_layout(t.shape, t.stride()) is None:
+            return ()  # a copy (found before _side_key, which would make it)
     found = _side_key(tensors, _stream_key(device))
     if found is None or any(r is not t for r, t in zip(found[1], tensors)):
         return None
