@@ -470,14 +470,13 @@ class GraphHandle:
         ring = device_ring.ring_for(device)
         seg, first = ring.reserve(len(values))
         ptrs = [t.data_ptr() for t in values]
-        launches = plan.launches
-        if launches and plan.ring is ring and ptrs == plan.ptrs and device.index == _current_device() and \
+        kept_ring, kept_ptrs, launches = plan.kept  # one read: another thread may replace it
+        if launches and kept_ring is ring and ptrs == kept_ptrs and device.index == _current_device() and \
                 fused_stats._launch_side(launches, seg.buf, first, seg.cap):
             return seg.arrival, first
         fused_stats.summarize(values, into=(seg.buf, first))
         if launches != ():  # (): for good, the kernel reads a copy of some tensor (the plan fixes their layouts)
-            plan.launches = fused_stats.kept_launches(values, device)
-            plan.ring, plan.ptrs = ring, ptrs
+            plan.kept = (ring, ptrs, fused_stats.kept_launches(values, device))
         return seg.arrival, first
 
     def _ring_side(self, sess, plan: ring_records.SidePlan, values: Sequence[torch.Tensor], launch: int,

@@ -83,8 +83,7 @@ class SidePlan:
     Made by the hooks from that call's records; a later call of the side is one
     :class:`RingSide` job, with no record dict made in the model's thread."""
 
-    __slots__ = ("site", "records", "rows", "meta", "ring_at", "device", "lines", "texts", "ring", "ptrs",
-                 "launches")
+    __slots__ = ("site", "records", "rows", "meta", "ring_at", "device", "lines", "texts", "kept")
 
     def __init__(self, site: Any, records: list[dict], values: list[Any], in_ring: list[bool],
                  lines: "RingLines | None"):
@@ -110,13 +109,12 @@ class SidePlan:
         self.lines = lines
         self.texts: tuple[Any, list[tuple]] | None = None
         """``(RingLines, each record's constant texts)``: set by the writer thread."""
-        self.ring: Any = None
-        self.ptrs: list[int] | None = None
-        self.launches: Any = None
-        """The stats kernel's kept launches (``fused_stats.kept_launches``) for the tensors
-        at ``ptrs`` into ``ring`` (its device and stream), None (not kept yet) or ``()``
-        (never: the kernel reads a copy): the hooks repeat them while the side's tensors
-        stay where they were."""
+        self.kept: tuple = (None, None, None)
+        """``(ring, tensor addresses, launches)``, set as one value (threads running the
+        graph on other streams replace it): the stats kernel's kept launches
+        (``fused_stats.kept_launches``) for the tensors at those addresses into that ring
+        (its device and stream), None (not kept yet) or ``()`` (never: the kernel reads a
+        copy). The hooks repeat them while the side's tensors stay where they were."""
 
     def matches(self, values: Any) -> bool:
         """Whether ``values`` are what the plan was made from: tensors with its device,
