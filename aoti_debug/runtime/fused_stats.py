@@ -518,12 +518,10 @@ def kept_launches(tensors: Sequence[torch.Tensor], device: torch.device) -> tupl
     caller that knows the tensors are still where they were may repeat them with
     :func:`_launch_side` instead of calling :func:`summarize`."""
     for t in tensors:
-        if not t.is_contiguous() and _cached_layout(t.shape, t.stride()) is None:
+        if not t.is_contiguous() and _layout_of(t) is None:
             return ()  # a copy (found before _side_key, which would make it)
     found = _side_key(tensors, _stream_key(device))
-    if found is None or any(r is not t for r, t in zip(found[1], tensors)):
-        return None
-    return _sides.get(found[0])
+    return None if found is None else _sides.get(found[0])
 
 
 def _launchable(compiled: Any) -> bool:

@@ -88,10 +88,11 @@ class SidePlan:
     def __init__(self, site: Any, records: list[dict], values: list[Any], in_ring: list[bool],
                  lines: "RingLines | None"):
         self.site = site
-        self.records = tuple({k: v for k, v in rec.items()} for rec in records)
+        self.records = tuple(dict(rec) for rec in records)
         """Each record's fields, its numbers as the first call's (set per call)."""
         rows: list[int | None] = []
         meta: list[tuple] = []
+        next_row = 0
         for v, ring in zip(values, in_ring):
             if isinstance(v, Tensor):
                 meta.append((v.dtype, v.shape, v.stride()))
@@ -99,7 +100,8 @@ class SidePlan:
                 meta.append((None, type(v), v))
             else:
                 raise ValueError(f"a plan keeps no {type(v).__name__} value")
-            rows.append(sum(in_ring[:len(rows)]) if ring else None)
+            rows.append(next_row if ring else None)
+            next_row += ring
         self.rows = tuple(rows)
         """The ring row of each record, from the side's first (None: a fixed record)."""
         self.meta = tuple(meta)
@@ -156,21 +158,16 @@ class RingSide:
         self.row = row
         self.lines = plan.lines
 
-    def records(self) -> list[dict]:
-        """The side's records with their numbers, stats not set (the dict path)."""
+    def jobs(self) -> list[Job]:
+        """The side's records as the dict path's jobs (``Session._finish``): with their
+        numbers, a ring record waiting for its row (:class:`RingFill`), a fixed one complete."""
         out = []
-        for k, tpl in enumerate(self.plan.records):
+        arrival = self.arrival
+        for k, (tpl, at) in enumerate(zip(self.plan.records, self.plan.rows)):
             rec = tpl.copy()
             rec["seq"], rec["launch"], rec["kernel_call"] = self.seq + k, self.launch, self.call
-            out.append(rec)
+            out.append(Job(rec) if at is None else Job(rec, arrival, RingFill(arrival, self.row + at, None)))
         return out
-
-    def fill(self, rec: dict, k: int) -> None:
-        """Set record ``k``'s stats and checksum from its ring row, once the values are on
-        the host (a fixed record has none: nothing to wait for)."""
-        row = self.plan.rows[k]
-        if row is not None:
-            device_ring.fill(rec, self.arrival.values(), self.row + row)
 
 
 class RingLines:
@@ -205,13 +202,7 @@ class RingLines:
     def _text(self, rec: dict, key: tuple) -> tuple:
         """The constant texts of ``rec`` as ``(head, body, head address, length, body
         address, length, bytes a line may take)``, encoded once per ``key``."""
-        plain = {k: v for k, v in rec.items() if k in _PLAIN}
-        plain["seq"] = plain["launch"] = plain["kernel_call"] = 0
-        text = encode_record(plain)
-        if not text.startswith(_START):
-            raise ValueError(f"records start otherwise than the runtime library writes them: {text[:40]!r}")
-        at = text.index(_CALL)  # a key: quotes inside string values are escaped
-        head, body = text[len(_START):at].encode("ascii"), text[at + len(_CALL):-1].encode("ascii")
+        head, body = _split({k: v for k, v in rec.items() if k in _PLAIN})
         found = (head, body, _address(head), len(head), _address(body), len(body), len(head) + len(body) + _LINE_BYTES)
         if len(self._texts) >= _MAX_TEXTS:
             self._texts.clear()  # texts in use are held by their callers
@@ -245,7 +236,7 @@ class RingLines:
                     plan = fill.plan
                     found = plan.texts
                     if found is None or found[0] is not self:
-                        found = plan.texts = (self, [self._texts_of(r) if at is not None else _fixed_text(r)
+                        found = plan.texts = (self, [self._texts_of(r) if at is not None else _split(r)
                                                      for r, at in zip(plan.records, plan.rows)])
                     seq, launch, call, row = fill.seq, fill.launch, fill.call, fill.row
                     for k, (texts, at) in enumerate(zip(found[1], plan.rows)):
@@ -289,13 +280,15 @@ class RingLines:
             return None
 
 
-def _fixed_text(rec: dict) -> tuple[bytes, bytes]:
-    """A fixed record's line (a planned side's scalar or unwritten input) as the texts
-    around its numbers: ``(head, body)`` of ``encode_record``'s line, as ``_text`` splits it."""
+def _split(rec: dict) -> tuple[bytes, bytes]:
+    """``encode_record``'s line of ``rec`` as the texts around its numbers (seq, launch,
+    kernel call): ``(head, body)``, the line being ``{"seq":S,"launch":L,`` head
+    ``,"kernel_call":C,`` body ``}``. A fixed record's (a planned side's scalar or
+    unwritten input) is written so; a ring record's body is followed by its stats."""
     text = encode_record({**rec, "seq": 0, "launch": 0, "kernel_call": 0})
     if not text.startswith(_START):
         raise ValueError(f"records start otherwise than the runtime library writes them: {text[:40]!r}")
-    at = text.index(_CALL)
+    at = text.index(_CALL)  # a key: quotes inside string values are escaped
     return text[len(_START):at].encode("ascii"), text[at + len(_CALL):-1].encode("ascii")
 
 

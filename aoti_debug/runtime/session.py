@@ -565,20 +565,10 @@ class Session:
 
     def _finished(self, job: Job) -> list[dict]:
         """The complete records of ``job`` (no flight recorder): its one record, or a
-        planned ring side's (``ring_records.RingSide``: ``record`` None), made here."""
-        if job.record is not None:
-            record = self._finish(job)
-            return [] if record is None else [record]
-        side = job.finish
-        records = side.records()
-        for k, record in enumerate(records):
-            try:  # as _finish does for each record of the dict path (fill waits for the values)
-                side.fill(record, k)
-            except Exception as e:
-                record["error"] = f"{type(e).__name__}: {e}"
-                warn_once(f"record-{type(e).__name__}", f"could not record {record.get('kernel')}/"
-                                                        f"{record.get('arg')}: {e}")
-        return records
+        planned ring side's (``ring_records.RingSide``: ``record`` None), each finished
+        as one record of the dict path."""
+        jobs = [job] if job.record is not None else job.finish.jobs()
+        return [r for r in map(self._finish, jobs) if r is not None]
 
     def _append_text(self, text: bytes) -> None:
         w = self._writer
