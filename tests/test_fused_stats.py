@@ -452,6 +452,94 @@ def test_a_sides_repeated_launch_follows_the_ring_row():
     assert len(runs) == 1
 
 
+def test_kept_launches_go_through_the_runtime_librarys_launcher(monkeypatch):
+    """A kept side (_Kept) is repeated by one call of the library's launcher with its
+    packed spec (function, grid, block, shared bytes, stream, scratch pointers, then the
+    kernel's first five parameters) and this call's output address and row count;
+    launches it cannot make, and plain tuples, take Triton's launcher; a failed call
+    unbinds it for good (-1: nothing launched, Triton's launcher at once; a CUresult:
+    an error, the caller summarises the side again)."""
+    import array
+    import ctypes
+
+    calls, runs = [], []
+
+    def launcher(address, out_addr, k_total):
+        n = ctypes.c_int64.from_address(address).value
+        calls.append((list((ctypes.c_int64 * (1 + 11 * n)).from_address(address)), out_addr, k_total))
+        return results.pop(0)
+
+    ptx = (".visible .entry _stats_kernel_perm(\n .param .u64 .ptr .global .align 1 a_0,\n .param .u64 a_1,\n"
+           " .param .u32 a_2,\n .param .u64 a_3,\n .param .u64 a_4,\n .param .u64 a_5,\n .param .u32 a_6,\n"
+           " .param .u64 .ptr .global .align 1 a_7,\n .param .u64 .ptr .global .align 1 a_8\n)\n{ ret; }")
+
+    class Metadata:
+        num_warps, num_ctas, shared, global_scratch_size, profile_scratch_size = 4, 1, 96, 0, 0
+
+    class Compiled:
+        function, packed_metadata, metadata, asm = 0xF00, "meta", Metadata(), {"ptx": ptx}
+
+        def run(self, *args):
+            runs.append(args)
+
+    one = fused_stats._Launch(Compiled(), 12, 99, (1, 2, 3, 4, 5), ("consts",), True, ())
+    two = one._replace(programs=7, head=(6, 7, 8, 9, 10))
+    kept = fused_stats._Kept((one, two))
+    out = torch.zeros(9 * 64, dtype=torch.float64)
+    row16 = (out.data_ptr() + 64 * 16, 64 - 7 * 16 // 8)
+    monkeypatch.setattr(fused_stats, "_library_launch", launcher)
+    results = [0, 0]
+    assert fused_stats._launch_side(kept, out, 16, 64) and fused_stats._launch_side(kept, out, 24, 64)
+    spec = [2, 0xF00, 12, 128, 96, 99, 2, 1, 2, 3, 4, 5, 0xF00, 7, 128, 96, 99, 2, 6, 7, 8, 9, 10]
+    assert calls == [(spec, *row16), (spec, out.data_ptr() + 64 * 24, 64 - 7 * 24 // 8)] and not runs
+    assert isinstance(kept.packed[0], array.array)  # packed once, kept with the side
+
+    assert fused_stats._launch_side((one,), out, 16, 64) and len(runs) == 1 and len(calls) == 2  # a plain tuple
+    Metadata.global_scratch_size = 256  # a launch the library's launcher does not make
+    try:
+        big = fused_stats._Kept((one,))
+        assert fused_stats._launch_side(big, out, 16, 64) and big.packed is False and len(runs) == 2
+    finally:
+        Metadata.global_scratch_size = 0
+
+    results = [-1]  # no usable libcuda: nothing launched, Triton's launcher at once, for good
+    assert fused_stats._launch_side(fused_stats._Kept((one,)), out, 16, 64)
+    assert len(runs) == 3 and fused_stats._library_launch is False
+    assert fused_stats._launch_side(fused_stats._Kept((one,)), out, 16, 64) and len(calls) == 3 and len(runs) == 4
+
+    monkeypatch.setattr(fused_stats, "_library_launch", launcher)
+    results = [719]  # a launch failed (a sticky device error): the caller's full path, no more library calls
+    with pytest.raises(RuntimeError, match="CUresult 719"):
+        fused_stats._launch_side(fused_stats._Kept((one,)), out, 16, 64)
+    assert fused_stats._library_launch is False and len(runs) == 4
+
+
+def test_the_runtime_librarys_launcher_is_bound_once_and_never_after_a_failure(monkeypatch):
+    """bind_launcher takes the runtime library's function, called with the GIL held
+    (ctypes.PyDLL); None, or a launcher that failed, leaves Triton's launcher."""
+    import ctypes
+
+    from aoti_debug.codegen.native_library import stats_library_path
+    from aoti_debug.runtime import native_stats
+
+    path = stats_library_path()
+    if not path:
+        pytest.skip("no C++ compiler: the runtime library cannot be built")
+    lib = native_stats.load(path)
+    monkeypatch.setattr(fused_stats, "_library_launch", None)
+    fused_stats.bind_launcher(None)
+    assert fused_stats._library_launch is None
+    fused_stats.bind_launcher(lib)
+    bound = fused_stats._library_launch
+    assert bound and bound.argtypes == [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int32]
+    assert bound._flags_ & ctypes._FUNCFLAG_PYTHONAPI  # the GIL is kept
+    fused_stats.bind_launcher(lib)
+    assert fused_stats._library_launch is bound
+    monkeypatch.setattr(fused_stats, "_library_launch", False)
+    fused_stats.bind_launcher(lib)
+    assert fused_stats._library_launch is False
+
+
 # ------------------------------------------------------------------------- permuted-dense layouts
 
 

@@ -307,7 +307,8 @@ def test_library_exports_its_entry_points_and_shares_state(library):
     assert lib.aoti_debug_rt_abi().decode() == cpp_runtime.abi_namespace()
     for name in ("aoti_debug_rt_launch", "aoti_debug_rt_done", "aoti_debug_runtime_warnings",
                  "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush", "aoti_debug_rt_cpu_summaries",
-                 "aoti_debug_rt_cpu_records", "aoti_debug_rt_ring_records", "aoti_debug_rt_dtype_name"):
+                 "aoti_debug_rt_cpu_records", "aoti_debug_rt_ring_records", "aoti_debug_rt_dtype_name",
+                 "aoti_debug_rt_kept_launches"):
         assert hasattr(lib, name), name
     if shutil.which("nm"):
         symbols = subprocess.run(["nm", "-D", "--defined-only", library], capture_output=True, text=True).stdout
@@ -317,8 +318,8 @@ def test_library_exports_its_entry_points_and_shares_state(library):
         assert any("6sharedEvE1s" in s for s in unique) and any("6claimsEvE1c" in s for s in unique), unique
         c_names = sorted(s for s in ours if not s.startswith("_Z"))
         assert c_names == ["aoti_debug_rt_abi", "aoti_debug_rt_cpu_records", "aoti_debug_rt_cpu_summaries",
-                           "aoti_debug_rt_done", "aoti_debug_rt_dtype_name", "aoti_debug_rt_launch",
-                           "aoti_debug_rt_ring_records", "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush",
+                           "aoti_debug_rt_done", "aoti_debug_rt_dtype_name", "aoti_debug_rt_kept_launches",
+                           "aoti_debug_rt_launch", "aoti_debug_rt_ring_records", "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush",
                            "aoti_debug_runtime_warnings"]
 
 

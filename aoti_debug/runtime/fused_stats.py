@@ -65,6 +65,8 @@ Without Triton, or off CUDA (unless interpreting), the whole batch does.
 
 from __future__ import annotations
 
+import array
+import ctypes
 import os
 import threading
 from typing import Any, NamedTuple, Sequence
@@ -497,7 +499,11 @@ def _side_key(tensors: Sequence[torch.Tensor], stream_key: tuple) -> tuple[tuple
 def _launch_side(launches: tuple[_Launch, ...], out: torch.Tensor, first: int, rows: int) -> bool:
     """The launches of a side seen before, into rows ``first ..`` of the ring buffer
     ``out`` (of ``rows`` rows), as :func:`summarize` addresses them; False where they
-    cannot be repeated (the output's alignment changed, launch hooks were installed)."""
+    cannot be repeated (the output's alignment changed, launch hooks were installed).
+
+    Kept launches (:class:`_Kept`) go through the runtime library's launcher where one
+    is bound (:func:`bind_launcher`): one C call for the side, about a microsecond of
+    host time a launch, against Triton's launcher's ~16 us (an H100 host)."""
     if _launch_hooks_installed():
         return False
     out_addr = out.data_ptr() + 64 * first
@@ -505,9 +511,92 @@ def _launch_side(launches: tuple[_Launch, ...], out: torch.Tensor, first: int, r
     if any(x.out_aligned != aligned for x in launches):
         return False
     k_total = rows - 7 * first // 8
+    launch = _library_launch
+    if launch:
+        packed = getattr(launches, "packed", False)  # (a plain tuple: Triton's launcher)
+        if packed is None:
+            packed = launches.packed = _pack_launches(launches)
+        if packed:
+            rc = launch(packed[1], out_addr, k_total)
+            if rc == 0:
+                return True
+            _unbind_launcher(rc)
+            if rc != -1:  # some launches may have been made: the caller summarises the side again
+                raise RuntimeError(f"cuLaunchKernel failed with CUresult {rc}")
     for x in launches:
         _run(x.compiled, x.programs, x.stream, (*x.head, out_addr, k_total, *x.tail))
     return True
+
+
+class _Kept(tuple):
+    """A side's kept launches (each a :class:`_Launch`), as :data:`_sides` holds them, and
+    their spec for the runtime library's launcher: ``(array, its address)``, made at the
+    first repeat (:func:`_pack_launches`); False: Triton's launcher."""
+
+    packed: Any = None
+
+
+#: The runtime library's launcher of kept launches (``aoti_debug_rt_kept_launches``,
+#: codegen/native/library.cpp), bound by the hooks; None: Triton's launcher (False: for
+#: good, the library's failed).
+_library_launch: Any = None
+KEPT_LAUNCHES_SYMBOL = "aoti_debug_rt_kept_launches"
+#: The kernels' own parameters before Triton's scratch pointers (PTX types), as the C++
+#: runtime launches them (``codegen.device_stats.ARG_TYPES``).
+_PARAM_TYPES = ("u64", "u64", "u32", "u64", "u64", "u64", "u32")
+
+
+def bind_launcher(library: Any) -> None:
+    """Repeat kept launches through ``library`` (a ``native_stats.Library``): its
+    ``aoti_debug_rt_kept_launches``, called with the GIL held (releasing it for a few
+    microseconds hands it to the writer thread, and taking it back can wait a whole
+    switch interval). Nothing where the library has no such function."""
+    global _library_launch
+    if _library_launch is not None or library is None:
+        return
+    try:
+        fn = ctypes.PyDLL(library.path, mode=os.RTLD_LOCAL, handle=library._lib._handle)[KEPT_LAUNCHES_SYMBOL]
+    except (AttributeError, OSError):
+        return  # a library built from older sources
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int32]
+    _library_launch = fn
+
+
+def _unbind_launcher(rc: int) -> None:
+    global _library_launch
+    _library_launch = False
+    from .session import warn_once
+
+    warn_once("kept-launches", f"the runtime library could not launch the stats kernel (CUresult {rc}): "
+                               f"Triton's launcher from now on")
+
+
+def _pack_launches(launches: tuple[_Launch, ...]) -> tuple[array.array, int] | bool:
+    """The spec of ``launches`` for ``aoti_debug_rt_kept_launches`` (its layout: there),
+    or False where one of them is a launch that function does not make: clusters,
+    scratch memory, cooperative or programmatic-dependent launches, or parameters other
+    than the kernel's seven and Triton's scratch pointers (from the compiled PTX)."""
+    from ..codegen.stats_worker import ptx_params
+
+    fields = [len(launches)]
+    for x in launches:
+        compiled = x.compiled
+        md = compiled.metadata
+        if getattr(md, "num_ctas", 1) != 1 or getattr(md, "global_scratch_size", 0) or \
+                getattr(md, "profile_scratch_size", 0) or getattr(md, "launch_cooperative_grid", False) or \
+                getattr(md, "launch_pdl", False):
+            return False
+        try:
+            _entry, params = ptx_params(compiled.asm["ptx"])
+        except Exception:
+            return False
+        n = len(_PARAM_TYPES)
+        if tuple(params[:n]) != _PARAM_TYPES or any(p != "u64" for p in params[n:]):
+            return False
+        fields += (compiled.function, x.programs, 32 * md.num_warps, md.shared, x.stream, len(params) - n, *x.head)
+    spec = array.array("q", fields)
+    return spec, spec.buffer_info()[0]
 
 
 def kept_launches(tensors: Sequence[torch.Tensor], device: torch.device) -> tuple[_Launch, ...] | None:
@@ -661,7 +750,7 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tu
                 if len(_sides) >= _SIDE_CACHE_MAX:
                     _retire([t for x in _sides.values() for launch in x for t in launch.keep], device)
                     _sides.clear()
-                _sides[side] = tuple(launches)
+                _sides[side] = _Kept(launches)
     stats, sums = unpack(out) if todo or not (packed or into is not None) else (None, None)
     if todo:
         pairs = [device_summary(tensors[row - first]) for row in todo]

@@ -477,6 +477,7 @@ class GraphHandle:
         fused_stats.summarize(values, into=(seg.buf, first))
         if launches != ():  # (): for good, the kernel reads a copy of some tensor (the plan fixes their layouts)
             plan.kept = (ring, ptrs, fused_stats.kept_launches(values, device))
+            fused_stats.bind_launcher(self._native_library())  # once: the library's launcher repeats them
         return seg.arrival, first
 
     def _ring_side(self, sess, plan: ring_records.SidePlan, values: Sequence[torch.Tensor], launch: int,

@@ -115,6 +115,23 @@ def test_planned_sides_repeat_their_launches_bit_for_bit(tmp_path, monkeypatch):
         return summarize(*args, **kwargs)
 
     monkeypatch.setattr(fused_stats, "summarize", counted)
+    # The kept launches go through the runtime library's launcher (fused_stats.bind_launcher).
+    library_calls = [0] * 7
+    monkeypatch.setattr(fused_stats, "_library_launch", None)
+    bind = fused_stats.bind_launcher
+
+    def counting_bind(library):
+        bind(library)
+        fn = fused_stats._library_launch
+        if fn and not getattr(fn, "counted", False):
+            def launch(*args):
+                library_calls[call[0]] += 1
+                return fn(*args)
+
+            launch.counted = True
+            fused_stats._library_launch = launch
+
+    monkeypatch.setattr(fused_stats, "bind_launcher", counting_bind)
 
     def between(i):
         call[0] = i
@@ -125,6 +142,7 @@ def test_planned_sides_repeat_their_launches_bit_for_bit(tmp_path, monkeypatch):
     calls = _per_call(recs, 6)
     # Call 0 plans, call 1 keeps the launches, calls 2-3 repeat them (sides with scalars or copies still summarize).
     assert summarized[0] > 20 and summarized[2] < summarized[0], summarized
+    assert library_calls[0] == 0 and library_calls[2] > 10 and library_calls[3] == library_calls[2], library_calls
     _same(calls[2], calls[4])
     _same(calls[3], calls[5])
     _same(calls[0], calls[2])

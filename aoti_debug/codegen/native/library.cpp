@@ -3,7 +3,7 @@
 // (glue_library.h) and by the Python runtime for its CPU stats and records
 // (runtime/native_stats.py, runtime/cpu_records.py): every part, every level. Exports the
 // two entry points, the ABI check, the CPU stats, the CPU records, the device-ring
-// records and the dtype names,
+// records, the kept launches of the stats kernel and the dtype names,
 // and (state.h) aoti_debug_runtime_warnings; everything else is internal.
 #include "cpu_records.h"
 #include "cpu_summary.h"
@@ -57,6 +57,41 @@ AOTI_DEBUG_EXPORT int aoti_debug_rt_ring_records(int64_t* spec) {
   } catch (...) {  // std::bad_alloc
     return -2;
   }
+}
+
+// The Python runtime's kept launches of its stats kernel (runtime/fused_stats.py,
+// `_pack_launches`): one call a launch side instead of one Triton launcher call a
+// launch (~16 us of host time each on an H100 host). `spec`: the launch count, then per
+// launch 11 int64: CUfunction, programs, threads per program, shared bytes, CUstream,
+// Triton's scratch pointers (passed null), and the kernel's parameters base, table, k,
+// partials, counters; `out` and `k_total` are the side's ring rows (one call's, passed
+// apart so that two threads never share them). Called with the GIL held (ctypes.PyDLL).
+// 0, -1 when libcuda.so.1 cannot be used (nothing launched), else the CUresult of the
+// first launch that failed (the ones before it were made).
+AOTI_DEBUG_EXPORT int aoti_debug_rt_kept_launches(const int64_t* spec, uint64_t out, int32_t k_total) {
+  namespace cu = AOTI_DEBUG_NS::cu;
+  static cu::Api api;
+  static const bool usable = cu::load(api).empty();  // once, thread-safe (a magic static)
+  if (!usable) return -1;
+  constexpr int kFields = 11;
+  constexpr int kMaxScratch = 4;
+  const int64_t n = spec[0];
+  const int64_t* p = spec + 1;
+  for (int64_t i = 0; i < n; ++i, p += kFields) {
+    uint64_t base = static_cast<uint64_t>(p[6]), table = static_cast<uint64_t>(p[7]);
+    uint64_t part = static_cast<uint64_t>(p[9]), counters = static_cast<uint64_t>(p[10]);
+    int32_t k = static_cast<int32_t>(p[8]);
+    uint64_t scratch[kMaxScratch] = {0, 0, 0, 0};
+    void* params[7 + kMaxScratch] = {&base, &table, &k, &part, &counters, &out, &k_total};
+    const int64_t nscratch = p[5] < kMaxScratch ? p[5] : kMaxScratch;
+    for (int64_t j = 0; j < nscratch; ++j) params[7 + j] = &scratch[j];
+    cu::Result r = api.launch_kernel(reinterpret_cast<cu::Handle>(static_cast<intptr_t>(p[0])),
+                                     static_cast<unsigned>(p[1]), 1, 1, static_cast<unsigned>(p[2]), 1, 1,
+                                     static_cast<unsigned>(p[3]), reinterpret_cast<cu::Handle>(static_cast<intptr_t>(p[4])),
+                                     params, nullptr);
+    if (r != 0) return r;
+  }
+  return 0;
 }
 
 // The torch name (without "torch.") of a c10::ScalarType code this runtime reads, or
