@@ -5,8 +5,10 @@ writer thread finishes them (stats and checksum from the segment's host copy) an
 encodes them (``Session._encode``). This times that function on realistic records (one
 segment per step, its rows read back once, constant texts cached as in steady state),
 the dict path (``device_ring.fill`` + ``encode_record``) against the library's
-(``ring_records``: one C call per batch, the GIL released during it). No GPU needed:
-the rows are random host values in the fused kernel's layout.
+(``ring_records``: one C call per batch, the GIL released during it), and the same
+records as planned launch sides of three records each (``ring_records.RingSide``: one
+job a side, as most sides of a running model are). No GPU needed: the rows are random
+host values in the fused kernel's layout.
 
     PYTHONPATH=. python benchmarks/ring_writer.py               # 177 records x 200 steps, 7 rounds
     PYTHONPATH=. python benchmarks/ring_writer.py --records 177 --steps 200 --rounds 7
@@ -53,8 +55,10 @@ def _templates(n: int) -> list[dict]:
     return out
 
 
-def _step(templates: list[dict], lines, step: int) -> list[session.Job]:
-    n = len(templates)
+def _step(templates: list[dict], lines, step: int, rows_of: int | None = None):
+    """One step's records waiting for one segment (``rows_of``: the segment's arrival alone,
+    with that many rows)."""
+    n = len(templates) if rows_of is None else rows_of
     cap = 1024
     seg = types.SimpleNamespace(cap=cap, shipped_rows=n, release=lambda: None,
                                 host=torch.empty(9 * cap, dtype=torch.float64))
@@ -65,11 +69,35 @@ def _step(templates: list[dict], lines, step: int) -> list[session.Job]:
     seg.host[8 * cap: 8 * cap + n].view(torch.int64)[:] = torch.randint(-2 ** 62, 2 ** 62, (n,), generator=g)
     arrival = device_ring.Arrival(seg)
     arrival.ship(_Done())
+    if rows_of is not None:
+        return arrival
     jobs = []
     for i, tpl in enumerate(templates):
         rec = tpl.copy()
         rec["seq"], rec["launch"], rec["kernel_call"] = step * n + i + 1, step * 60 + i // 3 + 1, step
         jobs.append(session.Job(rec, arrival, ring_records.RingFill(arrival, i, lines)))
+    return jobs
+
+
+def _plans(templates: list[dict], lines, per_side: int = 3) -> list[ring_records.SidePlan]:
+    """Planned sides of ``per_side`` records each, made from ``templates``'s records."""
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    plans = []
+    for first in range(0, len(templates), per_side):
+        recs = templates[first:first + per_side]
+        values = [torch.empty_strided(r["shape"], r["stride"], dtype=dtypes[r["dtype"]]) for r in recs]
+        plans.append(ring_records.SidePlan(object(), recs, values, [True] * len(recs), lines))
+    return plans
+
+
+def _planned_step(plans: list[ring_records.SidePlan], n: int, step: int) -> list[session.Job]:
+    """One step of planned sides: their rows in one segment, as :func:`_step`'s."""
+    arrival = _step([], None, step, n)
+    jobs, row = [], 0
+    for k, plan in enumerate(plans):
+        side = ring_records.RingSide(plan, step * n + row + 1, step * 60 + k + 1, step, arrival, row)
+        jobs.append(session.Job(None, arrival, side))
+        row += len(plan.records)
     return jobs
 
 
@@ -84,13 +112,20 @@ def main() -> None:
     assert lines is not None, "no runtime library"
     sess = session.Session(config.RunSettings())
     templates = _templates(args.records)
-    results: dict[str, list[float]] = {"dict path": [], "library": []}
-    for name, w in [("dict path", None), ("library", lines)]:
-        sess._encode(_step(templates, w, 0))  # constant texts cached, as in steady state
-    same = sess._encode(_step(templates, None, 1)) == sess._encode(_step(templates, lines, 1))
+    plans = {None: _plans(templates, None), lines: _plans(templates, lines)}
+    paths = [("dict path", None, False), ("library", lines, False), ("planned sides, dict path", None, True),
+             ("planned sides, library", lines, True)]
+
+    def step(w, planned: bool, s: int) -> list[session.Job]:
+        return _planned_step(plans[w], len(templates), s) if planned else _step(templates, w, s)
+
+    results: dict[str, list[float]] = {name: [] for name, _w, _p in paths}
+    for name, w, planned in paths:
+        sess._encode(step(w, planned, 0))  # constant texts cached, as in steady state
+    same = len({sess._encode(step(w, planned, 1)) for _name, w, planned in paths}) == 1
     for _ in range(args.rounds):
-        for name, w in [("dict path", None), ("library", lines)]:
-            batches = [_step(templates, w, s) for s in range(args.steps)]
+        for name, w, planned in paths:
+            batches = [step(w, planned, s) for s in range(args.steps)]
             t0 = time.perf_counter()
             for jobs in batches:
                 sess._encode(jobs)

@@ -241,6 +241,48 @@ def test_the_call_releases_the_gil(library):
     assert not lines._fn._flags_ & ctypes._FUNCFLAG_PYTHONAPI
 
 
+def test_the_library_refuses_a_malformed_spec(library):
+    """aoti_debug_rt_ring_records checks what it is given (ring_records.h): another layout
+    -5, an entry past the spec's end, an unknown entry kind or a null pointer -1, a buffer
+    too small -3 with the bytes needed; a side entry writes its template's records, fixed
+    ones without stats."""
+    import array
+    import ctypes
+
+    fn = ring_records.for_library(library)._fn
+    row = array.array("d", [1.0, 2.0, 1.5, 0.5, 2.0, 0.0, 0.0, 2.0])
+    checksum = array.array("q", [255])
+    head, body = b'"graph":"g"', b'"arg":"x"'
+    template = array.array("q", (0, 0, ctypes.cast(head, ctypes.c_void_p).value, len(head),
+                                 ctypes.cast(body, ctypes.c_void_p).value, len(body),
+                                 1, -1, ctypes.cast(head, ctypes.c_void_p).value, len(head),
+                                 ctypes.cast(body, ctypes.c_void_p).value, len(body)))
+    out = bytearray(4096)
+    out_addr = ctypes.addressof((ctypes.c_char * len(out)).from_buffer(out))
+
+    def call(entries, count=None, layout=ring_records.LAYOUT, cap=len(out)):
+        spec = array.array("q", (layout, 0, len(entries) if count is None else count, out_addr, cap, 0))
+        for e in entries:
+            spec.extend(e)
+        spec[1] = len(spec)
+        return fn(spec.buffer_info()[0]), spec[5]
+
+    side = (1, 7, 3, 2, row.buffer_info()[0], checksum.buffer_info()[0], template.buffer_info()[0], 2)
+    rc, end = call([side])
+    assert rc == 0
+    assert bytes(out[:end]) == (b'{"seq":7,"launch":3,"graph":"g","kernel_call":2,"arg":"x","stats":{"min":1.0,"max":2.0,'
+                                b'"mean":1.5,"std":0.5,"absmax":2.0,"nan":0,"inf":0},"checksum":"00000000000000ff"}\n'
+                                b'{"seq":8,"launch":3,"graph":"g","kernel_call":2,"arg":"x"}\n')
+    assert call([side], layout=1)[0] == -5
+    assert call([side[:5]])[0] == -1  # the entry runs past the spec
+    assert call([side], count=2)[0] == -1
+    assert call([(9, *side[1:])])[0] == -1  # no such entry kind
+    assert call([(*side[:4], 0, *side[5:])])[0] == -1  # no stats row
+    assert call([(0, 1, 1, 1, row.buffer_info()[0], checksum.buffer_info()[0], 0, 5, 0, 0)])[0] == -1  # null text
+    rc, needed = call([side], cap=10)
+    assert rc == -3 and needed == end
+
+
 def test_cuda_graph_replay_values_are_written_alike(library, fresh_session):
     """A CUDA-graph replay's host copy (cuda_graphs._Values, built here without a device)
     gives the library the rows the dict path reads: the same lines."""

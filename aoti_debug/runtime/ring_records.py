@@ -36,8 +36,9 @@ from .session import Job, warn_once
 #: The function of the library (``library.cpp``) and the layout of its ``spec``
 #: (``ring_records.h``: kRingLayout, the RingSlot header, kRingRecord numbers a record).
 RECORDS_SYMBOL = "aoti_debug_rt_ring_records"
-LAYOUT = 1
+LAYOUT = 2
 _HEADER = 6
+_RECORD, _SIDE = 0, 1  # entry kinds (kRingEntryRecord, kRingEntrySide)
 #: Bytes of a line besides its constant texts: numbers, stats (7 values of at most 24
 #: characters and their keys), checksum.
 _LINE_BYTES = 400
@@ -109,8 +110,9 @@ class SidePlan:
         """The positions of the values the ring summarises (None: all)."""
         self.device = next(v.device for v, ring in zip(values, in_ring) if ring)
         self.lines = lines
-        self.texts: tuple[Any, list[tuple]] | None = None
-        """``(RingLines, each record's constant texts)``: set by the writer thread."""
+        self.texts: tuple | None = None
+        """The library's template of its records (``RingLines._plan_texts``): set by the
+        writer thread."""
         self.kept: tuple = (None, None, None)
         """``(ring, tensor addresses, launches)``, set as one value (threads running the
         graph on other streams replace it): the stats kernel's kept launches
@@ -215,13 +217,31 @@ class RingLines:
                rec["kind"], rec["dtype"], tuple(rec["shape"]), tuple(rec["stride"]), rec["device"], rec["numel"])
         return self._texts.get(key) or self._text(rec, key)
 
+    def _plan_texts(self, plan: SidePlan) -> tuple:
+        """A planned side's records as the library's template (``ring_records.h``,
+        kRingEntrySide): ``(self, template, its address, records, bytes a call may take,
+        the texts it points into)``, made once per plan by the writer thread."""
+        template = array.array("q")
+        texts = []
+        size = 0
+        for k, (rec, at) in enumerate(zip(plan.records, plan.rows)):
+            if at is None:  # a fixed record (a scalar, an unwritten input): its line has no stats
+                head, body = _split(rec)
+                found = (head, body, _address(head), len(head), _address(body), len(body),
+                         len(head) + len(body) + _LINE_BYTES)
+            else:
+                found = self._texts_of(rec)
+            texts.append(found)
+            size += found[6]
+            template.extend((k, -1 if at is None else at, found[2], found[3], found[4], found[5]))
+        return self, template, template.buffer_info()[0], len(texts), size, texts
+
     def encode(self, jobs: list[Job]) -> bytes | None:
         """The manifest lines of ``jobs`` (each :meth:`takes`), in their order; None when the
         library failed (one warning; the caller's dict path writes them, as it will all
         later records)."""
         spec = array.array("q", (LAYOUT, 0, 0, 0, 0, 0))
         add = spec.extend
-        fixed: list[tuple[int, bytes]] = []  # (place among the lines, line) of planned sides' fixed records
         keep = []
         size = 0
         count = 0
@@ -232,30 +252,20 @@ class RingLines:
                 if fill.arrival is not last:
                     last = fill.arrival
                     stats, sums = last.host()
-                if rec is None:  # a planned side: its records' texts are the plan's
-                    plan = fill.plan
-                    found = plan.texts
-                    if found is None or found[0] is not self:
-                        found = plan.texts = (self, [self._texts_of(r) if at is not None else _split(r)
-                                                     for r, at in zip(plan.records, plan.rows)])
-                    seq, launch, call, row = fill.seq, fill.launch, fill.call, fill.row
-                    for k, (texts, at) in enumerate(zip(found[1], plan.rows)):
-                        if at is None:  # a fixed record: its line made here, put in its place below
-                            fixed.append((count + len(fixed), b'{"seq":%d,"launch":%d,%s,"kernel_call":%d,%s}' % (
-                                seq + k, launch, texts[0], call, texts[1])))
-                            continue
-                        size += texts[6]
-                        add((seq + k, launch, call, stats + 64 * (row + at), sums + 8 * (row + at), texts[2],
-                             texts[3], texts[4], texts[5]))
-                        count += 1
-                    keep.append(found)
-                    continue
-                texts = self._texts_of(rec)
-                keep.append(texts)
-                size += texts[6]
                 row = fill.row
-                add((rec["seq"], rec["launch"], rec["kernel_call"], stats + 64 * row, sums + 8 * row, texts[2],
-                     texts[3], texts[4], texts[5]))
+                if rec is None:  # a planned side: one entry, its records' texts the plan's template
+                    found = fill.plan.texts
+                    if found is None or found[0] is not self:
+                        found = fill.plan.texts = self._plan_texts(fill.plan)
+                    add((_SIDE, fill.seq, fill.launch, fill.call, stats + 64 * row, sums + 8 * row, found[2],
+                         found[3]))
+                    size += found[4]
+                else:
+                    found = self._texts_of(rec)
+                    size += found[6]
+                    add((_RECORD, rec["seq"], rec["launch"], rec["kernel_call"], stats + 64 * row, sums + 8 * row,
+                         found[2], found[3], found[4], found[5]))
+                keep.append(found)
                 count += 1
             out = bytearray(size)
             spec[1] = len(spec)
@@ -265,14 +275,7 @@ class RingLines:
             rc = self._fn(spec.buffer_info()[0])
             if rc != 0:
                 raise RuntimeError(f"{RECORDS_SYMBOL} returned {rc}")
-            text = bytes(memoryview(out)[:spec[5]])
-            if not fixed:
-                return text
-            lines: list[Any] = [None] * (count + len(fixed))
-            for at, line in fixed:
-                lines[at] = line
-            written = iter(text.split(b"\n")[:count])
-            return b"\n".join([line if line is not None else next(written) for line in lines]) + b"\n"
+            return bytes(memoryview(out)[:spec[5]])
         except Exception as e:
             self.failed = True
             warn_once(f"ring-records-{type(e).__name__}", f"the runtime library could not write device-ring "

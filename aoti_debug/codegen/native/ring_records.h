@@ -23,18 +23,28 @@ namespace {
 enum RingSlot : size_t {
   kRingSlotLayout,  // kRingLayout
   kRingSlotLength,  // the number of int64 in `spec`
-  kRingSlotCount,   // records
+  kRingSlotCount,   // entries
   kRingSlotOut,     // (pointer, capacity) of the output buffer
   kRingSlotCap,
   kRingSlotEnd,     // written back: the end of the lines in the buffer (or the bytes needed)
   kRingHeader
 };
-constexpr int64_t kRingLayout = 1;
-// Per record: seq, launch, kernel call, the address of its stats row (8 doubles: min,
-// max, mean, std, absmax, nan, inf, count: fused_stats' packed layout), the address of
-// its checksum (int64), then (pointer, length) of its text between "launch" and
-// "kernel_call" and of its text after "kernel_call" (without the closing brace).
-constexpr size_t kRingRecord = 9;
+constexpr int64_t kRingLayout = 2;
+// Entries follow the header, each starting with its kind:
+// - kRingEntryRecord, one record: seq, launch, kernel call, the address of its stats row
+//   (8 doubles: min, max, mean, std, absmax, nan, inf, count: fused_stats' packed
+//   layout), the address of its checksum (int64), then (pointer, length) of its text
+//   between "launch" and "kernel_call" and of its text after "kernel_call" (without the
+//   closing brace);
+// - kRingEntrySide, one call of a planned launch side (ring_records.SidePlan): its first
+//   seq, launch, kernel call, the addresses of its first ring row's stats and checksum,
+//   then (pointer, count) of its records' template: per record (kRingTemplate int64) its
+//   seq offset, ring row offset (-1: a fixed record, written without stats), and the
+//   (pointer, length) of its two texts.
+enum RingEntry : int64_t { kRingEntryRecord = 0, kRingEntrySide = 1 };
+constexpr size_t kRingRecord = 10;
+constexpr size_t kRingSide = 8;
+constexpr size_t kRingTemplate = 6;
 
 // Returns 0 and the lines (one per record, in order) in the output buffer; -1 when
 // `spec` is malformed; -3 when the buffer is too small (kRingSlotEnd holds what is
@@ -46,34 +56,64 @@ int ring_records(int64_t* spec) {
   if (spec[kRingSlotLayout] != kRingLayout) return -5;
   const size_t spec_len = static_cast<size_t>(spec[kRingSlotLength]);
   const int64_t count = spec[kRingSlotCount];
-  if (spec_len < kRingHeader || count < 0 || kRingHeader + kRingRecord * static_cast<size_t>(count) > spec_len)
-    return -1;
+  if (spec_len < kRingHeader || count < 0) return -1;
   thread_local std::string lines;
   lines.clear();
-  const int64_t* r = spec + kRingHeader;
-  for (int64_t i = 0; i < count; ++i, r += kRingRecord) {
-    const double* row = reinterpret_cast<const double*>(static_cast<intptr_t>(r[3]));
-    const int64_t* sum = reinterpret_cast<const int64_t*>(static_cast<intptr_t>(r[4]));
-    const char* head = reinterpret_cast<const char*>(static_cast<intptr_t>(r[5]));
-    const char* body = reinterpret_cast<const char*>(static_cast<intptr_t>(r[7]));
-    if (!row || !sum || (!head && r[6]) || (!body && r[8]) || r[6] < 0 || r[8] < 0) return -1;
+  auto ptr = [](int64_t v) { return reinterpret_cast<const char*>(static_cast<intptr_t>(v)); };
+  // One line; `row` null: a fixed record (no stats, no checksum).
+  auto line = [&](int64_t seq, int64_t launch, int64_t call, const char* head, int64_t head_len, const char* body,
+                  int64_t body_len, const double* row, const int64_t* sum) {
     lines += kSeq;
-    json_int(lines, r[0]);
+    json_int(lines, seq);
     lines += kLaunch;
-    json_int(lines, r[1]);
+    json_int(lines, launch);
     lines += ',';
-    lines.append(head, static_cast<size_t>(r[6]));
+    lines.append(head, static_cast<size_t>(head_len));
     lines += kCall;
-    json_int(lines, r[2]);
+    json_int(lines, call);
     lines += ',';
-    lines.append(body, static_cast<size_t>(r[8]));
-    const Summary sm = row_summary(row, static_cast<uint64_t>(*sum));
-    lines += kStats;
-    append_stats_json(lines, sm);
-    lines += kChecksum;
-    lines += '"';
-    append_checksum(lines, sm.checksum);
-    lines += "\"}\n";
+    lines.append(body, static_cast<size_t>(body_len));
+    if (row) {
+      const Summary sm = row_summary(row, static_cast<uint64_t>(*sum));
+      lines += kStats;
+      append_stats_json(lines, sm);
+      lines += kChecksum;
+      lines += '"';
+      append_checksum(lines, sm.checksum);
+      lines += '"';
+    }
+    lines += "}\n";
+  };
+  auto texts_ok = [](const char* head, int64_t head_len, const char* body, int64_t body_len) {
+    return head_len >= 0 && body_len >= 0 && (head || !head_len) && (body || !body_len);
+  };
+  size_t at = kRingHeader;
+  for (int64_t i = 0; i < count; ++i) {
+    if (at >= spec_len) return -1;
+    const int64_t* r = spec + at;
+    if (r[0] == kRingEntryRecord) {
+      if (at + kRingRecord > spec_len) return -1;
+      const double* row = reinterpret_cast<const double*>(ptr(r[4]));
+      const int64_t* sum = reinterpret_cast<const int64_t*>(ptr(r[5]));
+      if (!row || !sum || !texts_ok(ptr(r[6]), r[7], ptr(r[8]), r[9])) return -1;
+      line(r[1], r[2], r[3], ptr(r[6]), r[7], ptr(r[8]), r[9], row, sum);
+      at += kRingRecord;
+    } else if (r[0] == kRingEntrySide) {
+      if (at + kRingSide > spec_len) return -1;
+      const char* stats = ptr(r[4]);
+      const char* sums = ptr(r[5]);
+      const int64_t* t = reinterpret_cast<const int64_t*>(ptr(r[6]));
+      if (!stats || !sums || r[7] < 0 || (!t && r[7])) return -1;
+      for (int64_t k = 0; k < r[7]; ++k, t += kRingTemplate) {
+        if (!texts_ok(ptr(t[2]), t[3], ptr(t[4]), t[5])) return -1;
+        const double* row = t[1] < 0 ? nullptr : reinterpret_cast<const double*>(stats + 64 * t[1]);
+        const int64_t* sum = t[1] < 0 ? nullptr : reinterpret_cast<const int64_t*>(sums + 8 * t[1]);
+        line(r[1] + t[0], r[2], r[3], ptr(t[2]), t[3], ptr(t[4]), t[5], row, sum);
+      }
+      at += kRingSide;
+    } else {
+      return -1;
+    }
   }
   spec[kRingSlotEnd] = static_cast<int64_t>(lines.size());
   if (lines.size() > static_cast<size_t>(spec[kRingSlotCap])) return -3;
