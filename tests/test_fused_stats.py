@@ -142,9 +142,10 @@ def values(shape, dtype: torch.dtype, device: str, g: torch.Generator, special: 
 
 
 def make_permuted_cases(device: str, big: int = 1) -> list[tuple[str, torch.Tensor]]:
-    """(name, tensor) pairs whose elements fill a dense block of memory in another order
-    than the logical one (read in place by the permuted kernel), and strided tensors that
-    do not (read from a copy). ``big`` multiplies the leading sizes (the GPU test)."""
+    """(name, tensor) pairs of strided tensors read in place by the strided kernel: those
+    whose elements fill a dense block of memory in another order than the logical one, and
+    those with gaps, stride-0 dims or overlaps around a unit-stride run; and strided tensors
+    read from a copy. ``big`` multiplies the leading sizes (the GPU test)."""
     g = torch.Generator(device="cpu").manual_seed(5)
     out: list[tuple[str, torch.Tensor]] = []
 
@@ -156,6 +157,10 @@ def make_permuted_cases(device: str, big: int = 1) -> list[tuple[str, torch.Tens
         out.append((f"{name}-transposed", v(9 * big, 13, dtype=dt).t()))
         out.append((f"{name}-channels-last", v(2 * big, 5, 6, 7, dtype=dt).to(memory_format=torch.channels_last)))
         out.append((f"{name}-permuted-offset", v(3 + 4 * 5 * 6 * big, dtype=dt)[3:].view(4 * big, 5, 6).permute(1, 2, 0)))
+        # k of a fused QKV buffer [B, S, 3*H*D] as [B, H, S, D]: rows of D with gaps between them
+        out.append((f"{name}-qkv-slice", v(2 * big, 5, 3 * 3 * 4, dtype=dt)[..., 12:24].view(2 * big, 5, 3, 4)
+                    .transpose(1, 2)))
+        out.append((f"{name}-expanded", v(3 * big, 1, 7, dtype=dt).expand(3 * big, 4, 7)))  # a stride-0 dim
     for dt in (torch.float16, torch.bfloat16, torch.float32, torch.int8):
         name = str(dt).replace("torch.", "")
         out.append((f"{name}-channels-last-3d",
@@ -167,6 +172,18 @@ def make_permuted_cases(device: str, big: int = 1) -> list[tuple[str, torch.Tens
         out.append((f"{name}-permuted-4d-offset16",
                     v(64 + 3 * 4 * 5 * 8 * big, dtype=dt)[16 // dt.itemsize:][:3 * 4 * 5 * 8 * big]
                     .view(3 * big, 4, 5, 8).permute(3, 1, 0, 2)))
+        # gaps whose rows start 16-byte aligned (the vector form), and rows that do not
+        out.append((f"{name}-qkv-slice-vec", v(2 * big, 4, 3 * 2 * 16, dtype=dt)[..., 32:64].view(2 * big, 4, 2, 16)
+                    .transpose(1, 2)))
+        # 16-byte aligned start and runs of 32, rows one element past a 16-byte boundary
+        off = 16 // dt.itemsize
+        out.append((f"{name}-gaps-rows-unaligned", v(9 * big, 33 + off, dtype=dt)[:, off:off + 32]))
+        out.append((f"{name}-narrow-permuted", v(4 * big, 6, 10, dtype=dt).permute(0, 2, 1).narrow(2, 1, 4)))
+        out.append((f"{name}-select-channels-last",
+                    v(2 * big, 8, 5, 6, dtype=dt).to(memory_format=torch.channels_last)[:, :, 2]))
+        out.append((f"{name}-overlapping", v(5 + 4 * 9 * big + 16, dtype=dt).as_strided((9 * big, 16), (4, 1), 5)))
+        out.append((f"{name}-overlapping-vec", v(16 * 7 * big + 32, dtype=dt).as_strided((7 * big, 32), (16, 1))))
+        out.append((f"{name}-mask-expanded", v(2 * big, 1, 6, 6, dtype=dt).expand(2 * big, 5, 6, 6)))
     out.append(("float32-long-rows", v(3, 1100 * big).t()))     # a run of 1100: column blocks of any tile
     out.append(("float32-short-rows", v(700 * big, 3).t()))     # a run of 3
     out.append(("float32-run-65", v(65, 37 * big).t()))         # a run no tile width divides
@@ -180,9 +197,15 @@ def make_permuted_cases(device: str, big: int = 1) -> list[tuple[str, torch.Tens
     out.append(("float32-7-row-dims", v(*[2] * 7, 3 * big).permute(*reversed(range(8)))))  # over the limit: a copy
     out.append(("float32-empty-permuted", v(0, 3, 4).permute(2, 0, 1)))
     out.append(("float16-empty-channels-last", v(0, 3, 4, 5, dtype=torch.float16).to(memory_format=torch.channels_last)))
-    out.append(("float32-gaps", v(8 * big, 10)[:, ::2]))                   # not dense: a copy
-    out.append(("float32-gaps-transposed", v(8 * big, 10)[:, 1:9].t()))    # not dense: a copy
-    out.append(("float32-expanded", v(5 * big, 1).expand(5 * big, 30).t()))  # overlapping: a copy
+    out.append(("float32-step-2", v(8 * big, 10)[:, ::2]))                 # no unit-stride dim: a copy
+    out.append(("float32-step-2-transposed", v(8 * big, 10)[:, ::2].t()))  # no unit-stride dim: a copy
+    out.append(("float32-all-expanded", v(1, 1).expand(5 * big, 30)))      # no unit-stride dim: a copy
+    out.append(("float32-gaps-transposed", v(8 * big, 10)[:, 1:9].t()))    # gaps, transposed
+    out.append(("float32-expanded-transposed", v(5 * big, 1).expand(5 * big, 30).t()))
+    out.append(("float32-gaps-7-row-dims", v(*[2] * 7, 5 * big)[..., 1:4].permute(*reversed(range(8)))))  # a copy
+    out.append(("float32-gaps-6-row-dims", v(*[2] * 6, 5 * big)[..., 1:4].permute(*reversed(range(7)))))
+    out.append(("int64-gaps-long-rows", v(3, 1200 * big, dtype=torch.int64)[:, 50:1150]))  # runs of 1100 in place
+    out.append(("float64-select-last", v(6 * big, 7, 3, dtype=torch.float64)[..., 1]))     # no unit-stride dim: a copy
     return out
 
 
@@ -412,6 +435,13 @@ def test_side_key_holds_what_decides_a_sides_launches():
     c = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
     key, ready = fused_stats._side_key([c], ("s", 7))
     assert ready[0] is c and key[1:] == (c.data_ptr(), 120, torch.float32, (2, 3, 4, 5), (60, 1, 15, 3))
+    # gaps between rows: read in place, keyed by address (with the storage offset) and strides
+    rows = torch.randn(4, 64)
+    q, r = rows[:, :16], rows.as_strided((4, 16), (32, 1))
+    kq, kr = fused_stats._side_key([q], ("s", 7)), fused_stats._side_key([r], ("s", 7))
+    assert kq[1][0] is q and kq[0][1:] == (q.data_ptr(), 64, torch.float32, (4, 16), (64, 1))
+    assert q.data_ptr() == r.data_ptr() and q.shape == r.shape and kq[0] != kr[0]
+    assert fused_stats._side_key([rows[:, 16:32]], ("s", 7))[0] != kq[0]
     g = torch.randn(8, 8)[:, ::2]  # a gap between elements: read from a contiguous copy
     key, ready = fused_stats._side_key([a, g], ("s", 7))
     assert ready[1].is_contiguous() and torch.equal(ready[1], g) and key[4] == ready[1].data_ptr() != g.data_ptr()
@@ -544,34 +574,69 @@ def test_the_runtime_librarys_launcher_is_bound_once_and_never_after_a_failure(m
 
 
 def test_perm_layout_reads_memory_order_with_logical_indices():
-    """_perm_layout: a permutation of a contiguous tensor's strides reads as [rows, inner]
-    in memory order, with each row dim's logical stride (the checksum's index); dims
-    adjacent in both orders merge; anything else is None."""
+    """_perm_layout: a strided tensor with a unit-stride dim reads as [rows, inner], rows in
+    memory order, with each row dim's logical stride (the checksum's index) and memory
+    stride; dims adjacent in both orders merge; anything else is None."""
     lay = fused_stats._perm_layout
     cl = torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last)
-    assert lay(cl.shape, cl.stride()) == ((3, 20, ((20, 1), (2, 60))))  # [N, H*W, C]
-    assert lay((6, 5), (1, 6)) == (6, 5, ((5, 1),))                       # a transpose
+    assert lay(cl.shape, cl.stride()) == ((3, 20, ((20, 1, 3), (2, 60, 60))))  # [N, H*W, C]
+    assert lay((6, 5), (1, 6)) == (6, 5, ((5, 1, 6),))                    # a transpose
     assert lay((3, 4, 5), (20, 5, 1)) is None                             # contiguous
     assert lay((3, 1, 5), (5, 99, 1)) is None                             # contiguous, any stride on a unit dim
-    assert lay((5, 1, 3), (1, 7, 5)) == (5, 3, ((3, 1),))                 # a unit dim ignored
-    assert lay((4, 5), (10, 2)) is None                                   # gaps
-    assert lay((4, 5), (0, 1)) is None                                    # expanded
-    assert lay((4, 5), (1, 2)) is None                                    # overlapping
+    assert lay((5, 1, 3), (1, 7, 5)) == (5, 3, ((3, 1, 5),))              # a unit dim ignored
     assert lay((0, 5), (1, 0)) is None                                    # empty
     t = torch.empty(2, 3, 4, 5).permute(2, 3, 0, 1)  # memory [N*C, H*W]: rows N*C, inner run H*W
-    assert lay(t.shape, t.stride()) == (20, 6, ((6, 1),))
+    assert lay(t.shape, t.stride()) == (20, 6, ((6, 1, 20),))
+    # gaps, stride 0, overlaps around a unit-stride run
+    assert lay((4, 5), (10, 1)) == (5, 1, ((4, 5, 10),))                  # rows of 5, 10 apart
+    assert lay((4, 5), (0, 1)) == (5, 1, ((4, 5, 0),))                    # expanded: one row read 4 times
+    assert lay((4, 5), (1, 1)) == (5, 1, ((4, 5, 1),))                    # overlapping rows
+    assert lay((4, 5), (1, 0)) == (4, 5, ((5, 1, 0),))                    # the inner run is the unit-stride dim
+    assert lay((4, 6), (1, 1)) == (6, 1, ((4, 6, 1),))                    # the longest unit-stride dim
+    assert lay((6, 6), (1, 1)) == (6, 1, ((6, 6, 1),))                    # the logically innermost of equals
+    # q of a fused QKV buffer [B, S, 3*H*D] as [B, H, S, D]: row dims B, S, H in memory order
+    qkv = torch.empty(8, 256, 3 * 16 * 64)
+    q = qkv[..., :1024].view(8, 256, 16, 64).transpose(1, 2)
+    assert q.stride() == (256 * 3072, 64, 3072, 1)
+    assert lay(q.shape, q.stride()) == (64, 1, ((16, 16384, 64), (256, 64, 3072), (8, 262144, 786432)))
+    # an expanded mask [B, 1, S, S] as [B, H, S, S]: S*S merges, the stride-0 dim is a row dim
+    assert lay((2, 4, 8, 8), (64, 0, 8, 1)) == (64, 1, ((4, 64, 0), (2, 256, 64)))
+    assert lay((4, 5), (10, 2)) is None                                   # no unit-stride dim
+    assert lay((4, 5), (0, 0)) is None
+    assert lay((4, 5), (-5, 1)) is None                                   # a negative stride (not made by torch)
     # all dims reversed: nothing merges; memory dim m (innermost 6) is logical dim 6-m, of
     # logical stride 2**m; row dims innermost first
     many = torch.empty([2] * 7).permute(*reversed(range(7)))
     assert fused_stats.MAX_ROW_DIMS == 6
-    assert lay(many.shape, many.stride()) == (2, 64, tuple((2, 2 ** m) for m in reversed(range(6))))
+    assert lay(many.shape, many.stride()) == (2, 64, tuple((2, 2 ** m, 2 ** (6 - m)) for m in reversed(range(6))))
     over = torch.empty([2] * 8).permute(*reversed(range(8)))
     assert lay(over.shape, over.stride()) is None  # more row dims than the kernel decomposes: a copy
 
 
+def test_plan_permuted_vectors_only_aligned_rows():
+    """The 16-byte vector form where the base, every tensor's offset, every inner run and
+    every row's start allow it (each row dim's memory stride a multiple of 16 bytes); the
+    table holds the row dims' memory strides in units of it."""
+    f32 = 4
+    q = fused_stats._perm_layout((8, 16, 256, 64), (256 * 3072, 64, 3072, 1))
+    base, vec, values, _ = fused_stats.plan_permuted([1024], [8 * 16 * 256 * 64], [q], [0], f32, 1024, 64, 4, 1)
+    assert (base, vec) == (1024, 4)
+    tw = fused_stats._PERM_TW
+    assert len(values) == tw and values[6:9] == [16, 1, 3]
+    assert values[9:18] == [16, 16384, 16, 256, 64, 768, 8, 262144, 196608] and values[18:] == [0] * (tw - 18)
+    unaligned = fused_stats._perm_layout((9, 32), (37, 1))  # rows 37 elements apart
+    assert fused_stats.plan_permuted([1024], [9 * 32], [unaligned], [0], f32, 1024, 32, 4, 1)[1] == 1
+    expanded = fused_stats._perm_layout((4, 32), (0, 1))   # stride 0: every row at the base
+    assert fused_stats.plan_permuted([1024], [4 * 32], [expanded], [0], f32, 1024, 32, 4, 1)[1] == 4
+    # with another tensor whose rows are unaligned, the launch has none
+    assert fused_stats.plan_permuted([1024, 4096], [8 * 16 * 256 * 64, 9 * 32], [q, unaligned], [0, 1], f32, 1024,
+                                     32, 4, 1)[1] == 1
+    assert fused_stats.plan_permuted([1028], [4 * 32], [expanded], [0], f32, 1024, 32, 4, 1)[1] == 1  # base
+
+
 PERMUTED = make_permuted_cases("cpu")
-#: read from a copy: gaps, overlaps, too many row dims; empty tensors are contiguous
-_COPIED = ("gaps", "expanded", "7-row-dims", "empty")
+#: read from a copy: no unit-stride dim, too many row dims; empty tensors are contiguous
+_COPIED = ("step-2", "all-expanded", "select-last", "7-row-dims", "empty")
 
 
 def test_permuted_cases_cover_what_they_name():
@@ -603,6 +668,22 @@ def test_permuted_equals_the_contiguous_copy(interpreted):
     torch.testing.assert_close(a[0][:, 2:4], b[0][:, 2:4], rtol=1e-9, atol=1e-9, equal_nan=True)
 
 
+def _watch_launches_and_copies(monkeypatch) -> tuple[list, list]:
+    """Lists that fill, until ``monkeypatch.undo()``, with ``(kind code, tile width)`` of each
+    launch (0: the contiguous kernel) and the address of each tensor copied by
+    ``.contiguous()`` or ``.clone()``."""
+    launches: list = []
+    copies: list = []
+    real = fused_stats._launch
+    monkeypatch.setattr(fused_stats, "_launch",
+                        lambda *a, **k: launches.append((a[2][0], a[11])) or real(*a, **k))
+    for method in ("contiguous", "clone"):
+        orig = getattr(torch.Tensor, method)
+        monkeypatch.setattr(torch.Tensor, method, lambda self, *a, _o=orig, **k: copies.append(self.data_ptr())
+                            or _o(self, *a, **k))
+    return launches, copies
+
+
 def test_sides_mixing_contiguous_and_permuted(interpreted, monkeypatch):
     """One side of contiguous, permuted (several tile widths) and copied tensors of several
     kinds: one launch per kind, and per kind and tile width for the permuted ones, and
@@ -613,17 +694,9 @@ def test_sides_mixing_contiguous_and_permuted(interpreted, monkeypatch):
           torch.randn(4, 6, generator=g)[:, ::2], torch.randn(7, 5, generator=g)[1:].t(),
           torch.randint(-5, 5, (9, 4), generator=g).t(), torch.arange(12),
           torch.randn(3, 3, 4, generator=g).to(torch.bfloat16).permute(2, 1, 0)]
-    names = ["f32", "f32-t30", "f32-cl8", "f32-gaps", "f32-t-offset", "i64-t", "i64", "bf16-p"]
-    launches = []
-    real = fused_stats._launch
-    monkeypatch.setattr(fused_stats, "_launch",
-                        lambda *a, **k: launches.append((a[2][0], a[11])) or real(*a, **k))
-    copies = []
-    for method in ("contiguous", "clone"):
-        orig = getattr(torch.Tensor, method)
-        monkeypatch.setattr(torch.Tensor, method, lambda self, *a, _o=orig, **k: copies.append(self.data_ptr())
-                            or _o(self, *a, **k))
-    stats, sums = fused_stats.summarize(ts, _block=64, _max_programs=4)
+    names = ["f32", "f32-t30", "f32-cl8", "f32-step-2", "f32-t-offset", "i64-t", "i64", "bf16-p"]
+    launches, copies = _watch_launches_and_copies(monkeypatch)
+    fused_stats.summarize(ts, _block=64, _max_programs=4)
     monkeypatch.undo()
     in_place = [t.data_ptr() for t in ts if read_in_place(t)]
     assert len(in_place) == 5 and not set(in_place) & set(copies)
@@ -634,6 +707,41 @@ def test_sides_mixing_contiguous_and_permuted(interpreted, monkeypatch):
     assert sorted(launches) == sorted({(9, 0), (9, c(20, 64)), (9, c(8, 64)), (9, c(5, 64)), (10, 0), (10, c(4, 64)),
                                        (7, c(4, 64))})
     check(ts, names, _block=64, _max_programs=4)
+
+
+def _gapped_side() -> list[tuple[str, torch.Tensor]]:
+    """A side of strided tensors that are not a permutation of a dense block: q/k/v slices of
+    a fused QKV buffer, an expanded mask, an overlapping view, narrow and select of
+    permuted tensors, at storage offsets."""
+    g = torch.Generator().manual_seed(11)
+    qkv = torch.randn(2, 16, 3 * 4 * 8, generator=g).to(torch.bfloat16)  # [B, S, 3*H*D]
+    q, k, v = (qkv[..., i * 32:(i + 1) * 32].view(2, 16, 4, 8).transpose(1, 2) for i in range(3))
+    return [("q", q), ("k", k), ("v", v),
+            ("mask", torch.randn(2, 1, 16, 16, generator=g).expand(2, 4, 16, 16)),
+            ("overlapping", torch.arange(200).as_strided((10, 40), (16, 1), 3)),
+            ("narrow-permuted", torch.randn(3, 5, 6, generator=g).half().permute(2, 0, 1).narrow(0, 1, 4)),
+            ("select-channels-last", torch.randint(-9, 9, (2, 7, 4, 5), generator=g, dtype=torch.int8)
+             .to(memory_format=torch.channels_last)[:, :, 1]),
+            ("float64-gaps", torch.randn(6, 9, generator=g, dtype=torch.float64)[1:, 2:7])]
+
+
+def test_gapped_tensors_are_read_in_place(interpreted, monkeypatch):
+    """Strided tensors with gaps, stride-0 dims or overlaps around a unit-stride run go to
+    the strided kernel as they are: no ``.contiguous()`` copy, and a kept launch for the
+    side is possible (``kept_launches`` is not ``()``, which makes the hot path summarize
+    every time)."""
+    cases = _gapped_side()
+    ts = [t for _, t in cases]
+    assert not any(t.is_contiguous() for t in ts)
+    launches, copies = _watch_launches_and_copies(monkeypatch)
+    fused_stats.summarize(ts, _block=64, _max_programs=4)
+    monkeypatch.undo()
+    assert copies == []
+    assert launches and all(cols for _, cols in launches), launches
+    assert fused_stats.kept_launches(ts, torch.device("cpu")) is None  # none kept yet, but no copy either
+    assert fused_stats.kept_launches([*ts, torch.randn(4, 6)[:, ::2]], torch.device("cpu")) == ()
+    check(ts, [n for n, _ in cases], _block=64, _max_programs=4)
+    check(ts, [n for n, _ in cases])
 
 
 def test_permuted_tensor_in_ring_rows(interpreted):
@@ -672,5 +780,60 @@ if given is not None:
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
     @given(t=permuted_tensors(), block=st.sampled_from([16, 64, 1024]), programs=st.sampled_from([1, 3, 1000]))
     def test_permuted_tensors_match_the_logical_order(interpreted, t, block, programs):
+        check([t], [f"{t.dtype} {tuple(t.shape)} {t.stride()} offset {t.storage_offset()}"], _block=block,
+              _min_tiles=1, _max_programs=programs)
+
+    #: Element kinds of each width, and a complex one (its real view adds a unit-stride dim).
+    STRIDED_DTYPES = [torch.bool, torch.int8, torch.float8_e4m3fn, torch.float8_e5m2, torch.float16, torch.bfloat16,
+                      torch.float32, torch.int64, torch.float64, torch.complex64]
+
+    @st.composite
+    def strided_tensors(draw):
+        """Strided views at a storage offset: ``as_strided`` with any strides around a
+        unit-stride dim (or none: read from a copy), so with gaps, stride-0 dims and
+        overlaps; or a permuted tensor through a few of narrow, select, expand, transpose
+        and a step-2 slice."""
+        dtype = draw(st.sampled_from(STRIDED_DTYPES))
+        g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+        offset = draw(st.integers(0, 5))
+        shape = draw(st.lists(st.integers(1, 5), min_size=1, max_size=5))
+        if draw(st.booleans()):
+            unit = draw(st.integers(-1, len(shape) - 1))  # -1: no unit-stride dim
+            strides = [1 if i == unit else draw(st.integers(0, 24)) for i in range(len(shape))]
+            extent = offset + sum((n - 1) * s for n, s in zip(shape, strides)) + 1
+            return values((extent,), dtype, "cpu", g).as_strided(shape, strides, offset)
+        t = values((offset + math.prod(shape),), dtype, "cpu", g)[offset:].view(shape)
+        t = t.permute(*draw(st.permutations(range(len(shape)))))
+        for _ in range(draw(st.integers(1, 3))):
+            op = draw(st.sampled_from(["narrow", "select", "expand", "transpose", "step"]))
+            d = draw(st.integers(0, t.dim() - 1))
+            size = t.shape[d]
+            if op == "narrow":
+                start = draw(st.integers(0, size - 1))
+                t = t.narrow(d, start, draw(st.integers(1, size - start)))
+            elif op == "select" and t.dim() > 1:
+                t = t.select(d, draw(st.integers(0, size - 1)))
+            elif op == "expand":
+                t = t.unsqueeze(d)
+                t = t.expand(*t.shape[:d], draw(st.integers(2, 4)), *t.shape[d + 1:])
+            elif op == "transpose":
+                t = t.transpose(d, draw(st.integers(0, t.dim() - 1)))
+            elif op == "step":
+                t = t[(slice(None),) * d + (slice(None, None, 2),)]
+        return t
+
+    @settings(max_examples=150, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @given(t=strided_tensors(), block=st.sampled_from([16, 64, 1024]), programs=st.sampled_from([1, 3, 1000]))
+    def test_strided_tensors_match_the_logical_order(interpreted, t, block, programs):
+        """Gapped, expanded, overlapping, narrowed and selected views: read in place wherever
+        a dim of size > 1 has unit stride (and the dims are few enough), with the torch
+        path's checksum and stats."""
+        r = torch.view_as_real(t) if t.is_complex() else t
+        unit_run = any(n > 1 and s == 1 for n, s in zip(r.shape, r.stride()))
+        if not r.is_contiguous() and unit_run and r.dim() <= fused_stats.MAX_ROW_DIMS + 1:
+            assert read_in_place(t)
+        elif r.is_contiguous() or not unit_run:
+            assert not read_in_place(t)
         check([t], [f"{t.dtype} {tuple(t.shape)} {t.stride()} offset {t.storage_offset()}"], _block=block,
               _min_tiles=1, _max_programs=programs)

@@ -23,21 +23,24 @@ How (CUDA, and CPU under ``TRITON_INTERPRET=1`` for tests):
   So a launch side costs one kernel launch per kind (plus one tiny H2D copy of the
   table when the tensors' addresses are new) instead of ~20 torch ops per tensor.
 
-Layouts read in place: contiguous tensors, and tensors whose elements fill a dense block
-of memory in another order (*permuted-dense*: the strides, sorted, are a contiguous
-tensor's of the permuted sizes, size-1 dims ignored: channels_last, channels_last_3d,
-any transpose or permute of a contiguous tensor, at any element-aligned storage
-offset). The latter go to a variant of the kernel (``_stats_kernel_perm``, one launch
-per kind and tile width) that reads the tensor in memory order as ``[rows, inner]``
-(``inner`` the innermost memory run, after merging dims adjacent in both orders: NCHW
-channels_last reads as ``[N*H*W, C]``) in tiles of ``[BLOCK // CB, CB]`` with ``CB`` a
-power of two fitted to ``inner`` (:func:`_cols`); the checksum weighs element
-``(r, c)`` by its logical index ``base(r) + c * L_inner``, ``base(r)`` from one
-mixed-radix decomposition of ``r`` per tile row over at most :data:`MAX_ROW_DIMS`
-memory-order dims (:class:`_Perm`). Any other strided tensor (gaps such as
-``x[:, ::2]``, overlaps such as ``expand``, more row dims) is read from a
-``.contiguous()`` copy. The C++ runtime launches only ``_stats_kernel`` (its code is
-the same with or without the variant) and copies every non-contiguous tensor.
+Layouts read in place: contiguous tensors, and any other strided tensor one of whose dims
+(size > 1) has unit stride, whatever the other dims' strides: permutes (channels_last,
+channels_last_3d, transposes), gaps (slices such as the q/k/v thirds of a fused QKV
+buffer, ``narrow``, ``select``), stride-0 dims (``expand``) and overlapping
+``as_strided`` views, at any element-aligned storage offset. These go to a variant of
+the kernel (``_stats_kernel_perm``, one launch per kind and tile width) that reads the
+tensor as ``[rows, inner]`` (``inner`` the unit-stride run, after merging dims adjacent
+in both memory and logical order: NCHW channels_last reads as ``[N*H*W, C]``; rows in
+memory order, outermost first) in tiles of ``[BLOCK // CB, CB]`` with ``CB`` a power of
+two fitted to ``inner`` (:func:`_cols`): element ``(r, c)`` is read at memory offset
+``mem(r) + c`` and weighed in the checksum by its logical index ``base(r) + c *
+L_inner``, both bases from one mixed-radix decomposition of ``r`` per tile row over at
+most :data:`MAX_ROW_DIMS` row dims (:class:`_Perm`). Each logical element is read once
+(an expanded or overlapping element once per logical index, as ``.contiguous()`` would
+copy it). A strided tensor without a unit-stride dim (``x[:, ::2]``) or with more row
+dims is read from a ``.contiguous()`` copy. The C++ runtime launches only
+``_stats_kernel`` (its code is the same with or without the variant) and copies every
+non-contiguous tensor.
 
 Exactness: checksums are bit-identical to ``device_checksum`` (a sum mod 2**64 does
 not depend on the order of additions). min, max, absmax and the counts are exact.
@@ -85,10 +88,10 @@ PROGRAMS_PER_SM = 4
 MIN_TILES = 4
 _TBLOCK = 64   # tensors looked up per step when a program finds its tensor
 _RBLOCK = 128  # partials combined per step by a tensor's last program
-#: A permuted tensor read in place has at most this many memory-order dims besides its
-#: inner run (after merging dims that stay adjacent); more go through a contiguous copy.
+#: A strided tensor read in place has at most this many dims besides its inner run (after
+#: merging dims adjacent in both memory and logical order); more go through a contiguous copy.
 MAX_ROW_DIMS = 6
-_PERM_TW = 9 + 2 * MAX_ROW_DIMS  # int64 per table row of the permuted kernel (_PERM_DIMS)
+_PERM_TW = 9 + 3 * MAX_ROW_DIMS  # int64 per table row of the strided kernel (_PERM_DIMS)
 #: A tile row's cost in elements (the row's logical index: a div/mod per row dim), for
 #: choosing the tile's width (:func:`_cols`).
 _ROW_COST = 16
@@ -115,7 +118,7 @@ _KINDS: dict[torch.dtype, tuple[int, int, bool]] = {
 _lock = threading.Lock()
 _UNSET: Any = object()
 _kernel_obj: Any = _UNSET             # the Triton kernel, None when triton is unusable
-_perm_kernel_obj: Any = None          # its variant for permuted-dense tensors (set with it)
+_perm_kernel_obj: Any = None          # its variant for other strided tensors (set with it)
 _interpreted = False                  # the kernel runs in Triton's interpreter
 _broken: set[tuple] = set()           # (kind, vec, tile width or 0) whose compile/launch failed
 _tables: dict[tuple, torch.Tensor] = {}
@@ -170,48 +173,51 @@ def enabled_for(device: torch.device) -> bool:
 
 
 class _Perm(NamedTuple):
-    """How the permuted kernel reads a tensor whose elements fill a dense block of memory
-    in another order than the logical one: as ``[rows, inner]`` in memory order, element
-    ``(r, c)`` having the logical (row-major) index ``row_base(r) + c * inner_stride``;
-    ``row_base`` decomposes ``r`` over ``dims`` (``(size, logical stride)`` per memory-order
-    dim, innermost first)."""
+    """How the strided kernel reads a non-contiguous tensor in place: as ``[rows, inner]``,
+    the inner run of unit memory stride, rows in memory order; element ``(r, c)`` at memory
+    offset ``mem(r) + c`` (elements from the tensor's first one), of logical (row-major)
+    index ``base(r) + c * inner_stride``; ``mem`` and ``base`` decompose ``r`` over ``dims``
+    (``(size, logical stride, memory stride)`` per row dim, innermost first)."""
 
     inner: int
     inner_stride: int
-    dims: tuple[tuple[int, int], ...]
+    dims: tuple[tuple[int, int, int], ...]
 
 
 def _perm_layout(shape: Sequence[int], strides: Sequence[int]) -> _Perm | None:
-    """The :class:`_Perm` of a tensor of ``shape`` and ``strides`` when they are a permutation
-    of a contiguous tensor's (channels_last, a transpose, any permute; size-1 dims
-    ignored) and not contiguous themselves; None otherwise (contiguous, gaps, overlaps,
+    """The :class:`_Perm` of a non-contiguous tensor of ``shape`` and ``strides`` that has a
+    unit-stride dim of size > 1, whatever its other strides (a permute, gaps, stride 0,
+    overlaps); None otherwise (contiguous, empty, no unit-stride dim, a negative stride,
     more than :data:`MAX_ROW_DIMS` row dims).
 
-    Dims adjacent in memory order that are adjacent in logical order too merge into one
-    (channels_last NCHW reads as ``[N, H*W, C]``: rows ``N*H*W``, inner run ``C``)."""
-    dims = []
+    Dims adjacent in logical order (size-1 dims ignored) that are adjacent in memory too
+    merge into one (channels_last NCHW reads as ``[N, H*W, C]``: rows ``N*H*W``, inner run
+    ``C``; an expanded ``[B, 1, S, S]`` mask read as ``[B, H, S, S]``: rows ``B*H`` of ``S*S``).
+    The inner run is the longest unit-stride dim left (the logically innermost of equals);
+    the row dims follow in memory order, outermost first (by stride, then logical order),
+    so that consecutive rows are near in memory (q, a ``[B, H, S, D]`` view of a fused QKV
+    buffer ``[B, S, 3*H*D]``, reads as ``B*S*H`` rows of ``D``, row dims ``B, S, H`` of
+    memory strides ``S*3*H*D, 3*H*D, D``)."""
+    dims: list[tuple[int, int, int]] = []  # (memory stride, logical stride, size), logically innermost first
     logical = 1
     for size, stride in zip(reversed(shape), reversed(strides)):
         if size != 1:
-            dims.append((stride, size, logical))
+            if stride < 0:
+                return None
+            if dims and stride == dims[-1][0] * dims[-1][2]:  # the next dim in memory too
+                dims[-1] = (dims[-1][0], dims[-1][1], dims[-1][2] * size)
+            else:
+                dims.append((stride, logical, size))
         logical *= size
     if logical == 0:
         return None  # empty: nothing to read (and is_contiguous() says so)
+    units = [d for d in dims if d[0] == 1]
+    if not units or len(dims) < 2 or len(dims) - 1 > MAX_ROW_DIMS:
+        return None  # no unit-stride run, contiguous (one run), or more row dims than the kernel decomposes
+    inner = max(units, key=lambda d: (d[2], -d[1]))
+    dims.remove(inner)
     dims.sort(reverse=True)  # memory order, outermost first
-    dense = 1
-    for stride, size, _ in reversed(dims):
-        if stride != dense:
-            return None
-        dense *= size
-    merged: list[list[int]] = []
-    for _stride, size, lstride in dims:
-        if merged and merged[-1][1] == size * lstride:  # the next dim in logical order too
-            merged[-1] = [merged[-1][0] * size, lstride]
-        else:
-            merged.append([size, lstride])
-    if len(merged) < 2 or len(merged) - 1 > MAX_ROW_DIMS:
-        return None
-    return _Perm(merged[-1][0], merged[-1][1], tuple((n, ls) for n, ls in reversed(merged[:-1])))
+    return _Perm(inner[2], inner[1], tuple((n, ls, ms) for ms, ls, n in reversed(dims)))
 
 
 def _layout_of(t: torch.Tensor) -> _Perm | None:
@@ -232,7 +238,7 @@ def _cached_layout(shape: Sequence[int], strides: Sequence[int]) -> _Perm | None
 
 
 def _cols(inner: int, block: int) -> int:
-    """The permuted kernel's tile width for an inner run of ``inner`` elements: the power
+    """The strided kernel's tile width for an inner run of ``inner`` elements: the power
     of two up to ``block`` that reads a row for the least lanes plus per-row work."""
     best, cost = 1, None
     cb = 1
@@ -246,8 +252,8 @@ def _cols(inner: int, block: int) -> int:
 
 def _prepare(t: torch.Tensor):
     """``((kind, width, is_float), tensor, layout)`` for the kernel, or None (torch-op path):
-    the tensor is contiguous (layout None) or permuted-dense (its :class:`_Perm`, read in
-    place); any other strided tensor is a contiguous copy."""
+    the tensor is contiguous (layout None) or has a :class:`_Perm` (read in place by the
+    strided kernel); any other strided tensor is a contiguous copy."""
     spec = _KINDS.get(t.dtype)
     if spec is None and not t.is_complex():
         return None
@@ -374,17 +380,19 @@ def plan(ptrs: Sequence[int], numels: Sequence[int], rows: Sequence[int], width:
 def plan_permuted(ptrs: Sequence[int], numels: Sequence[int], layouts: Sequence[_Perm], rows: Sequence[int],
                   width: int, block: int, cols: int, max_programs: int,
                   min_tiles: int) -> tuple[int, int, list[int], int]:
-    """:func:`plan` for the permuted kernel: tensors of one kind read in place, tiles of
-    ``[block // cols, cols]`` elements over each tensor's ``[rows, inner]`` memory order
-    (never empty: an empty tensor is contiguous). ``vec`` is 16 bytes of elements also
-    when every inner run is a multiple of it and a tile row holds at least one. Table row
-    per tensor: :func:`plan`'s six values, then the inner run (units of ``vec``), its
-    logical stride, the number of row dims and their ``(size, logical stride)`` pairs,
-    innermost first, padded to ``_PERM_TW`` values."""
+    """:func:`plan` for the strided kernel: tensors of one kind read in place, tiles of
+    ``[block // cols, cols]`` elements over each tensor's ``[rows, inner]`` (never empty:
+    an empty tensor is contiguous). ``vec`` is 16 bytes of elements also when every row of
+    every tensor starts 16-byte aligned (each row dim's memory stride a multiple of it),
+    every inner run is a multiple of it and a tile row holds at least one. Table row per
+    tensor: :func:`plan`'s six values, then the inner run (units of ``vec``), its logical
+    stride, the number of row dims and their ``(size, logical stride, memory stride in units
+    of vec)``, innermost first, padded to ``_PERM_TW`` values."""
     base = min(ptrs)
     vec = 16 // width
     if base % 16 or (vec > 1 and (cols < vec or any((p - base) % 16 for p in ptrs)
-                                  or any(lay.inner % vec for lay in layouts))):
+                                  or any(lay.inner % vec or any(ms % vec for _, _, ms in lay.dims)
+                                         for lay in layouts))):
         vec = 1
     unit = width * vec
     rb = block // cols
@@ -394,7 +402,7 @@ def plan_permuted(ptrs: Sequence[int], numels: Sequence[int], layouts: Sequence[
         tiles = -(-(n // lay.inner) // rb) * -(-lay.inner // cols)
         per = max(min_tiles, -(-tiles // max_programs))
         nprog = max(1, -(-tiles // per))
-        dims = [v for d in lay.dims for v in d]
+        dims = [v for size, ls, ms in lay.dims for v in (size, ls, ms // vec)]
         values += ((p - base) // unit, n, programs, nprog, per, row, lay.inner // vec, lay.inner_stride,
                    len(lay.dims), *dims, *[0] * (_PERM_TW - 9 - len(dims)))
         programs += nprog
@@ -405,7 +413,7 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
             device: torch.device, stream_key: tuple, block: int, max_programs: int, min_tiles: int,
             static: Any = None, cols: int = 0, layouts: Sequence[_Perm] = ()) -> None:
     """One launch for all tensors of one kind: ``items`` = [(output row, contiguous tensor)],
-    laid out by :func:`plan`; with ``cols``, the permuted kernel's launch for tensors read
+    laid out by :func:`plan`; with ``cols``, the strided kernel's launch for tensors read
     in place (``layouts``: their :class:`_Perm`), laid out by :func:`plan_permuted`."""
     code, width, is_float = spec
     ptrs = [t.data_ptr() for _, t in items]
@@ -468,11 +476,11 @@ class _Launch(NamedTuple):
 
 def _side_key(tensors: Sequence[torch.Tensor], stream_key: tuple) -> tuple[tuple, list[torch.Tensor]] | None:
     """What decides a side's launches: the stream and, for each tensor as the kernel
-    reads it, its address, numel and dtype, and for a permuted-dense tensor (read in
-    place) its shape and strides too; with the tensors it reads (a contiguous copy of any
-    other strided one: the caching allocator hands the copy the same block step after
-    step). None where some tensor takes another path (a kind the kernel does not decode,
-    a negated view, an element-misaligned address)."""
+    reads it, its address (with the storage offset), numel and dtype, and for a strided
+    tensor read in place (:func:`_perm_layout`) its shape and strides too; with the
+    tensors it reads (a contiguous copy of any other strided one: the caching allocator
+    hands the copy the same block step after step). None where some tensor takes another
+    path (a kind the kernel does not decode, a negated view, an element-misaligned address)."""
     key: list = [stream_key]
     ready: list[torch.Tensor] = []
     for t in tensors:
@@ -603,7 +611,8 @@ def kept_launches(tensors: Sequence[torch.Tensor], device: torch.device) -> tupl
     """The launches :func:`summarize` keeps for a side whose tensors are these, where the
     kernel reads the tensors themselves (no copy made for the side), on ``device``'s
     current stream; None where none are kept now; ``()`` where the kernel reads a copy of
-    some tensor (neither contiguous nor permuted-dense), which its layout decides. A
+    some tensor (neither contiguous nor read in place: :func:`_perm_layout`), which its
+    layout decides. A
     caller that knows the tensors are still where they were may repeat them with
     :func:`_launch_side` instead of calling :func:`summarize`."""
     for t in tensors:

@@ -245,24 +245,30 @@ def _finish(part, counters, out, k_total, pid, first, nprog, row, K, nvalid, cnt
         tl.store(counters + row, 0)  # ready for the next launch on this stream
 
 
-#: A permuted tensor's table row (int64): offset (units of VEC elements), numel, first
+#: A strided tensor's table row (int64): offset (units of VEC elements), numel, first
 #: program, programs, tiles per program, output row, inner run (units of VEC elements),
-#: the inner run's logical stride, row dims, then (size, logical stride) per row dim.
+#: the inner run's logical stride, row dims, then (size, logical stride, memory stride in
+#: units of VEC elements) per row dim.
 _PERM_DIMS = tl.constexpr(9)
 
 
 @triton.jit
-def _row_base(rp, rows, nd):
-    """Logical index of each memory row's first element: ``rows`` decomposed over the
-    table's row dims (``nd`` pairs (size, logical stride), innermost first; the
-    outermost takes the quotient left, no modulo)."""
+def _row_bases(rp, rows, nd):
+    """Logical index and memory offset (units of VEC elements) of each tile row's first
+    element: ``rows`` decomposed over the table's row dims (``nd`` triples, innermost
+    first; the outermost takes the quotient left, no modulo)."""
     rr = rows
-    b = tl.zeros_like(rows)
+    b = rows * 0
+    m = rows * 0
     for j in range(0, nd - 1):
-        nj = tl.load(rp + _PERM_DIMS + 2 * j)
-        b += (rr % nj) * tl.load(rp + _PERM_DIMS + 2 * j + 1)
+        dp = rp + _PERM_DIMS + 3 * j
+        nj = tl.load(dp)
+        d = rr % nj
+        b += d * tl.load(dp + 1)
+        m += d * tl.load(dp + 2)
         rr = rr // nj
-    return b + rr * tl.load(rp + _PERM_DIMS + 2 * nd - 1)
+    dp = rp + _PERM_DIMS + 3 * nd - 3
+    return b + rr * tl.load(dp + 1), m + rr * tl.load(dp + 2)
 
 
 @triton.jit(do_not_specialize=["k", "k_total"])
@@ -270,11 +276,11 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
                        KIND: tl.constexpr, WIDTH: tl.constexpr, IS_FLOAT: tl.constexpr,
                        VEC: tl.constexpr, BLOCK: tl.constexpr, TBLOCK: tl.constexpr,
                        RBLOCK: tl.constexpr, CB: tl.constexpr, TW: tl.constexpr):
-    """:func:`_stats_kernel` for tensors whose elements are a permutation of a dense block
-    of memory: read in memory order as ``[rows, inner]`` in tiles of ``[BLOCK // CB, CB]``
-    (a tensor's tiles are numbered row block major), each element weighted in the
-    checksum by its logical index ``base(row) + col * L_inner``. Table rows of ``TW``
-    int64 (``_PERM_DIMS``)."""
+    """:func:`_stats_kernel` for strided tensors with a unit-stride inner run: read as
+    ``[rows, inner]`` in tiles of ``[BLOCK // CB, CB]`` (a tensor's tiles are numbered row
+    block major), element ``(row, col)`` at ``mem(row) * VEC + col``, weighted in the
+    checksum by its logical index ``base(row) + col * L_inner`` (:func:`_row_bases`).
+    Table rows of ``TW`` int64 (``_PERM_DIMS``)."""
     RB: tl.constexpr = BLOCK // CB
     pid = tl.program_id(0).to(tl.int64)
     tid = -1
@@ -301,7 +307,7 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
     else:
         bp = base.to(tl.pointer_type(tl.int64), bitcast=True)
     p = bp + q * VEC
-    inner = innerv * VEC  # a multiple of VEC: rows start 16-byte aligned when VEC > 1
+    inner = innerv * VEC  # a multiple of VEC, as are the rows' starts: 16-byte aligned when VEC > 1
     R = n // inner
     ncb = (inner + CB - 1) // CB
     tiles = ((R + RB - 1) // RB) * ncb
@@ -312,7 +318,8 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
     tsplit = tl.maximum(tl.minimum(tsplit, t1), t0)
     # -- shift: the first tile's first element (0 when absent or not finite)
     rb0 = t0 // ncb
-    kat = rb0 * RB * inner + (t0 - rb0 * ncb) * CB
+    _lb0, m0 = _row_bases(rp, rb0 * RB, nd)
+    kat = m0 * VEC + (t0 - rb0 * ncb) * CB
     K = _decode(tl.load(p + kat, mask=t0 < t1, other=0), KIND).to(tl.float64)
     if IS_FLOAT:
         K = tl.where(tl.abs(K) < float("inf"), K, 0.0)
@@ -334,8 +341,9 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
         rb = t // ncb
         cols = (t - rb * ncb) * CB + ac
         rows = rb * RB + ar
-        off = rows[:, None] * innerv * VEC + cols[None, :]
-        li = _row_base(rp, rows, nd)[:, None] + cols[None, :] * li_inner
+        lb, mb = _row_bases(rp, rows, nd)
+        off = mb[:, None] * VEC + cols[None, :]
+        li = lb[:, None] + cols[None, :] * li_inner
         mn, mx, s1, s2, cnt, nan, cs = _tile_at(p, off, li, None, K, mn, mx, s1, s2, cnt, nan, cs,
                                                 KIND, IS_FLOAT, False)
         nvalid += RB * CB
@@ -344,8 +352,9 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
         cb = t - rb * ncb
         cols = cb * CB + ac
         rows = rb * RB + ar
-        off = rows[:, None] * innerv * VEC + cols[None, :]
-        li = _row_base(rp, rows, nd)[:, None] + cols[None, :] * li_inner
+        lb, mb = _row_bases(rp, rows, nd)
+        off = mb[:, None] * VEC + cols[None, :]
+        li = lb[:, None] + cols[None, :] * li_inner
         mask = (rows < R)[:, None] & (cols < inner)[None, :]
         mn, mx, s1, s2, cnt, nan, cs = _tile_at(p, off, li, mask, K, mn, mx, s1, s2, cnt, nan, cs,
                                                 KIND, IS_FLOAT, True)

@@ -7,6 +7,8 @@ concurrency), no host sync, side streams. Run with tools/gpu/run_gpu_tests.py.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -241,6 +243,8 @@ def _large_permuted() -> list[tuple[str, torch.Tensor]]:
     flat[::997] = float("nan")
     flat[5::3001] = float("-inf")
     storage = rnd(7 + 8 * 512 * 12 * 64, dtype=torch.bfloat16)
+    qkv = rnd(8, 512, 3 * 12 * 64, dtype=torch.bfloat16)  # a fused QKV projection's output [B, S, 3*H*D]
+    q, k, v = (qkv[..., i * 768:(i + 1) * 768].view(8, 512, 12, 64).transpose(1, 2) for i in range(3))
     return [
         ("fp16 channels_last 32x64x56x56 nan/inf", x),
         ("fp32 channels_last 16x256x14x14", rnd(16, 256, 14, 14).to(memory_format=cl)),
@@ -260,6 +264,15 @@ def _large_permuted() -> list[tuple[str, torch.Tensor]]:
         ("float8_e4m3fn transposed", rnd(2048, 1536).to(torch.float8_e4m3fn).t()),
         ("complex64 transposed", torch.complex(rnd(1024, 700), rnd(1024, 700)).t()),
         ("bool channels_last", (rnd(8, 32, 40, 40) > 0).to(memory_format=cl)),
+        ("gapped bf16 q of a fused QKV 8x512x2304", q),
+        ("gapped bf16 k of a fused QKV", k),
+        ("gapped bf16 v of a fused QKV", v),
+        ("gapped fp32 mask 8x1x512x512 expanded to 12 heads", rnd(8, 1, 512, 512).expand(8, 12, 512, 512)),
+        ("gapped fp16 rows of 1000, 1003 apart (no vectors)", rnd(4096, 1003, dtype=torch.float16)[:, 2:1002]),
+        ("gapped int8 select of channels_last", torch.randint(-128, 128, (16, 128, 28, 28), device="cuda",
+                                                             dtype=torch.int8, generator=g)
+         .to(memory_format=cl)[:, :, 3]),
+        ("gapped fp32 narrow of a transposed weight", rnd(1000, 768).t().narrow(1, 100, 800)),
     ]
 
 
@@ -285,10 +298,10 @@ def test_large_permuted_layouts_equal_the_contiguous_path():
 
 def test_permuted_tensors_are_not_copied():
     """Once a side's kernels are compiled and its table is on the device, summarizing
-    permuted tensors into a ring allocates nothing and runs nothing but the permuted
-    kernel (no copy kernel)."""
-    cases = _large_permuted()[:6]
-    ts = [t for _, t in cases]
+    permuted and gapped tensors into a ring allocates nothing and runs nothing but the
+    strided kernel (no copy kernel)."""
+    cases = _large_permuted()
+    ts = [t for _, t in cases[:6]] + [t for name, t in cases if name.startswith("gapped")]
     buf = torch.zeros(9 * 16, dtype=torch.float64, device="cuda")
     fused_stats.summarize(ts, into=(buf, 0), _min_tiles=1, _max_programs=4096)  # compile, table, scratch
     torch.cuda.synchronize()
@@ -308,3 +321,26 @@ def test_permuted_tensors_are_not_copied():
         fused_stats.summarize([t.contiguous() for t in ts], into=(buf, 0))
         torch.cuda.synchronize()
     assert len({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}) > 1
+
+
+def test_expanded_past_int32_elements():
+    """A stride-0 view of more than 2**31 elements over 64 KiB (int64 element indices and
+    offsets in the strided kernel), against closed forms: the torch path would copy 2 GB.
+    Element (r, c) is x[c], of logical index r*C + c."""
+    g = torch.Generator(device="cuda").manual_seed(3)
+    cols, rows = 2 ** 16, 2 ** 15 + 3
+    x = torch.randint(-128, 128, (cols,), device="cuda", dtype=torch.int8, generator=g)
+    t = x.expand(rows, cols)
+    assert t.numel() > 2 ** 31 and read_in_place(t)
+    stats, sums = fused_stats.summarize([t])
+    xs = x.cpu().tolist()
+    total = sum((v & 0xFF) * (rows * (2 * c + 1) + cols * rows * (rows - 1)) for c, v in enumerate(xs)) % 2 ** 64
+    assert int(sums[0]) == total - (2 ** 64 if total >= 2 ** 63 else 0)
+    n = rows * cols
+    mean = sum(xs) / cols
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in xs) * rows / (n - 1))
+    got = stats[0].cpu().tolist()
+    assert got[0] == min(xs) and got[1] == max(xs) and got[4] == max(abs(min(xs)), abs(max(xs)))
+    assert got[5:] == [0.0, 0.0, float(n)]
+    assert math.isclose(got[2], mean, rel_tol=1e-12, abs_tol=1e-12 * 128)
+    assert math.isclose(got[3], std, rel_tol=1e-9)
