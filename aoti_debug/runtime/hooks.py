@@ -83,13 +83,28 @@ def _device_label() -> str:
     return "cpu"
 
 
-def _flatten(arg: str, value: Any) -> list[tuple[str, Any]]:
+def _flatten(arg: str, value: Any, structure: list | None = None) -> list[tuple[str, Any]]:
+    """``(record arg name, value)`` of each value ``value`` holds, in record order: the
+    elements of a list or tuple, recursively, named ``arg[i]``. ``structure``: a list to
+    which what was walked is appended, one entry per node in that order: ``(list or tuple,
+    length)`` for a list or tuple, None for a value."""
     if isinstance(value, (list, tuple)):
+        if structure is not None:
+            structure.append((type(value), len(value)))
         out = []
         for i, v in enumerate(value):
-            out.extend(_flatten(f"{arg}[{i}]", v))
+            out.extend(_flatten(f"{arg}[{i}]", v, structure))
         return out
+    if structure is not None:
+        structure.append(None)
     return [(arg, value)]
+
+
+def _flat_values(args: Sequence[SiteArg], values: Sequence[Any]) -> tuple[list, list]:
+    """The values of a launch side holding lists or tuples, flattened in record order,
+    and their structure (``_flatten``'s): what a plan of such a side compares."""
+    structure: list = []
+    return [v for a, value in zip(args, values) for _name, v in _flatten(a.arg, value, structure)], structure
 
 
 def _named(args: Sequence[SiteArg], values: Sequence[Any] | None) -> list[tuple[str, str, Any]] | None:
@@ -278,9 +293,12 @@ class GraphHandle:
         sess.write_site(label, site.id, site.kernel, site.provenance)
         key = (id(site), label, phase)
         plan = self._ring_plans.get(key)
-        if plan is not None and extra is None and sess.flight is None and plan.site is site and \
-                plan.matches(values) and self._ring_side(sess, plan, values, launch, call):
-            return
+        if plan is not None and extra is None and sess.flight is None and plan.site is site:
+            flat, structure = values, None
+            if plan.structure is not None:  # lists or tuples among them: compared and summarised flattened
+                flat, structure = _flat_values(args, values)
+            if plan.matches(flat, structure) and self._ring_side(sess, plan, flat, launch, call):
+                return
         # A CPU side the runtime library writes as text in one call. Not with a flight
         # recorder: its ring and trigger take each record through Session.submit.
         if extra is None and self.level in _TEXT_LEVELS and sess.flight is None and \
@@ -316,9 +334,10 @@ class GraphHandle:
         if tensors:
             ringed = self._tensors(sess, tensors, jobs)
             jobs.sort(key=_seq)  # scalars were queued before tensors: the manifest in record order
-            if ringed and extra is None and templates.simple and fl is None:
+            if ringed and extra is None and fl is None:
                 # Every tensor in the ring: the next calls make this side's records from a plan.
-                self._plan(key, site, jobs, values, tensors)
+                flat, structure = (values, None) if templates.simple else _flat_values(args, values)
+                self._plan(key, site, jobs, flat, structure, tensors)
         if self.level == "print" and jobs:
             self._print_side(sess, jobs)
         if jobs:
@@ -448,16 +467,18 @@ class GraphHandle:
         fused_stats.summarize(tensors, into=(seg.buf, first))
         return seg.arrival, first
 
-    def _plan(self, key: tuple, site: Site, jobs: list[Job], values: Sequence[Any],
+    def _plan(self, key: tuple, site: Site, jobs: list[Job], values: Sequence[Any], structure: list | None,
               tensors: list[tuple[dict, torch.Tensor]]) -> None:
         """Keep a plan of this side (``ring_records.SidePlan``) made from its records, before
-        they are queued; none where some value is one a plan does not keep."""
+        they are queued; none where some value is one a plan does not keep. ``values``: the
+        side's flattened values, ``structure`` theirs (``_flat_values``; None: no list or tuple)."""
         if len(jobs) != len(values):
             return
         ring = {id(rec) for rec, _t in tensors}
         try:
             self._ring_plans[key] = ring_records.SidePlan(site, [j.record for j in jobs], list(values),
-                                                          [id(j.record) in ring for j in jobs], self._ring_lines())
+                                                          [id(j.record) in ring for j in jobs], self._ring_lines(),
+                                                          structure)
         except ValueError:
             pass
 
@@ -479,11 +500,10 @@ class GraphHandle:
             plan.kept = (ring, ptrs, fused_stats.kept_launches(values, device))
         return seg.arrival, first
 
-    def _ring_side(self, sess, plan: ring_records.SidePlan, values: Sequence[torch.Tensor], launch: int,
-                   call: int) -> bool:
-        """A planned side (``SidePlan``): its stats into the ring and its records as one
-        writer job, with no record dict made here; False: the side takes the full path
-        (the ring failed; that path tries again and warns)."""
+    def _ring_side(self, sess, plan: ring_records.SidePlan, values: Sequence[Any], launch: int, call: int) -> bool:
+        """A planned side (``SidePlan``; ``values`` flattened, in record order): its stats
+        into the ring and its records as one writer job, with no record dict made here;
+        False: the side takes the full path (the ring failed; that path tries again and warns)."""
         if not device_ring.ENABLED:
             return False
         try:

@@ -78,16 +78,21 @@ class SidePlan:
     in their numbers (seq, launch, kernel call) and their tensors' stats: its tensors are
     on one CUDA device and keep the dtype, shape and stride of the call the plan was made
     from, and its other values (numels, flags: ``None``, bool, int, float) keep their
-    value (:meth:`matches`). Unwritten inputs (metadata only) and scalars are *fixed*
-    records, the same at every call; the others take a ring row each, in record order.
-    Made by the hooks from that call's records; a later call of the side is one
-    :class:`RingSide` job, with no record dict made in the model's thread."""
+    value (:meth:`matches`). A side holding lists or tuples is planned by its flattened
+    values (``hooks._flatten``, one per record) and keeps their structure too. Unwritten
+    inputs (metadata only) and scalars are *fixed* records, the same at every call; the
+    others take a ring row each, in record order. Made by the hooks from that call's
+    records; a later call of the side is one :class:`RingSide` job, with no record dict
+    made in the model's thread."""
 
-    __slots__ = ("site", "records", "rows", "meta", "ring_at", "device", "lines", "texts", "kept")
+    __slots__ = ("site", "records", "rows", "meta", "ring_at", "device", "lines", "texts", "kept", "structure")
 
     def __init__(self, site: Any, records: list[dict], values: list[Any], in_ring: list[bool],
-                 lines: "RingLines | None"):
+                 lines: "RingLines | None", structure: list | None = None):
         self.site = site
+        self.structure = structure
+        """The structure of the side's values (``hooks._flatten``'s: lists and tuples with
+        their lengths, nested), or None: no value is a list or tuple."""
         self.records = tuple(dict(rec) for rec in records)
         """Each record's fields, its numbers as the first call's (set per call)."""
         rows: list[int | None] = []
@@ -118,12 +123,13 @@ class SidePlan:
         (its device and stream), None (not kept yet) or ``()`` (never: the kernel reads a
         copy). The hooks repeat them while the side's tensors stay where they were."""
 
-    def matches(self, values: Any) -> bool:
-        """Whether ``values`` are what the plan was made from: tensors with its device,
-        dtypes, shapes and strides, and the same scalars."""
+    def matches(self, values: Any, structure: list | None = None) -> bool:
+        """Whether ``values`` (flattened, in record order) are what the plan was made from:
+        tensors with its device, dtypes, shapes and strides, and the same scalars, held in
+        the same ``structure`` (lists and tuples of the same lengths, nested alike)."""
         meta = self.meta
-        if len(values) != len(meta):
-            return False
+        if len(values) != len(meta) or (structure is not self.structure and structure != self.structure):
+            return False  # (None is None: a side with no list, the hot path)
         device = self.device
         for v, (dtype, shape, stride) in zip(values, meta):
             if dtype is None:  # a scalar: shape is its type, stride its value
@@ -137,7 +143,7 @@ class SidePlan:
         return True
 
     def ring_values(self, values: Any) -> Any:
-        """The values the ring summarises, in record order."""
+        """The values the ring summarises, in record order (of ``values``, flattened)."""
         at = self.ring_at
         return values if at is None else [values[i] for i in at]
 
