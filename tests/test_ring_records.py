@@ -105,12 +105,28 @@ def _sides(step: int = 0):
     ]
 
 
+def _host_stats(host: bool):
+    """``GraphHandle._host_stats`` reading no tensor (every tensor takes the fake ring), or
+    with ``host`` the int64 tensors alone, as the runtime library reads a CUDA side's CPU
+    tensors (an attention kernel's RNG seeds) beside the ring's."""
+    real = hooks.GraphHandle._host_stats
+
+    def read(self, tensors, shapes=None, strides=None):
+        at = [i for i, t in enumerate(tensors) if host and t.dtype == torch.int64]
+        out = [None] * len(tensors)
+        for i, found in zip(at, real(self, [tensors[i] for i in at])):
+            out[i] = found
+        return out
+
+    return read
+
+
 def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None, broken=False, odd=True,
-         cpu_side: bool = True, plans: bool = True, sides=None) -> bytes:
+         cpu_side: bool = True, plans: bool = True, sides=None, host: bool = False) -> bytes:
     """The manifest bytes of ``steps`` calls of the sides, with ring records written by the
     library (``native``) or by the dicts, in a run directory of their own; ``plans``
     False: no side is made from a plan (``GraphHandle._ring_side``), every record is a dict
-    in the model's thread first."""
+    in the model's thread first; ``host``: int64 tensors read by the runtime library (:func:`_host_stats`)."""
     os.environ["AOTI_DEBUG_DIR"] = os.path.join(os.environ["AOTI_DEBUG_DIR"],
                                                 f"{'native' if native else 'dicts'}-{'plans' if plans else 'full'}")
     session.reset()
@@ -123,10 +139,10 @@ def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None
                    lambda self, plan, ts: ring.rows(self, plan.device, plan.ring_values(ts)))
         if not plans:
             mp.setattr(hooks.GraphHandle, "_ring_side", lambda self, *a: False)
-        mp.setattr(hooks.GraphHandle, "_native_stats", lambda self, items: list(range(len(items))))
+        mp.setattr(hooks.GraphHandle, "_host_stats", _host_stats(host))
         mp.setattr(session, "BEFORE_FLUSH", [ring.ship])
         g = hooks.graph(None, level, False, protocol=PROTOCOL_VERSION, native=library.path if library else None)
-        g._records = None  # CPU sides as dicts: every tensor takes the (fake) ring
+        g._records = None  # CPU sides as dicts: their tensors take the (fake) ring
         if not native:
             g._lines = None
         plain = Site("", "cpp_fused_scalar_3", "k", (_arg("n", kind="scalar"),), (_arg("m", kind="scalar"),), None, 3, "")
@@ -290,15 +306,17 @@ def _count_planned(monkeypatch) -> list[tuple[str, str, int]]:
     return calls
 
 
+@pytest.mark.parametrize("host", [False, True], ids=["ring", "host"])
 @pytest.mark.parametrize("native", [True, False], ids=["library", "dicts"])
-def test_planned_sides_write_what_the_full_path_writes(library, fresh_session, monkeypatch, native):
+def test_planned_sides_write_what_the_full_path_writes(library, fresh_session, monkeypatch, native, host):
     planned = _count_planned(monkeypatch)
-    with_plans = _run(library, native, steps=4)
+    with_plans = _run(library, native, steps=4, host=host)
     # Steps 2-4, every side: addmm's both, the fused kernel's inputs (scalars, None, an
     # unwritten buffer: fixed records) and outputs (a tuple holding a volatile int, None and
-    # a nested tuple), the subgraph kernel's input (a list) and output.
+    # a nested tuple), the subgraph kernel's input (a list; with ``host`` its arange read by
+    # the library) and output.
     assert len(planned) == 3 * 6
-    assert with_plans == _run(library, native, steps=4, plans=False)
+    assert with_plans == _run(library, native, steps=4, plans=False, host=host)
 
 
 def test_a_planned_side_whose_ring_cannot_be_read_records_the_error(library, fresh_session, monkeypatch):
@@ -345,7 +363,8 @@ def _list_sites() -> tuple[Site, Site, Site]:
     change structure from step to step, and one holding a value no plan keeps."""
     sdpa = Site("", "aten._scaled_dot_product_efficient_attention.default", "sdpa",
                 (_arg("q"), _arg("k"), _arg("v")),
-                (_arg("buf5", "output", "unknown", volatile=(("[2]", "rng seed"), ("[3]", "rng offset"))),), None, 6, "")
+                (_arg("buf5", "output", "unknown", volatile=(("[2]", "rng seed"), ("[3]", "rng offset"))),),
+                None, 6, "")
     changing = Site("", "triton_poi_fused_cat_7", "k", (_arg("a"), _arg("b", kind="unknown")),
                     (_arg("c", "output", "unknown", volatile=(("[1]", "rng seed"),)),), None, 7, "")
     other = Site("", "extern_kernels.foreach", "foreach", (_arg("xs", kind="unknown"),), (_arg("y", "output"),), None,
@@ -393,11 +412,15 @@ def _lists(step: int):
     return [(sdpa, [q, k, v], [out]), (changing, [x, b], [c]), (other, [(x, "sum")], [x])]
 
 
+@pytest.mark.parametrize("host", [False, True], ids=["ring", "host"])
 @pytest.mark.parametrize("native", [True, False], ids=["library", "dicts"])
-def test_sides_holding_lists_are_planned_while_their_structure_stays(library, fresh_session, monkeypatch, native):
+def test_sides_holding_lists_are_planned_while_their_structure_stays(library, fresh_session, monkeypatch, native,
+                                                                     host):
+    """With ``host``, the attention fallback's seeds are read by the runtime library, as
+    its CPU seeds beside its CUDA outputs are."""
     planned = _count_planned(monkeypatch)
     steps = len(_LIST_STEPS)
-    with_plans = _run(library, native, steps=steps, sides=_lists)
+    with_plans = _run(library, native, steps=steps, sides=_lists, host=host)
     # The attention fallback's both sides from step 1, the changing kernel's as listed; the
     # side holding a string takes the full path (its output, a tensor, is planned).
     sdpa, changing, other = _list_sites()
@@ -407,7 +430,7 @@ def test_sides_holding_lists_are_planned_while_their_structure_stays(library, fr
         (changing.kernel, phase, step) for step, (_f, before, after) in enumerate(_LIST_STEPS)
         for phase, done in (("before", before), ("after", after)) if done]
     assert [p for p in planned if p[0] == other.kernel] == [(other.kernel, "after", step) for step in range(1, steps)]
-    assert with_plans == _run(library, native, steps=steps, sides=_lists, plans=False)
+    assert with_plans == _run(library, native, steps=steps, sides=_lists, plans=False, host=host)
     import json
 
     recs = [json.loads(line) for line in with_plans.decode("ascii").splitlines()]
@@ -418,13 +441,41 @@ def test_sides_holding_lists_are_planned_while_their_structure_stays(library, fr
     assert [r["seq"] for r in recs] == list(range(1, len(recs) + 1))
 
 
+@pytest.mark.parametrize("host", [False, True], ids=["ring", "host"])
 def test_a_planned_side_holding_lists_whose_ring_cannot_be_read_records_the_error(library, fresh_session,
-                                                                                 monkeypatch):
+                                                                                 monkeypatch, host):
     planned = _count_planned(monkeypatch)
-    broken = _run(library, True, steps=4, sides=_lists, broken=True, cpu_side=False)
+    broken = _run(library, True, steps=4, sides=_lists, broken=True, cpu_side=False, host=host)
     assert len(planned) == 2 * 3 + sum(before + after for _f, before, after in _LIST_STEPS[:4]) + 3
-    assert broken == _run(library, True, steps=4, sides=_lists, broken=True, cpu_side=False, plans=False)
-    assert broken.count(b"illegal memory access") == broken.count(b'"kind":"tensor"') > 0
+    assert broken == _run(library, True, steps=4, sides=_lists, broken=True, cpu_side=False, plans=False, host=host)
+    # The library's records (the seeds: int64) have their stats; the ring's, the error.
+    read = broken.count(b'"dtype":"int64"') if host else 0
+    assert broken.count(b"illegal memory access") == broken.count(b'"kind":"tensor"') - read > 0
+
+
+def test_a_planned_side_whose_host_tensors_the_library_stops_reading_takes_the_full_path(library, fresh_session,
+                                                                                         monkeypatch, capfd):
+    """From step 2 the library fails: the attention fallback's planned output side falls
+    back to the full path (its seeds then in the ring), is planned again at step 3, and
+    writes what the full path writes."""
+    from aoti_debug.runtime import native_stats
+
+    summarize = native_stats.Library.summarize
+
+    def failing(self, *args):
+        raise RuntimeError("the library is gone")
+
+    def sides(step):
+        monkeypatch.setattr(native_stats.Library, "summarize", failing if step >= 2 else summarize)
+        return _lists(step)
+
+    planned = _count_planned(monkeypatch)
+    with_plans = _run(library, True, steps=4, sides=sides, host=True)
+    assert capfd.readouterr().err.count("could not summarise CPU tensors") == 1
+    sdpa = _list_sites()[0]
+    assert [p[2] for p in planned if p[0] == sdpa.kernel and p[1] == "after"] == [1, 3]
+    assert with_plans == _run(library, True, steps=4, sides=sides, host=True, plans=False)
+    assert b'"dtype":"int64"' in with_plans
 
 
 def test_a_plan_compares_the_structure_of_its_values():
@@ -461,7 +512,7 @@ def test_no_plan_is_used_under_a_flight_recorder(library, fresh_session, monkeyp
     monkeypatch.setattr(hooks.GraphHandle, "_ring_rows", lambda self, device, tensors: ring.rows(self, device, tensors))
     monkeypatch.setattr(hooks.GraphHandle, "_planned_rows",
                         lambda self, plan, ts: ring.rows(self, plan.device, plan.ring_values(ts)))
-    monkeypatch.setattr(hooks.GraphHandle, "_native_stats", lambda self, items: list(range(len(items))))
+    monkeypatch.setattr(hooks.GraphHandle, "_host_stats", _host_stats(False))
     monkeypatch.setattr(session, "BEFORE_FLUSH", [ring.ship])
     g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
     g._records = None  # CPU sides as dicts: every tensor takes the (fake) ring

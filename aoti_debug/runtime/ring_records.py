@@ -75,21 +75,27 @@ _PLAIN_SCALARS = (bool, int, float, type(None))
 
 class SidePlan:
     """A CUDA launch side at level ``stats`` whose records differ from call to call only
-    in their numbers (seq, launch, kernel call) and their tensors' stats: its tensors are
-    on one CUDA device and keep the dtype, shape and stride of the call the plan was made
-    from, and its other values (numels, flags: ``None``, bool, int, float) keep their
-    value (:meth:`matches`). A side holding lists or tuples is planned by its flattened
-    values (``hooks._flatten``, one per record) and keeps their structure too. Unwritten
-    inputs (metadata only) and scalars are *fixed* records, the same at every call; the
-    others take a ring row each, in record order. Made by the hooks from that call's
+    in their numbers (seq, launch, kernel call) and their tensors' stats: its tensors keep
+    the device, dtype, shape and stride of the call the plan was made from, and its other
+    values (numels, flags: ``None``, bool, int, float) keep their value (:meth:`matches`).
+    A side holding lists or tuples is planned by its flattened values (``hooks._flatten``,
+    one per record) and keeps their structure too. Unwritten inputs (metadata only) and
+    scalars are *fixed* records, the same at every call; CPU tensors the runtime library
+    reads (``host``: an attention kernel's RNG seeds beside its CUDA outputs) are read at
+    every call in the model's thread, as the full path reads them; the others take a ring
+    row each on one CUDA device, in record order. Made by the hooks from that call's
     records; a later call of the side is one :class:`RingSide` job, with no record dict
     made in the model's thread."""
 
-    __slots__ = ("site", "records", "rows", "meta", "ring_at", "device", "lines", "texts", "kept", "structure")
+    __slots__ = ("site", "records", "rows", "meta", "ring_at", "device", "lines", "texts", "kept", "structure",
+                 "host")
 
     def __init__(self, site: Any, records: list[dict], values: list[Any], in_ring: list[bool],
-                 lines: "RingLines | None", structure: list | None = None):
+                 lines: "RingLines | None", structure: list | None = None, host: list[int] = ()):
         self.site = site
+        self.host = tuple(host)
+        """The positions of the records whose tensors the hooks summarise on the host at
+        every call (their stats and checksum come with the :class:`RingSide`)."""
         self.structure = structure
         """The structure of the side's values (``hooks._flatten``'s: lists and tuples with
         their lengths, nested), or None: no value is a list or tuple."""
@@ -100,15 +106,15 @@ class SidePlan:
         next_row = 0
         for v, ring in zip(values, in_ring):
             if isinstance(v, Tensor):
-                meta.append((v.dtype, v.shape, v.stride()))
+                meta.append((v.dtype, v.shape, v.stride(), v.device))
             elif type(v) in _PLAIN_SCALARS:
-                meta.append((None, type(v), v))
+                meta.append((None, type(v), v, None))
             else:
                 raise ValueError(f"a plan keeps no {type(v).__name__} value")
             rows.append(next_row if ring else None)
             next_row += ring
         self.rows = tuple(rows)
-        """The ring row of each record, from the side's first (None: a fixed record)."""
+        """The ring row of each record, from the side's first (None: a fixed or host record)."""
         self.meta = tuple(meta)
         self.ring_at = None if all(in_ring) else tuple(i for i, ring in enumerate(in_ring) if ring)
         """The positions of the values the ring summarises (None: all)."""
@@ -125,13 +131,12 @@ class SidePlan:
 
     def matches(self, values: Any, structure: list | None = None) -> bool:
         """Whether ``values`` (flattened, in record order) are what the plan was made from:
-        tensors with its device, dtypes, shapes and strides, and the same scalars, held in
+        tensors with its devices, dtypes, shapes and strides, and the same scalars, held in
         the same ``structure`` (lists and tuples of the same lengths, nested alike)."""
         meta = self.meta
         if len(values) != len(meta) or (structure is not self.structure and structure != self.structure):
             return False  # (None is None: a side with no list, the hot path)
-        device = self.device
-        for v, (dtype, shape, stride) in zip(values, meta):
+        for v, (dtype, shape, stride, device) in zip(values, meta):
             if dtype is None:  # a scalar: shape is its type, stride its value
                 if type(v) is not shape or v != stride or \
                         (shape is float and copysign(1.0, v) != copysign(1.0, stride)):
@@ -150,12 +155,14 @@ class SidePlan:
 
 class RingSide:
     """One call of a planned side (:class:`SidePlan`) as one writer job's ``finish``:
-    its first record number, launch, kernel call, and first ring row (the side's rows are
-    consecutive, in record order)."""
+    its first record number, launch, kernel call, first ring row (the side's rows are
+    consecutive, in record order), and ``host``: the ``(stats, checksum)`` of each of the
+    plan's host records, in its order (None: it has none)."""
 
-    __slots__ = ("plan", "seq", "launch", "call", "arrival", "row", "lines")
+    __slots__ = ("plan", "seq", "launch", "call", "arrival", "row", "lines", "host")
 
-    def __init__(self, plan: SidePlan, seq: int, launch: int, call: int, arrival: Any, row: int):
+    def __init__(self, plan: SidePlan, seq: int, launch: int, call: int, arrival: Any, row: int,
+                 host: list[tuple] | None = None):
         self.plan = plan
         self.seq = seq
         self.launch = launch
@@ -163,17 +170,24 @@ class RingSide:
         self.arrival = arrival
         self.row = row
         self.lines = plan.lines
+        self.host = host
+
+    def record(self, k: int) -> dict:
+        """Record ``k`` with this call's numbers (and stats, a host record): complete but
+        for a ring record's stats."""
+        rec = self.plan.records[k].copy()
+        rec["seq"], rec["launch"], rec["kernel_call"] = self.seq + k, self.launch, self.call
+        if self.host is not None and k in self.plan.host:
+            rec["stats"], rec["checksum"] = self.host[self.plan.host.index(k)]
+        return rec
 
     def jobs(self) -> list[Job]:
-        """The side's records as the dict path's jobs (``Session._finish``): with their
-        numbers, a ring record waiting for its row (:class:`RingFill`), a fixed one complete."""
-        out = []
+        """The side's records as the dict path's jobs (``Session._finish``): a ring record
+        waiting for its row (:class:`RingFill`), the others complete."""
         arrival = self.arrival
-        for k, (tpl, at) in enumerate(zip(self.plan.records, self.plan.rows)):
-            rec = tpl.copy()
-            rec["seq"], rec["launch"], rec["kernel_call"] = self.seq + k, self.launch, self.call
-            out.append(Job(rec) if at is None else Job(rec, arrival, RingFill(arrival, self.row + at, None)))
-        return out
+        return [Job(self.record(k)) if at is None else Job(self.record(k), arrival,
+                                                           RingFill(arrival, self.row + at, None))
+                for k, at in enumerate(self.plan.rows)]
 
 
 class RingLines:
@@ -194,7 +208,7 @@ class RingLines:
         """Whether the library may write ``job``'s line: a plain record whose values are on
         the host (this waits for them, as the dict path's ``synchronize`` does)."""
         if self.failed or (job.record is not None and not _PLAIN.issuperset(job.record)):
-            return False  # (a RingSide's records are plain: SidePlan is made of ring records)
+            return False  # (a RingSide's records are plain, or encoded whole here: SidePlan)
         arrival = job.event
         if arrival is self._ready:
             return True
@@ -227,7 +241,7 @@ class RingLines:
         later records)."""
         spec = array.array("q", (LAYOUT, 0, 0, 0, 0, 0))
         add = spec.extend
-        fixed: list[tuple[int, bytes]] = []  # (place among the lines, line) of planned sides' fixed records
+        fixed: list[tuple[int, bytes]] = []  # (place among the lines, line) of planned sides' fixed, host records
         keep = []
         size = 0
         count = 0
@@ -242,13 +256,15 @@ class RingLines:
                     plan = fill.plan
                     found = plan.texts
                     if found is None or found[0] is not self:
-                        found = plan.texts = (self, [self._texts_of(r) if at is not None else _split(r)
-                                                     for r, at in zip(plan.records, plan.rows)])
+                        found = plan.texts = (self, [self._texts_of(r) if at is not None else
+                                                     None if k in plan.host else _split(r)
+                                                     for k, (r, at) in enumerate(zip(plan.records, plan.rows))])
                     seq, launch, call, row = fill.seq, fill.launch, fill.call, fill.row
                     for k, (texts, at) in enumerate(zip(found[1], plan.rows)):
-                        if at is None:  # a fixed record: its line made here, put in its place below
-                            fixed.append((count + len(fixed), b'{"seq":%d,"launch":%d,%s,"kernel_call":%d,%s}' % (
-                                seq + k, launch, texts[0], call, texts[1])))
+                        if at is None:  # a fixed or host record: its line made here, put in its place below
+                            fixed.append((count + len(fixed), encode_record(fill.record(k)).encode("ascii")
+                                          if texts is None else b'{"seq":%d,"launch":%d,%s,"kernel_call":%d,%s}' % (
+                                              seq + k, launch, texts[0], call, texts[1])))
                             continue
                         size += texts[6]
                         add((seq + k, launch, call, stats + 64 * (row + at), sums + 8 * (row + at), texts[2],
