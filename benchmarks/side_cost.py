@@ -5,8 +5,10 @@
 A launch of the Python wrapper at level stats calls ``GraphHandle.launch`` (inputs) and
 ``GraphHandle.done`` (outputs). This times that pair for a site of two float32 inputs and
 one output (the shape of a transformer's matmul epilogue), contiguous and with one
-transposed input, and then each part of the path alone, so that a change to the hot path
-can be judged by the part it changes. Medians over ``--iters`` calls, in microseconds of
+transposed input, an attention fallback's pair (its output a tuple: two tensors of the
+device and, as the CUDA kernel returns them outside a capture, two CPU RNG seeds), and
+then each part of the path alone, so that a change to the hot path can be judged by the
+part it changes. Medians over ``--iters`` calls, in microseconds of
 host time (the device work is not waited for; the writer thread is flushed outside the
 timed calls). Absolute times only from the GPU machine; on CPU the path differs (no ring).
 """
@@ -57,11 +59,19 @@ def main() -> int:
     b = torch.randn(n, device=dev)
     out = torch.randn(n, device=dev)
     bt = torch.randn(rows, n // rows, device=dev).t()  # not contiguous: copied before the kernel
-    native = native_library.stats_library_path() if dev.type == "cpu" else None
+    native = native_library.stats_library_path()  # as a wrapper at level stats passes it (CPU tensors)
     handle = hooks.graph(None, "stats", False, info=(), protocol=hooks.PROTOCOL_VERSION, native=native)
     site = handle.site(("", "k_side_cost", "k_side_cost",
                         (("a", "input", "tensor", "a", False, ()), ("b", "input", "tensor", "b", False, ())),
                         (("out", "output", "tensor", "out", False, ()),), None, 0, ""))
+
+    seeds = (("[2]", "RNG seed"), ("[3]", "RNG offset"))
+    attention = handle.site(("", "k_side_cost_attention", "aten._scaled_dot_product_efficient_attention.default",
+                             tuple((x, "input", "tensor", x, False, ()) for x in ("q", "k", "v")),
+                             (("buf5", "output", "unknown", "buf5", False, seeds),), None, 1, ""))
+    heads = torch.randn(n // rows, rows, device=dev)
+    attended = (torch.randn(n // rows, rows, device=dev), torch.randn(n // rows, device=dev),
+                torch.empty((), dtype=torch.int64), torch.empty((), dtype=torch.int64))
 
     def sync():
         if dev.type == "cuda":
@@ -85,6 +95,11 @@ def main() -> int:
 
     row("launch+done, 3 tensors (2 in, 1 out)", pair(a, b))
     row("launch+done, one input transposed", pair(a, bt))
+
+    def attend():
+        handle.launch(attention, (heads, heads, heads))
+        handle.done(attention, (attended,))
+    row("launch+done, attention fallback (a tuple out)", attend)
     row("_tensor_meta x3", lambda: [hooks._tensor_meta(t) for t in (a, b, out)])
     row("torch.cuda.is_current_stream_capturing" if dev.type == "cuda" else "hooks._capturing",
         hooks._capturing)

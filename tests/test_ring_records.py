@@ -105,12 +105,28 @@ def _sides(step: int = 0):
     ]
 
 
+def _host_stats(host: bool):
+    """``GraphHandle._host_stats`` reading no tensor (every tensor takes the fake ring), or
+    with ``host`` the int64 tensors alone, as the runtime library reads a CUDA side's CPU
+    tensors (an attention kernel's RNG seeds) beside the ring's."""
+    real = hooks.GraphHandle._host_stats
+
+    def read(self, tensors, shapes=None, strides=None):
+        at = [i for i, t in enumerate(tensors) if host and t.dtype == torch.int64]
+        out = [None] * len(tensors)
+        for i, found in zip(at, real(self, [tensors[i] for i in at])):
+            out[i] = found
+        return out
+
+    return read
+
+
 def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None, broken=False, odd=True,
-         cpu_side: bool = True, plans: bool = True, sides=None) -> bytes:
+         cpu_side: bool = True, plans: bool = True, sides=None, host: bool = False) -> bytes:
     """The manifest bytes of ``steps`` calls of the sides, with ring records written by the
     library (``native``) or by the dicts, in a run directory of their own; ``plans``
     False: no side is made from a plan (``GraphHandle._ring_side``), every record is a dict
-    in the model's thread first."""
+    in the model's thread first; ``host``: int64 tensors read by the runtime library (:func:`_host_stats`)."""
     os.environ["AOTI_DEBUG_DIR"] = os.path.join(os.environ["AOTI_DEBUG_DIR"],
                                                 f"{'native' if native else 'dicts'}-{'plans' if plans else 'full'}")
     session.reset()
@@ -123,10 +139,10 @@ def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None
                    lambda self, plan, ts: ring.rows(self, plan.device, plan.ring_values(ts)))
         if not plans:
             mp.setattr(hooks.GraphHandle, "_ring_side", lambda self, *a: False)
-        mp.setattr(hooks.GraphHandle, "_native_stats", lambda self, items: list(range(len(items))))
+        mp.setattr(hooks.GraphHandle, "_host_stats", _host_stats(host))
         mp.setattr(session, "BEFORE_FLUSH", [ring.ship])
         g = hooks.graph(None, level, False, protocol=PROTOCOL_VERSION, native=library.path if library else None)
-        g._records = None  # CPU sides as dicts: every tensor takes the (fake) ring
+        g._records = None  # CPU sides as dicts: their tensors take the (fake) ring
         if not native:
             g._lines = None
         plain = Site("", "cpp_fused_scalar_3", "k", (_arg("n", kind="scalar"),), (_arg("m", kind="scalar"),), None, 3, "")
@@ -149,11 +165,12 @@ def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None
 
 
 def _count_native(monkeypatch) -> list[int]:
+    """Records given to the library to write (a planned side's job holds all of its records)."""
     calls = [0]
     encode = ring_records.RingLines.encode
 
     def counted(self, jobs):
-        calls[0] += len(jobs)
+        calls[0] += sum(1 if j.record is not None else len(j.finish.plan.records) for j in jobs)
         return encode(self, jobs)
 
     monkeypatch.setattr(ring_records.RingLines, "encode", counted)
@@ -245,7 +262,7 @@ def test_the_library_refuses_a_malformed_spec(library):
     """aoti_debug_rt_ring_records checks what it is given (ring_records.h): another layout
     -5, an entry past the spec's end, an unknown entry kind or a null pointer -1, a buffer
     too small -3 with the bytes needed; a side entry writes its template's records, fixed
-    ones without stats."""
+    ones without stats; a line entry is copied as it is."""
     import array
     import ctypes
 
@@ -269,10 +286,15 @@ def test_the_library_refuses_a_malformed_spec(library):
 
     side = (1, 7, 3, 2, row.buffer_info()[0], checksum.buffer_info()[0], template.buffer_info()[0], 2)
     rc, end = call([side])
+    expected = bytes(out[:end])
     assert rc == 0
-    assert bytes(out[:end]) == (b'{"seq":7,"launch":3,"graph":"g","kernel_call":2,"arg":"x","stats":{"min":1.0,"max":2.0,'
+    assert expected == (b'{"seq":7,"launch":3,"graph":"g","kernel_call":2,"arg":"x","stats":{"min":1.0,"max":2.0,'
                                 b'"mean":1.5,"std":0.5,"absmax":2.0,"nan":0,"inf":0},"checksum":"00000000000000ff"}\n'
                                 b'{"seq":8,"launch":3,"graph":"g","kernel_call":2,"arg":"x"}\n')
+    line = b'{"seq":9,"arg":"cpu"}\n'
+    rc, end2 = call([(2, ctypes.cast(line, ctypes.c_void_p).value, len(line)), side])  # a caller's line, then a side
+    assert rc == 0 and bytes(out[:end2]) == line + expected
+    assert call([(2, 0, 5)])[0] == -1
     assert call([side], layout=1)[0] == -5
     assert call([side[:5]])[0] == -1  # the entry runs past the spec
     assert call([side], count=2)[0] == -1
@@ -316,34 +338,38 @@ def test_cuda_graph_replay_values_are_written_alike(library, fresh_session):
     assert sess._encode(native) == sess._encode(dicts) == writer.encode_lines([j.record for j in dicts])
 
 
-def _count_planned(monkeypatch) -> list[int]:
-    """Calls of ``GraphHandle._ring_side`` that made a side from its plan."""
-    calls = [0]
+def _count_planned(monkeypatch) -> list[tuple[str, str, int]]:
+    """The sides ``GraphHandle._ring_side`` made from their plan: ``(kernel, phase, kernel call)``."""
+    calls = []
     side = hooks.GraphHandle._ring_side
 
-    def counted(self, *args):
-        done = side(self, *args)
-        calls[0] += done
+    def counted(self, sess, plan, values, launch, call):
+        done = side(self, sess, plan, values, launch, call)
+        if done:
+            calls.append((plan.site.kernel, plan.records[0]["phase"], call))
         return done
 
     monkeypatch.setattr(hooks.GraphHandle, "_ring_side", counted)
     return calls
 
 
+@pytest.mark.parametrize("host", [False, True], ids=["ring", "host"])
 @pytest.mark.parametrize("native", [True, False], ids=["library", "dicts"])
-def test_planned_sides_write_what_the_full_path_writes(library, fresh_session, monkeypatch, native):
+def test_planned_sides_write_what_the_full_path_writes(library, fresh_session, monkeypatch, native, host):
     planned = _count_planned(monkeypatch)
-    with_plans = _run(library, native, steps=4)
-    # Steps 2-4: addmm's both sides, the fused kernel's inputs (scalars, None, an unwritten
-    # buffer: fixed records) and the subgraph kernel's output (the other two hold lists).
-    assert planned[0] == 3 * 4
-    assert with_plans == _run(library, native, steps=4, plans=False)
+    with_plans = _run(library, native, steps=4, host=host)
+    # Steps 2-4, every side: addmm's both, the fused kernel's inputs (scalars, None, an
+    # unwritten buffer: fixed records) and outputs (a tuple holding a volatile int, None and
+    # a nested tuple), the subgraph kernel's input (a list; with ``host`` its arange read by
+    # the library) and output.
+    assert len(planned) == 3 * 6
+    assert with_plans == _run(library, native, steps=4, plans=False, host=host)
 
 
 def test_a_planned_side_whose_ring_cannot_be_read_records_the_error(library, fresh_session, monkeypatch):
     planned = _count_planned(monkeypatch)
     broken = _run(library, True, broken=True)
-    assert planned[0] > 0
+    assert len(planned) > 0
     assert broken == _run(library, True, broken=True, plans=False)
     assert broken.count(b"illegal memory access") == broken.count(b'"kind":"tensor"') - broken.count(b"uninitialised")
 
@@ -369,12 +395,159 @@ def test_a_side_whose_values_change_is_planned_again(library, fresh_session, mon
     with_plans = _run(library, True, steps=14, sides=_changing, cpu_side=False)
     # Every "after" side but the first; "before" at step 3 (as step 2) and step 7 (as step 6):
     # not for another value, type (True, 1) or sign (0.0, -0.0).
-    assert planned[0] == 13 + 2
+    assert len(planned) == 13 + 2
     assert with_plans == _run(library, True, steps=14, sides=_changing, cpu_side=False, plans=False)
     import json
 
     recs = [json.loads(line) for line in with_plans.decode("ascii").splitlines()]
     assert [r["stride"] for r in recs if r["arg"] == "a" and r["kind"] == "tensor"][:3] == [[4, 1], [1, 4], [4, 1]]
+
+
+@functools.cache
+def _list_sites() -> tuple[Site, Site, Site]:
+    """An attention fallback whose output is a tuple with volatile RNG elements (as
+    ``aten._scaled_dot_product_efficient_attention`` records it), a kernel whose values
+    change structure from step to step, and one holding a value no plan keeps."""
+    sdpa = Site("", "aten._scaled_dot_product_efficient_attention.default", "sdpa",
+                (_arg("q"), _arg("k"), _arg("v")),
+                (_arg("buf5", "output", "unknown", volatile=(("[2]", "rng seed"), ("[3]", "rng offset"))),),
+                None, 6, "")
+    changing = Site("", "triton_poi_fused_cat_7", "k", (_arg("a"), _arg("b", kind="unknown")),
+                    (_arg("c", "output", "unknown", volatile=(("[1]", "rng seed"),)),), None, 7, "")
+    other = Site("", "extern_kernels.foreach", "foreach", (_arg("xs", kind="unknown"),), (_arg("y", "output"),), None,
+                 8, "")
+    return sdpa, changing, other
+
+
+#: The changing kernel's values at each step, ``(before b, after c)`` of tensors ``x``
+#: and ``d``, with whether its sides are made from the previous step's plan: the same
+#: structure and values (an equal ``after`` at step 1, 3, 5...; a ``before`` plain, then a list).
+_LIST_STEPS = [
+    (lambda x, d: (x, (x, x)), False, False),
+    (lambda x, d: (x, (x, x)), True, True),
+    (lambda x, d: ([x], (x, x, x)), False, False),  # a longer tuple; b a list
+    (lambda x, d: ([x], (x, x, x)), True, True),
+    (lambda x, d: ([x, x], [x, x, x]), False, False),  # a list for a tuple; a longer b
+    (lambda x, d: ((x, x), [x, x, x]), False, True),  # b a tuple for a list: the same records
+    (lambda x, d: ((x, x), [x, None, x]), True, False),  # a tensor become None
+    (lambda x, d: (x, [x, None, x]), False, True),  # b plain again: the list plan's values
+    (lambda x, d: (x, [x, (None,), x]), True, False),  # nested
+    (lambda x, d: (x, [x, [None], x]), True, False),  # nested alike, a list for a tuple: the same records
+    (lambda x, d: (x, (x, [None, []])), True, False),
+    (lambda x, d: (x, (x, [None], [])), True, False),  # an empty list moved out: the same records again
+    (lambda x, d: (x, (x, [None], [])), True, True),
+    (lambda x, d: (x, (x, [3], [])), True, False),  # a scalar for None
+    (lambda x, d: (x, (x, [True], [])), True, False),  # True == 1 but another record
+    (lambda x, d: (x, (d, [True], [])), True, False),  # another dtype
+    (lambda x, d: (x, (d, [True], [])), True, True),
+    (lambda x, d: (x, (d, [True], [x.t()])), True, False),  # another layout, nested
+    (lambda x, d: (x, (d, [True], [x.t()])), True, True),
+]
+
+
+def _lists(step: int):
+    """Sides holding lists and tuples: the attention fallback (the same structure every
+    step, its values changing), the changing kernel (:data:`_LIST_STEPS`), and a side
+    with a string (never planned)."""
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(6, 4, generator=g)
+    q, k, v = (torch.randn(2, 3, 5, 8, generator=g) for _ in range(3))
+    sdpa, changing, other = _list_sites()
+    out = (torch.randn(2, 3, 5, 8, generator=g), torch.randn(2, 3, 8, generator=g),
+           torch.tensor(1234 + step), torch.tensor(step), None)
+    b, c = _LIST_STEPS[step][0](x, x.double())
+    return [(sdpa, [q, k, v], [out]), (changing, [x, b], [c]), (other, [(x, "sum")], [x])]
+
+
+@pytest.mark.parametrize("host", [False, True], ids=["ring", "host"])
+@pytest.mark.parametrize("native", [True, False], ids=["library", "dicts"])
+def test_sides_holding_lists_are_planned_while_their_structure_stays(library, fresh_session, monkeypatch, native,
+                                                                     host):
+    """With ``host``, the attention fallback's seeds are read by the runtime library, as
+    its CPU seeds beside its CUDA outputs are."""
+    planned = _count_planned(monkeypatch)
+    steps = len(_LIST_STEPS)
+    with_plans = _run(library, native, steps=steps, sides=_lists, host=host)
+    # The attention fallback's both sides from step 1, the changing kernel's as listed; the
+    # side holding a string takes the full path (its output, a tensor, is planned).
+    sdpa, changing, other = _list_sites()
+    assert [p for p in planned if p[0] == sdpa.kernel] == [(sdpa.kernel, phase, step) for step in range(1, steps)
+                                                          for phase in ("before", "after")]
+    assert [p for p in planned if p[0] == changing.kernel] == [
+        (changing.kernel, phase, step) for step, (_f, before, after) in enumerate(_LIST_STEPS)
+        for phase, done in (("before", before), ("after", after)) if done]
+    assert [p for p in planned if p[0] == other.kernel] == [(other.kernel, "after", step) for step in range(1, steps)]
+    assert with_plans == _run(library, native, steps=steps, sides=_lists, plans=False, host=host)
+    import json
+
+    recs = [json.loads(line) for line in with_plans.decode("ascii").splitlines()]
+    seeds = [r for r in recs if r["kernel"].startswith("aten._scaled") and r["phase"] == "after"]
+    assert [r["arg"] for r in seeds[:5]] == ["buf5[0]", "buf5[1]", "buf5[2]", "buf5[3]", "buf5[4]"]
+    assert [r.get("volatile") for r in seeds[:5]] == [None, None, "rng seed", "rng offset", None]
+    assert len({r["checksum"] for r in seeds if r["arg"] == "buf5[2]"}) == steps  # each step's own seed
+    assert [r["seq"] for r in recs] == list(range(1, len(recs) + 1))
+
+
+@pytest.mark.parametrize("host", [False, True], ids=["ring", "host"])
+def test_a_planned_side_holding_lists_whose_ring_cannot_be_read_records_the_error(library, fresh_session,
+                                                                                 monkeypatch, host):
+    planned = _count_planned(monkeypatch)
+    broken = _run(library, True, steps=4, sides=_lists, broken=True, cpu_side=False, host=host)
+    assert len(planned) == 2 * 3 + sum(before + after for _f, before, after in _LIST_STEPS[:4]) + 3
+    assert broken == _run(library, True, steps=4, sides=_lists, broken=True, cpu_side=False, plans=False, host=host)
+    # The library's records (the seeds: int64) have their stats; the ring's, the error.
+    read = broken.count(b'"dtype":"int64"') if host else 0
+    assert broken.count(b"illegal memory access") == broken.count(b'"kind":"tensor"') - read > 0
+
+
+def test_a_planned_side_whose_host_tensors_the_library_stops_reading_takes_the_full_path(library, fresh_session,
+                                                                                         monkeypatch, capfd):
+    """From step 2 the library fails: the attention fallback's planned output side falls
+    back to the full path (its seeds then in the ring), is planned again at step 3, and
+    writes what the full path writes."""
+    from aoti_debug.runtime import native_stats
+
+    summarize = native_stats.Library.summarize
+
+    def failing(self, *args):
+        raise RuntimeError("the library is gone")
+
+    def sides(step):
+        monkeypatch.setattr(native_stats.Library, "summarize", failing if step >= 2 else summarize)
+        return _lists(step)
+
+    planned = _count_planned(monkeypatch)
+    with_plans = _run(library, True, steps=4, sides=sides, host=True)
+    assert capfd.readouterr().err.count("could not summarise CPU tensors") == 1
+    sdpa = _list_sites()[0]
+    assert [p[2] for p in planned if p[0] == sdpa.kernel and p[1] == "after"] == [1, 3]
+    assert with_plans == _run(library, True, steps=4, sides=sides, host=True, plans=False)
+    assert b'"dtype":"int64"' in with_plans
+
+
+def test_a_plan_compares_the_structure_of_its_values():
+    """``SidePlan.matches`` on flattened values with their structure (``hooks._flat_values``)."""
+    site = _list_sites()[1]
+    x = torch.ones(2)
+
+    def plan_of(values):
+        flat, structure = hooks._flat_values(site.after, values)
+        recs = [{"arg": str(i)} for i in range(len(flat))]
+        return ring_records.SidePlan(site, recs, flat, [isinstance(v, torch.Tensor) for v in flat], None, structure)
+
+    def matches(plan, values):
+        return plan.matches(*hooks._flat_values(site.after, values))
+
+    plan = plan_of([(x, [None, []], 2)])
+    assert matches(plan, [(x.clone(), [None, []], 2)])
+    for other in ([(x, [None], [], 2)], [[x, [None, []], 2]], [(x, (None, []), 2)], [(x, [None, ()], 2)],
+                  [(x, [None, []])], [(x, [None, [], 2])], [(x, [None, []], 3)], [(x, [x, []], 2)], [x],
+                  [(x.double(), [None, []], 2)], [(x, [None, [None]], 2)]):
+        assert not matches(plan, other), other
+    simple = plan_of([x])
+    assert simple.structure is not None and not matches(simple, [(x,)]) and not matches(plan, [x])
+    flat = ring_records.SidePlan(site, [{"arg": "c"}], [x], [True], None)
+    assert flat.structure is None and flat.matches([x]) and not flat.matches([(x,)]) and not flat.matches([[x]])
 
 
 def test_no_plan_is_used_under_a_flight_recorder(library, fresh_session, monkeypatch):
@@ -386,7 +559,7 @@ def test_no_plan_is_used_under_a_flight_recorder(library, fresh_session, monkeyp
     monkeypatch.setattr(hooks.GraphHandle, "_ring_rows", lambda self, device, tensors: ring.rows(self, device, tensors))
     monkeypatch.setattr(hooks.GraphHandle, "_planned_rows",
                         lambda self, plan, ts: ring.rows(self, plan.device, plan.ring_values(ts)))
-    monkeypatch.setattr(hooks.GraphHandle, "_native_stats", lambda self, items: list(range(len(items))))
+    monkeypatch.setattr(hooks.GraphHandle, "_host_stats", _host_stats(False))
     monkeypatch.setattr(session, "BEFORE_FLUSH", [ring.ship])
     g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
     g._records = None  # CPU sides as dicts: every tensor takes the (fake) ring
@@ -395,7 +568,7 @@ def test_no_plan_is_used_under_a_flight_recorder(library, fresh_session, monkeyp
         site, before, after = _sides()[0]
         g.launch(site, before)
         g.done(site, after)
-    assert planned[0] == 2 and g._ring_plans
+    assert len(planned) == 2 and g._ring_plans
     aoti_debug.flush()
     monkeypatch.setenv("AOTI_DEBUG_RING", "4")
     session.reset()
@@ -404,5 +577,5 @@ def test_no_plan_is_used_under_a_flight_recorder(library, fresh_session, monkeyp
     site, before, after = _sides()[0]
     g.launch(mm, before)
     g.done(mm, after)
-    assert planned[0] == 2
+    assert len(planned) == 2
     assert [j.record["arg"] for j in submitted] == ["b", "x", "w", "buf0"]

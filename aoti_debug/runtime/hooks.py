@@ -83,13 +83,28 @@ def _device_label() -> str:
     return "cpu"
 
 
-def _flatten(arg: str, value: Any) -> list[tuple[str, Any]]:
+def _flatten(arg: str, value: Any, structure: list | None = None) -> list[tuple[str, Any]]:
+    """``(record arg name, value)`` of each value ``value`` holds, in record order: the
+    elements of a list or tuple, recursively, named ``arg[i]``. ``structure``: a list to
+    which what was walked is appended, one entry per node in that order: ``(list or tuple,
+    length)`` for a list or tuple, None for a value."""
     if isinstance(value, (list, tuple)):
+        if structure is not None:
+            structure.append((type(value), len(value)))
         out = []
         for i, v in enumerate(value):
-            out.extend(_flatten(f"{arg}[{i}]", v))
+            out.extend(_flatten(f"{arg}[{i}]", v, structure))
         return out
+    if structure is not None:
+        structure.append(None)
     return [(arg, value)]
+
+
+def _flat_values(args: Sequence[SiteArg], values: Sequence[Any]) -> tuple[list, list]:
+    """The values of a launch side holding lists or tuples, flattened in record order,
+    and their structure (``_flatten``'s): what a plan of such a side compares."""
+    structure: list = []
+    return [v for a, value in zip(args, values) for _name, v in _flatten(a.arg, value, structure)], structure
 
 
 def _named(args: Sequence[SiteArg], values: Sequence[Any] | None) -> list[tuple[str, str, Any]] | None:
@@ -278,9 +293,12 @@ class GraphHandle:
         sess.write_site(label, site.id, site.kernel, site.provenance)
         key = (id(site), label, phase)
         plan = self._ring_plans.get(key)
-        if plan is not None and extra is None and sess.flight is None and plan.site is site and \
-                plan.matches(values) and self._ring_side(sess, plan, values, launch, call):
-            return
+        if plan is not None and extra is None and sess.flight is None and plan.site is site:
+            flat, structure = values, None
+            if plan.structure is not None:  # lists or tuples among them: compared and summarised flattened
+                flat, structure = _flat_values(args, values)
+            if plan.matches(flat, structure) and self._ring_side(sess, plan, flat, launch, call):
+                return
         # A CPU side the runtime library writes as text in one call. Not with a flight
         # recorder: its ring and trigger take each record through Session.submit.
         if extra is None and self.level in _TEXT_LEVELS and sess.flight is None and \
@@ -314,11 +332,13 @@ class GraphHandle:
             # The launch where the trigger's NaN/Inf was born, again: save both its sides.
             fl.capture(tensors, last=phase == "after" or not site.after)
         if tensors:
-            ringed = self._tensors(sess, tensors, jobs)
+            host = self._tensors(sess, tensors, jobs)
             jobs.sort(key=_seq)  # scalars were queued before tensors: the manifest in record order
-            if ringed and extra is None and templates.simple and fl is None:
-                # Every tensor in the ring: the next calls make this side's records from a plan.
-                self._plan(key, site, jobs, values, tensors)
+            if host is not None and extra is None and fl is None:
+                # Every tensor in the ring or read by the runtime library: the next calls make
+                # this side's records from a plan.
+                flat, structure = (values, None) if templates.simple else _flat_values(args, values)
+                self._plan(key, site, jobs, flat, structure, tensors, host)
         if self.level == "print" and jobs:
             self._print_side(sess, jobs)
         if jobs:
@@ -382,11 +402,13 @@ class GraphHandle:
             rec["value"] = type(v).__name__
         return Job(rec)
 
-    def _tensors(self, sess, items: list[tuple[dict, torch.Tensor]], jobs: list[Job]) -> bool:
+    def _tensors(self, sess, items: list[tuple[dict, torch.Tensor]], jobs: list[Job]) -> list[int] | None:
         """Stats for all tensors of one launch side in one batch: CPU tensors in one call
         of the runtime library, CUDA tensors into a device ring (one kernel launch, read
         back in bulk later), others with one device->host copy. Appends the records' jobs
-        to ``jobs``; True when every tensor went into the ring at level stats."""
+        to ``jobs``. At level stats, when every tensor the library did not read went into
+        the ring: the positions of those it read (the CPU tensors beside a CUDA side's,
+        such as an attention kernel's RNG seeds); else None."""
         for rec, t in items:
             rec.update(_tensor_meta(t))
         rest = self._native_stats(items)
@@ -403,7 +425,7 @@ class GraphHandle:
                 lines = self._ring_lines() if self.level == "stats" else None
                 jobs.extend([Job(rec, arrival, ring_records.RingFill(arrival, rows[i], lines))
                              if i in rows else Job(rec) for i, (rec, _t) in enumerate(items)])
-                return self.level == "stats" and len(rows) == len(items)
+                return [i for i in range(len(items)) if i not in rows] if self.level == "stats" else None
         host_stats = self._device_stats(items, rest) if rest else {}
         payloads = [self._host_copy(sess, rec, t) for rec, t in items] if saving else None
         event = None
@@ -413,14 +435,14 @@ class GraphHandle:
                 event.record()
         if payloads is None and not host_stats:  # CPU stats: the records are complete
             jobs.extend([Job(rec) for rec, _t in items])
-            return False
+            return None
         for i, (rec, _t) in enumerate(items):
             job_stats = host_stats.get(i)
             payload = payloads[i] if payloads is not None else None
             nbytes = payload[0].numel() * payload[0].element_size() if payload else 0
             finish = _finisher(sess, job_stats, payload) if job_stats is not None or payload is not None else None
             jobs.append(Job(rec, event, finish, nbytes))
-        return False
+        return None
 
     def _ring_stats(self, items: list[tuple[dict, torch.Tensor]], rows: list[int]):
         """The CUDA tensors ``items[i]``, ``i`` in ``rows``, summarised into the device ring
@@ -448,16 +470,22 @@ class GraphHandle:
         fused_stats.summarize(tensors, into=(seg.buf, first))
         return seg.arrival, first
 
-    def _plan(self, key: tuple, site: Site, jobs: list[Job], values: Sequence[Any],
-              tensors: list[tuple[dict, torch.Tensor]]) -> None:
+    def _plan(self, key: tuple, site: Site, jobs: list[Job], values: Sequence[Any], structure: list | None,
+              tensors: list[tuple[dict, torch.Tensor]], host: list[int]) -> None:
         """Keep a plan of this side (``ring_records.SidePlan``) made from its records, before
-        they are queued; none where some value is one a plan does not keep."""
+        they are queued; none where some value is one a plan does not keep. ``values``: the
+        side's flattened values, ``structure`` theirs (``_flat_values``; None: no list or
+        tuple); ``tensors[i]`` for ``i`` in ``host``: read by the runtime library, the others
+        summarised in the ring."""
         if len(jobs) != len(values):
             return
-        ring = {id(rec) for rec, _t in tensors}
+        read = {id(tensors[i][0]) for i in host}
+        ring = {id(rec) for rec, _t in tensors} - read
+        records = [j.record for j in jobs]
         try:
-            self._ring_plans[key] = ring_records.SidePlan(site, [j.record for j in jobs], list(values),
-                                                          [id(j.record) in ring for j in jobs], self._ring_lines())
+            self._ring_plans[key] = ring_records.SidePlan(site, records, list(values), [id(r) in ring for r in records],
+                                                          self._ring_lines(), structure,
+                                                          [k for k, r in enumerate(records) if id(r) in read])
         except ValueError:
             pass
 
@@ -480,20 +508,24 @@ class GraphHandle:
             fused_stats.bind_launcher(self._native_library())  # once: the library's launcher repeats them
         return seg.arrival, first
 
-    def _ring_side(self, sess, plan: ring_records.SidePlan, values: Sequence[torch.Tensor], launch: int,
-                   call: int) -> bool:
-        """A planned side (``SidePlan``): its stats into the ring and its records as one
-        writer job, with no record dict made here; False: the side takes the full path
-        (the ring failed; that path tries again and warns)."""
+    def _ring_side(self, sess, plan: ring_records.SidePlan, values: Sequence[Any], launch: int, call: int) -> bool:
+        """A planned side (``SidePlan``; ``values`` flattened, in record order): its stats
+        into the ring and its records as one writer job, with no record dict made here;
+        False: the side takes the full path (the ring failed; that path tries again and warns)."""
         if not device_ring.ENABLED:
             return False
+        host = None
+        if plan.host:  # its CPU tensors, read by the runtime library now as the full path reads them
+            host = self._host_stats([values[k] for k in plan.host])
+            if None in host:
+                return False  # (the full path summarises them otherwise, and warns where the library failed)
         try:
             arrival, first = self._planned_rows(plan, values)
         except Exception as e:  # the full path tries the ring again (and warns when it fails too)
             warn_once(f"ring-plan-{type(e).__name__}", f"a planned launch side failed, recording it in full: {e}")
             self._ring_plans.clear()
             return False
-        side = ring_records.RingSide(plan, sess.next_seq(len(plan.records)), launch, call, arrival, first)
+        side = ring_records.RingSide(plan, sess.next_seq(len(plan.records)), launch, call, arrival, first, host)
         sess.submit_side(Job(None, arrival, side))
         return True
 
@@ -608,16 +640,8 @@ class GraphHandle:
     def _native_stats(self, items: list[tuple[dict, torch.Tensor]]) -> list[int]:
         """Fills the stats and checksum of the CPU tensors the runtime library reads (one
         call for the side); the positions of the others."""
-        lib = self._native_library()
-        if lib is None:
-            return list(range(len(items)))
-        try:
-            done = lib.summarize([t for _, t in items], [rec["shape"] for rec, _ in items],
-                                 [rec["stride"] for rec, _ in items])
-        except Exception as e:
-            warn_once(f"native-stats-{type(e).__name__}", f"the runtime library could not summarise CPU tensors, "
-                                                          f"using torch ops: {e}")
-            return list(range(len(items)))
+        done = self._host_stats([t for _, t in items], [rec["shape"] for rec, _ in items],
+                                [rec["stride"] for rec, _ in items])
         rest = []
         for i, d in enumerate(done):
             if d is None:
@@ -626,6 +650,20 @@ class GraphHandle:
                 rec = items[i][0]
                 rec["stats"], rec["checksum"] = d
         return rest
+
+    def _host_stats(self, tensors: list[torch.Tensor], shapes: list | None = None,
+                    strides: list | None = None) -> list[tuple | None]:
+        """``(stats, checksum)`` of each CPU tensor the runtime library reads, in one call;
+        None for the others (``native_stats.Library.summarize``)."""
+        lib = self._native_library()
+        if lib is None:
+            return [None] * len(tensors)
+        try:
+            return lib.summarize(tensors, shapes, strides)
+        except Exception as e:
+            warn_once(f"native-stats-{type(e).__name__}", f"the runtime library could not summarise CPU tensors, "
+                                                          f"using torch ops: {e}")
+            return [None] * len(tensors)
 
     def _device_stats(self, items: list[tuple[dict, torch.Tensor]], rows: list[int]) -> dict[int, tuple]:
         """Stats of ``items[i]`` for ``i`` in ``rows`` with torch ops or the fused kernel, as

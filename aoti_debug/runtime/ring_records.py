@@ -38,7 +38,7 @@ from .session import Job, warn_once
 RECORDS_SYMBOL = "aoti_debug_rt_ring_records"
 LAYOUT = 2
 _HEADER = 6
-_RECORD, _SIDE = 0, 1  # entry kinds (kRingEntryRecord, kRingEntrySide)
+_RECORD, _SIDE, _LINE = 0, 1, 2  # entry kinds (kRingEntryRecord, kRingEntrySide, kRingEntryLine)
 #: Bytes of a line besides its constant texts: numbers, stats (7 values of at most 24
 #: characters and their keys), checksum.
 _LINE_BYTES = 400
@@ -76,19 +76,30 @@ _PLAIN_SCALARS = (bool, int, float, type(None))
 
 class SidePlan:
     """A CUDA launch side at level ``stats`` whose records differ from call to call only
-    in their numbers (seq, launch, kernel call) and their tensors' stats: its tensors are
-    on one CUDA device and keep the dtype, shape and stride of the call the plan was made
-    from, and its other values (numels, flags: ``None``, bool, int, float) keep their
-    value (:meth:`matches`). Unwritten inputs (metadata only) and scalars are *fixed*
-    records, the same at every call; the others take a ring row each, in record order.
-    Made by the hooks from that call's records; a later call of the side is one
-    :class:`RingSide` job, with no record dict made in the model's thread."""
+    in their numbers (seq, launch, kernel call) and their tensors' stats: its tensors keep
+    the device, dtype, shape and stride of the call the plan was made from, and its other
+    values (numels, flags: ``None``, bool, int, float) keep their value (:meth:`matches`).
+    A side holding lists or tuples is planned by its flattened values (``hooks._flatten``,
+    one per record) and keeps their structure too. Unwritten inputs (metadata only) and
+    scalars are *fixed* records, the same at every call; CPU tensors the runtime library
+    reads (``host``: an attention kernel's RNG seeds beside its CUDA outputs) are read at
+    every call in the model's thread, as the full path reads them; the others take a ring
+    row each on one CUDA device, in record order. Made by the hooks from that call's
+    records; a later call of the side is one :class:`RingSide` job, with no record dict
+    made in the model's thread."""
 
-    __slots__ = ("site", "records", "rows", "meta", "ring_at", "device", "lines", "texts", "kept")
+    __slots__ = ("site", "records", "rows", "meta", "ring_at", "device", "lines", "texts", "kept", "structure",
+                 "host")
 
     def __init__(self, site: Any, records: list[dict], values: list[Any], in_ring: list[bool],
-                 lines: "RingLines | None"):
+                 lines: "RingLines | None", structure: list | None = None, host: list[int] = ()):
         self.site = site
+        self.host = tuple(host)
+        """The positions of the records whose tensors the hooks summarise on the host at
+        every call (their stats and checksum come with the :class:`RingSide`)."""
+        self.structure = structure
+        """The structure of the side's values (``hooks._flatten``'s: lists and tuples with
+        their lengths, nested), or None: no value is a list or tuple."""
         self.records = tuple(dict(rec) for rec in records)
         """Each record's fields, its numbers as the first call's (set per call)."""
         rows: list[int | None] = []
@@ -96,15 +107,15 @@ class SidePlan:
         next_row = 0
         for v, ring in zip(values, in_ring):
             if isinstance(v, Tensor):
-                meta.append((v.dtype, v.shape, v.stride()))
+                meta.append((v.dtype, v.shape, v.stride(), v.device))
             elif type(v) in _PLAIN_SCALARS:
-                meta.append((None, type(v), v))
+                meta.append((None, type(v), v, None))
             else:
                 raise ValueError(f"a plan keeps no {type(v).__name__} value")
             rows.append(next_row if ring else None)
             next_row += ring
         self.rows = tuple(rows)
-        """The ring row of each record, from the side's first (None: a fixed record)."""
+        """The ring row of each record, from the side's first (None: a fixed or host record)."""
         self.meta = tuple(meta)
         self.ring_at = None if all(in_ring) else tuple(i for i, ring in enumerate(in_ring) if ring)
         """The positions of the values the ring summarises (None: all)."""
@@ -120,14 +131,14 @@ class SidePlan:
         (its device and stream), None (not kept yet) or ``()`` (never: the kernel reads a
         copy). The hooks repeat them while the side's tensors stay where they were."""
 
-    def matches(self, values: Any) -> bool:
-        """Whether ``values`` are what the plan was made from: tensors with its device,
-        dtypes, shapes and strides, and the same scalars."""
+    def matches(self, values: Any, structure: list | None = None) -> bool:
+        """Whether ``values`` (flattened, in record order) are what the plan was made from:
+        tensors with its devices, dtypes, shapes and strides, and the same scalars, held in
+        the same ``structure`` (lists and tuples of the same lengths, nested alike)."""
         meta = self.meta
-        if len(values) != len(meta):
-            return False
-        device = self.device
-        for v, (dtype, shape, stride) in zip(values, meta):
+        if len(values) != len(meta) or (structure is not self.structure and structure != self.structure):
+            return False  # (None is None: a side with no list, the hot path)
+        for v, (dtype, shape, stride, device) in zip(values, meta):
             if dtype is None:  # a scalar: shape is its type, stride its value
                 if type(v) is not shape or v != stride or \
                         (shape is float and copysign(1.0, v) != copysign(1.0, stride)):
@@ -139,19 +150,21 @@ class SidePlan:
         return True
 
     def ring_values(self, values: Any) -> Any:
-        """The values the ring summarises, in record order."""
+        """The values the ring summarises, in record order (of ``values``, flattened)."""
         at = self.ring_at
         return values if at is None else [values[i] for i in at]
 
 
 class RingSide:
     """One call of a planned side (:class:`SidePlan`) as one writer job's ``finish``:
-    its first record number, launch, kernel call, and first ring row (the side's rows are
-    consecutive, in record order)."""
+    its first record number, launch, kernel call, first ring row (the side's rows are
+    consecutive, in record order), and ``host``: the ``(stats, checksum)`` of each of the
+    plan's host records, in its order (None: it has none)."""
 
-    __slots__ = ("plan", "seq", "launch", "call", "arrival", "row", "lines")
+    __slots__ = ("plan", "seq", "launch", "call", "arrival", "row", "lines", "host")
 
-    def __init__(self, plan: SidePlan, seq: int, launch: int, call: int, arrival: Any, row: int):
+    def __init__(self, plan: SidePlan, seq: int, launch: int, call: int, arrival: Any, row: int,
+                 host: list[tuple] | None = None):
         self.plan = plan
         self.seq = seq
         self.launch = launch
@@ -159,17 +172,24 @@ class RingSide:
         self.arrival = arrival
         self.row = row
         self.lines = plan.lines
+        self.host = host
+
+    def record(self, k: int) -> dict:
+        """Record ``k`` with this call's numbers (and stats, a host record): complete but
+        for a ring record's stats."""
+        rec = self.plan.records[k].copy()
+        rec["seq"], rec["launch"], rec["kernel_call"] = self.seq + k, self.launch, self.call
+        if self.host is not None and k in self.plan.host:
+            rec["stats"], rec["checksum"] = self.host[self.plan.host.index(k)]
+        return rec
 
     def jobs(self) -> list[Job]:
-        """The side's records as the dict path's jobs (``Session._finish``): with their
-        numbers, a ring record waiting for its row (:class:`RingFill`), a fixed one complete."""
-        out = []
+        """The side's records as the dict path's jobs (``Session._finish``): a ring record
+        waiting for its row (:class:`RingFill`), the others complete."""
         arrival = self.arrival
-        for k, (tpl, at) in enumerate(zip(self.plan.records, self.plan.rows)):
-            rec = tpl.copy()
-            rec["seq"], rec["launch"], rec["kernel_call"] = self.seq + k, self.launch, self.call
-            out.append(Job(rec) if at is None else Job(rec, arrival, RingFill(arrival, self.row + at, None)))
-        return out
+        return [Job(self.record(k)) if at is None else Job(self.record(k), arrival,
+                                                           RingFill(arrival, self.row + at, None))
+                for k, at in enumerate(self.plan.rows)]
 
 
 class RingLines:
@@ -190,7 +210,7 @@ class RingLines:
         """Whether the library may write ``job``'s line: a plain record whose values are on
         the host (this waits for them, as the dict path's ``synchronize`` does)."""
         if self.failed or (job.record is not None and not _PLAIN.issuperset(job.record)):
-            return False  # (a RingSide's records are plain: SidePlan is made of ring records)
+            return False  # (a RingSide's records are plain, or encoded whole here: SidePlan)
         arrival = job.event
         if arrival is self._ready:
             return True
@@ -236,6 +256,26 @@ class RingLines:
             template.extend((k, -1 if at is None else at, found[2], found[3], found[4], found[5]))
         return self, template, template.buffer_info()[0], len(texts), size, texts
 
+    @staticmethod
+    def _host_side(fill: "RingSide", found: tuple, stats: int, sums: int, add: Any, keep: list) -> int:
+        """The entries of a planned side with host records (``SidePlan.host``): a record
+        entry for each ring record, this call's line for each host record (its stats came
+        with the side) and for each fixed one. Their number."""
+        host = fill.plan.host
+        for k, (texts, at) in enumerate(zip(found[5], fill.plan.rows)):
+            if at is not None:
+                add((_RECORD, fill.seq + k, fill.launch, fill.call, stats + 64 * at, sums + 8 * at, texts[2],
+                     texts[3], texts[4], texts[5]))
+                continue
+            if k in host:
+                line = encode_record(fill.record(k)).encode("ascii") + b"\n"
+            else:
+                line = b'{"seq":%d,"launch":%d,%s,"kernel_call":%d,%s}\n' % (fill.seq + k, fill.launch, texts[0],
+                                                                             fill.call, texts[1])
+            keep.append(line)
+            add((_LINE, _address(line), len(line)))
+        return len(found[5])
+
     def encode(self, jobs: list[Job]) -> bytes | None:
         """The manifest lines of ``jobs`` (each :meth:`takes`), in their order; None when the
         library failed (one warning; the caller's dict path writes them, as it will all
@@ -257,9 +297,12 @@ class RingLines:
                     found = fill.plan.texts
                     if found is None or found[0] is not self:
                         found = fill.plan.texts = self._plan_texts(fill.plan)
-                    add((_SIDE, fill.seq, fill.launch, fill.call, stats + 64 * row, sums + 8 * row, found[2],
-                         found[3]))
                     size += found[4]
+                    if not fill.plan.host:
+                        add((_SIDE, fill.seq, fill.launch, fill.call, stats + 64 * row, sums + 8 * row, found[2],
+                             found[3]))
+                    else:  # with host records (this call's CPU stats): an entry per record
+                        count += self._host_side(fill, found, stats + 64 * row, sums + 8 * row, add, keep) - 1
                 else:
                     found = self._texts_of(rec)
                     size += found[6]

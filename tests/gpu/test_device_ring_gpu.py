@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import aoti_debug
-from aoti_debug.runtime import cuda_graphs, device_ring, session
+from aoti_debug.runtime import cuda_graphs, device_ring, hooks, session
 from examples.models import MLP, Transformer
 from tests.conftest import only_run, records
 
@@ -132,6 +132,16 @@ def test_planned_sides_repeat_their_launches_bit_for_bit(tmp_path, monkeypatch):
             fused_stats._library_launch = launch
 
     monkeypatch.setattr(fused_stats, "bind_launcher", counting_bind)
+    tuples = collections.Counter()  # planned sides holding a tuple, per (graph call, with CPU tensors)
+    ring_side = hooks.GraphHandle._ring_side
+
+    def planned(self, sess, plan, values, launch, kernel_call):
+        done = ring_side(self, sess, plan, values, launch, kernel_call)
+        if done and plan.structure is not None:
+            tuples[(call[0], bool(plan.host))] += 1
+        return done
+
+    monkeypatch.setattr(hooks.GraphHandle, "_ring_side", planned)
 
     def between(i):
         call[0] = i
@@ -143,6 +153,9 @@ def test_planned_sides_repeat_their_launches_bit_for_bit(tmp_path, monkeypatch):
     # Call 0 plans, call 1 keeps the launches, calls 2-3 repeat them (sides with scalars or copies still summarize).
     assert summarized[0] > 20 and summarized[2] < summarized[0], summarized
     assert library_calls[0] == 0 and library_calls[2] > 10 and library_calls[3] == library_calls[2], library_calls
+    # The attention fallback's output, a tuple (its RNG seeds on the CPU: read by the
+    # runtime library), is planned from call 1: one side per block.
+    assert [tuples[(i, False)] + tuples[(i, True)] for i in range(6)] == [0, 2, 2, 2, 0, 0], tuples
     _same(calls[2], calls[4])
     _same(calls[3], calls[5])
     _same(calls[0], calls[2])

@@ -40,10 +40,13 @@ constexpr int64_t kRingLayout = 2;
 //   seq, launch, kernel call, the addresses of its first ring row's stats and checksum,
 //   then (pointer, count) of its records' template: per record (kRingTemplate int64) its
 //   seq offset, ring row offset (-1: a fixed record, written without stats), and the
-//   (pointer, length) of its two texts.
-enum RingEntry : int64_t { kRingEntryRecord = 0, kRingEntrySide = 1 };
+//   (pointer, length) of its two texts;
+// - kRingEntryLine, a line made by the caller (a planned side's record whose stats the
+//   Python runtime read on the host): (pointer, length), its newline included.
+enum RingEntry : int64_t { kRingEntryRecord = 0, kRingEntrySide = 1, kRingEntryLine = 2 };
 constexpr size_t kRingRecord = 10;
 constexpr size_t kRingSide = 8;
+constexpr size_t kRingLine = 3;
 constexpr size_t kRingTemplate = 6;
 
 // Returns 0 and the lines (one per record, in order) in the output buffer; -1 when
@@ -111,6 +114,10 @@ int ring_records(int64_t* spec) {
         line(r[1] + t[0], r[2], r[3], ptr(t[2]), t[3], ptr(t[4]), t[5], row, sum);
       }
       at += kRingSide;
+    } else if (r[0] == kRingEntryLine) {
+      if (at + kRingLine > spec_len || !texts_ok(ptr(r[1]), r[2], nullptr, 0)) return -1;
+      lines.append(ptr(r[1]), static_cast<size_t>(r[2]));
+      at += kRingLine;
     } else {
       return -1;
     }
