@@ -133,7 +133,7 @@ int cpu_records(int64_t* spec) {
   static const std::string kSeq = json_key(R::kSeq, "{"), kLaunch = json_key(R::kLaunch),
       kCall = json_key(R::kKernelCall), kKind = json_key(R::kKind), kDtype = json_key(R::kDtype),
       kShape = json_key(R::kShape), kStride = json_key(R::kStride), kDevice = json_key(R::kDevice),
-      kNumel = json_key(R::kNumel), kStats = json_key(R::kStats), kChecksum = json_key(R::kChecksum),
+      kNumel = json_key(R::kNumel),
       kValue = json_key(R::kValue), kUnwritten = json_key(R::kUninitialised);
   constexpr int64_t kMaxDim = 64;
   if (spec[kSlotLayout] != kCpuLayout) return -5;
@@ -264,12 +264,8 @@ int cpu_records(int64_t* spec) {
         : cpu_values(data, static_cast<size_t>(ti->unit * ti->units), shape, stride, static_cast<size_t>(nd), numel,
                      buf);
     if (!summarize(values, numel, dtype, sm)) return static_cast<int>(1 + i);
-    lines += kStats;
-    append_stats_json(lines, sm);
-    lines += kChecksum;
-    lines += '"';
-    append_checksum(lines, sm.checksum);
-    lines += "\"}\n";
+    append_record_stats(lines, sm);
+    lines += "}\n";
     if (prefix.n) print_tensor(ptensor, ti, shape, nd, &sm);
   }
   const size_t in_out = fd < 0 ? lines.size() : 0;

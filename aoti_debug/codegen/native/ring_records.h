@@ -55,7 +55,7 @@ constexpr size_t kRingTemplate = 6;
 int ring_records(int64_t* spec) {
   namespace R = schema::rec;
   static const std::string kSeq = json_key(R::kSeq, "{"), kLaunch = json_key(R::kLaunch),
-      kCall = json_key(R::kKernelCall), kStats = json_key(R::kStats), kChecksum = json_key(R::kChecksum);
+      kCall = json_key(R::kKernelCall);
   if (spec[kRingSlotLayout] != kRingLayout) return -5;
   const size_t spec_len = static_cast<size_t>(spec[kRingSlotLength]);
   const int64_t count = spec[kRingSlotCount];
@@ -76,15 +76,7 @@ int ring_records(int64_t* spec) {
     json_int(lines, call);
     lines += ',';
     lines.append(body, static_cast<size_t>(body_len));
-    if (row) {
-      const Summary sm = row_summary(row, static_cast<uint64_t>(*sum));
-      lines += kStats;
-      append_stats_json(lines, sm);
-      lines += kChecksum;
-      lines += '"';
-      append_checksum(lines, sm.checksum);
-      lines += '"';
-    }
+    if (row) append_record_stats(lines, row_summary(row, static_cast<uint64_t>(*sum)));
     lines += "}\n";
   };
   auto texts_ok = [](const char* head, int64_t head_len, const char* body, int64_t body_len) {

@@ -87,6 +87,18 @@ void append_checksum(std::string& o, uint64_t v) {
   o.append(buf, 16);
 }
 
+// A record's stats and checksum after its other fields: `,"stats":{...},"checksum":"..."`
+// (the Python runtime's CPU and device-ring records, cpu_records.h and ring_records.h).
+void append_record_stats(std::string& o, const Summary& sm) {
+  static const std::string kStats = json_key(schema::rec::kStats), kChecksum = json_key(schema::rec::kChecksum);
+  o += kStats;
+  append_stats_json(o, sm);
+  o += kChecksum;
+  o += '"';
+  append_checksum(o, sm.checksum);
+  o += '"';
+}
+
 // Neumaier-compensated sum of block partials.
 struct Sum {
   double s = 0.0, c = 0.0;
