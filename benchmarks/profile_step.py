@@ -120,6 +120,9 @@ def main() -> int:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--first-call", action="store_true",
                    help="also profile the instrumented compile and first call (sorted by cumulative time)")
+    p.add_argument("--breakdown", action="store_true",
+                   help="also where a lockstep step's time goes: issuing it (host), the device finishing "
+                        "after that, and the records' flush after the device is done, base and instrumented")
     p.add_argument("--timeline", action="store_true",
                    help="also the device's view of back-to-back steps (torch.profiler): kernel time per step "
                         "by kind, base and instrumented")
@@ -149,7 +152,22 @@ def main() -> int:
             times.append(time.perf_counter() - t0)
         return times
 
+    def breakdown(fn) -> tuple[float, float, float]:
+        """Median ms of each part of a lockstep step: issue, device lag, flush after it."""
+        parts: list[tuple[float, float, float]] = []
+        for xi in inputs:
+            t0 = time.perf_counter()
+            fn(xi)
+            t1 = time.perf_counter()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t2 = time.perf_counter()
+            aoti_debug.flush()
+            parts.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
+        return tuple(statistics.median(p[i] for p in parts) * 1e3 for i in range(3))
+
     timelines = []
+    breakdowns = []
     with torch.no_grad():
         base = torch.compile(model)
         base(x)
@@ -157,6 +175,8 @@ def main() -> int:
         base_step = statistics.median(lockstep(base))
         if args.timeline and device == "cuda":
             timelines.append(("base", timeline(base, inputs, sync)))
+        if args.breakdown:
+            breakdowns.append(("base", breakdown(base)))
         torch._dynamo.reset()
         aoti_debug.enable(args.level)
         fn = torch.compile(model)
@@ -187,6 +207,8 @@ def main() -> int:
             prof.disable()
             if args.timeline and device == "cuda":
                 timelines.append((f"ours {args.level}", timeline(fn, inputs, sync)))
+            if args.breakdown:
+                breakdowns.append((f"ours {args.level}", breakdown(fn)))
     print(f"{source} on {torch.cuda.get_device_name() if device == 'cuda' else 'CPU'}, level {args.level}, "
           f"torch {torch.__version__}, {len(inputs)} steps")
     print(f"base step {base_step * 1e3:.3f} ms; instrumented {step * 1e3:.3f} ms ({step / base_step:.2f}x), "
@@ -200,6 +222,9 @@ def main() -> int:
     variants = stats_kernel_variants()
     if variants is not None:
         print(f"fused stats kernel: {variants} compiled variants in this process")
+    for name, (issue, lag, tail) in breakdowns:
+        print(f"lockstep step, {name}: issue {issue:.3f} ms, device after it {lag:.3f} ms, flush after that "
+              f"{tail:.3f} ms (medians)")
     for name, lines in timelines:
         print(f"device timeline, {name}, {len(inputs)} steps back to back (torch.profiler), ms per step:")
         print(lines)
