@@ -30,14 +30,16 @@ import torch
 
 from . import session as _session
 from .device_ring import fill, private_empty
+from .fused_stats import _PERM_TW
 from .ring_records import RingFill
 from .session import Job, warn_once
 
 #: Rows (tensors recorded inside CUDA graphs), partial slots and pointer-table entries
-#: of a device's arena: 16384 rows is 1.2 MB of slots, the whole arena about 7 MB.
+#: of a device's arena: 16384 rows is 1.2 MB of slots; a row's table entry takes at most
+#: the strided kernel's (``fused_stats._PERM_TW`` int64), so the whole arena is about 10 MB.
 ARENA_ROWS = 16384
 ARENA_PROGRAMS = 32768
-ARENA_TABLE = 6 * ARENA_ROWS + 4096
+ARENA_TABLE = _PERM_TW * ARENA_ROWS + 4096
 
 _tls = threading.local()
 _arenas: dict[int, "Arena"] = {}
