@@ -152,7 +152,8 @@ def test_planned_sides_repeat_their_launches_bit_for_bit(tmp_path, monkeypatch):
     calls = _per_call(recs, 6)
     # Call 0 plans, call 1 keeps the launches, calls 2-3 repeat them (sides with scalars or copies still summarize).
     assert summarized[0] > 20 and summarized[2] < summarized[0], summarized
-    assert library_calls[0] == 0 and library_calls[2] > 10 and library_calls[3] == library_calls[2], library_calls
+    # (A side planned a call later, such as a tuple side, repeats its launches a call later too.)
+    assert library_calls[0] == 0 and library_calls[2] > 10 and library_calls[3] >= library_calls[2], library_calls
     # The attention fallback's output, a tuple (its RNG seeds on the CPU: read by the
     # runtime library), is planned from call 1: one side per block.
     assert [tuples[(i, False)] + tuples[(i, True)] for i in range(6)] == [0, 2, 2, 2, 0, 0], tuples
