@@ -532,6 +532,14 @@ def test_kept_launches_go_through_the_runtime_librarys_launcher(monkeypatch):
     finally:
         Metadata.global_scratch_size = 0
 
+    Compiled.function = None  # a kernel whose handle is not loaded: Triton's launcher
+    try:
+        unloaded = fused_stats._Kept((one,))
+        assert fused_stats._launch_side(unloaded, out, 16, 64) and unloaded.packed is False and len(runs) == 3
+    finally:
+        Compiled.function = 0xF00
+    runs.pop()
+
     results = [-1]  # no usable libcuda: nothing launched, Triton's launcher at once, for good
     assert fused_stats._launch_side(fused_stats._Kept((one,)), out, 16, 64)
     assert len(runs) == 3 and fused_stats._library_launch is False

@@ -603,7 +603,10 @@ def _pack_launches(launches: tuple[_Launch, ...]) -> tuple[array.array, int] | b
         if tuple(params[:n]) != _PARAM_TYPES or any(p != "u64" for p in params[n:]):
             return False
         fields += (compiled.function, x.programs, 32 * md.num_warps, md.shared, x.stream, len(params) - n, *x.head)
-    spec = array.array("q", fields)
+    try:
+        spec = array.array("q", fields)
+    except (TypeError, OverflowError):  # a handle not loaded (None), or not an address
+        return False
     return spec, spec.buffer_info()[0]
 
 
