@@ -49,6 +49,7 @@ import time
 
 from .. import config
 from .native_library import BuildError
+from .stats_worker import ARG_TYPES, plain_launch, scratch_pointers
 
 log = logging.getLogger("aoti_debug")
 
@@ -56,9 +57,6 @@ PACK_VERSION = 1
 MAGIC = b"AOTIDSTS"
 #: The pack's symbol in an AOTInductor package (hidden; the glue's reference is weak).
 SYMBOL = "aoti_debug_stats_pack_v1"
-#: The kernel's arguments as the C++ launcher passes them: base, tab, k, part, counters,
-#: out, k_total (PTX types). Triton 3.x appends its scratch pointers (u64 each; 3.6: two).
-ARG_TYPES = ("u64", "u64", "u32", "u64", "u64", "u64", "u32")
 #: Triton's launcher gives a kernel at most this much shared memory without opting in.
 MAX_SHARED = 48 * 1024
 MIN_TRITON = (3, 3)
@@ -173,7 +171,8 @@ def write_pack(capability: int, images: list[KernelImage], dtype_rows: list[tupl
             raise BuildError(f"kernel variants with different parameters: {im.params} vs {params}")
         if im.shared > MAX_SHARED:
             raise BuildError(f"{im.variant.file} needs {im.shared} bytes of shared memory")
-    if tuple(params[:len(ARG_TYPES)]) != ARG_TYPES or any(p != "u64" for p in params[len(ARG_TYPES):]):
+    scratch = scratch_pointers(params)
+    if scratch is None:
         raise BuildError(f"the kernel's parameters {params} are not {ARG_TYPES} and scratch pointers")
     strings = bytearray()
 
@@ -195,7 +194,7 @@ def write_pack(capability: int, images: list[KernelImage], dtype_rows: list[tupl
     total = offset
     out = bytearray(total)
     _HEADER.pack_into(out, 0, MAGIC, PACK_VERSION, capability, len(images), len(dtype_rows), fs.BLOCK,
-                      fs.PROGRAMS_PER_SM, fs.MIN_TILES, len(ARG_TYPES), len(params) - len(ARG_TYPES), 0, total,
+                      fs.PROGRAMS_PER_SM, fs.MIN_TILES, len(ARG_TYPES), scratch, 0, total,
                       strings_at + signature)
     at = _HEADER.size
     for im, name, where in zip(images, names, image_at):
@@ -306,8 +305,7 @@ def compile_images(capability: int, chosen: list[Variant] | None = None,
             r = by_file.get(v.file)
             if r is None:
                 raise BuildError(f"no cubin for {v.file}")
-            if r["num_ctas"] != 1 or r["global_scratch_size"] or r["profile_scratch_size"] or r["cooperative"] \
-                    or r["pdl"] or r["name"] != r["entry"]:
+            if not plain_launch(r) or r["name"] != r["entry"]:
                 raise BuildError(f"{v.file}: a launch native/device_stats.h does not make: {r}")
             with open(os.path.join(tmp, v.file), "rb") as f:
                 image = f.read()

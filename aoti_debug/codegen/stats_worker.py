@@ -40,6 +40,39 @@ def _kernels(path: str):
     return sys.modules[name]
 
 
+#: The stats kernels' own parameters (PTX types) as the C++ launcher and the Python
+#: runtime's library launcher pass them: base, tab, k, part, counters, out, k_total.
+#: Triton 3.x appends its scratch pointers (u64 each; 3.6: two).
+ARG_TYPES = ("u64", "u64", "u32", "u64", "u64", "u64", "u32")
+
+
+def scratch_pointers(params) -> int | None:
+    """How many scratch pointers Triton appended to ``ARG_TYPES`` in a kernel's PTX
+    parameter types; None when they are not ``ARG_TYPES`` followed by u64s."""
+    n = len(ARG_TYPES)
+    if tuple(params[:n]) != ARG_TYPES or any(p != "u64" for p in params[n:]):
+        return None
+    return len(params) - n
+
+
+def launch_fields(md) -> dict:
+    """What a compiled kernel's launch needs beyond grid, block and shared memory, from its
+    Triton metadata: CTAs per cluster, scratch sizes, cooperative and PDL launches."""
+    return {"num_ctas": int(getattr(md, "num_ctas", 1)),
+            "global_scratch_size": int(getattr(md, "global_scratch_size", 0) or 0),
+            "profile_scratch_size": int(getattr(md, "profile_scratch_size", 0) or 0),
+            "cooperative": bool(getattr(md, "launch_cooperative_grid", False)),
+            "pdl": bool(getattr(md, "launch_pdl", False))}
+
+
+def plain_launch(fields: dict) -> bool:
+    """Whether :func:`launch_fields` describe a launch ``cuLaunchKernel`` makes alone (what
+    the C++ launcher and the Python runtime's library launcher make): one CTA a cluster,
+    no scratch memory, neither cooperative nor PDL."""
+    return fields["num_ctas"] == 1 and not fields["global_scratch_size"] and not fields["profile_scratch_size"] \
+        and not fields["cooperative"] and not fields["pdl"]
+
+
 def ptx_params(ptx: str) -> tuple[str, list[str]]:
     """The entry point's name and parameter types (``u64``, ``u32``) in a PTX text."""
     m = _ENTRY_RE.search(ptx)
@@ -71,11 +104,7 @@ def compile_variants(job: dict) -> list[dict]:
             f.write(compiled.asm["cubin"])
         out.append({
             "file": v["file"], "name": md.name, "entry": entry, "params": params, "shared": int(md.shared),
-            "num_warps": int(md.num_warps), "num_ctas": int(getattr(md, "num_ctas", 1)),
-            "global_scratch_size": int(getattr(md, "global_scratch_size", 0) or 0),
-            "profile_scratch_size": int(getattr(md, "profile_scratch_size", 0) or 0),
-            "cooperative": bool(getattr(md, "launch_cooperative_grid", False)),
-            "pdl": bool(getattr(md, "launch_pdl", False)), "triton": triton.__version__,
+            "num_warps": int(md.num_warps), **launch_fields(md), "triton": triton.__version__,
         })
     if job.get("trace"):
         print(f"[aoti_debug stats worker pid={os.getpid()} +{time.monotonic() - t0:.2f}s] done", file=sys.stderr,

@@ -549,9 +549,6 @@ class _Kept(tuple):
 #: good, the library's failed).
 _library_launch: Any = None
 KEPT_LAUNCHES_SYMBOL = "aoti_debug_rt_kept_launches"
-#: The kernels' own parameters before Triton's scratch pointers (PTX types), as the C++
-#: runtime launches them (``codegen.device_stats.ARG_TYPES``).
-_PARAM_TYPES = ("u64", "u64", "u32", "u64", "u64", "u64", "u32")
 
 
 def bind_launcher(library: Any) -> None:
@@ -585,24 +582,21 @@ def _pack_launches(launches: tuple[_Launch, ...]) -> tuple[array.array, int] | b
     or False where one of them is a launch that function does not make: clusters,
     scratch memory, cooperative or programmatic-dependent launches, or parameters other
     than the kernel's seven and Triton's scratch pointers (from the compiled PTX)."""
-    from ..codegen.stats_worker import ptx_params
+    from ..codegen.stats_worker import launch_fields, plain_launch, ptx_params, scratch_pointers
 
     fields = [len(launches)]
     for x in launches:
         compiled = x.compiled
         md = compiled.metadata
-        if getattr(md, "num_ctas", 1) != 1 or getattr(md, "global_scratch_size", 0) or \
-                getattr(md, "profile_scratch_size", 0) or getattr(md, "launch_cooperative_grid", False) or \
-                getattr(md, "launch_pdl", False):
+        if not plain_launch(launch_fields(md)):
             return False
         try:
-            _entry, params = ptx_params(compiled.asm["ptx"])
+            scratch = scratch_pointers(ptx_params(compiled.asm["ptx"])[1])
         except Exception:
             return False
-        n = len(_PARAM_TYPES)
-        if tuple(params[:n]) != _PARAM_TYPES or any(p != "u64" for p in params[n:]):
+        if scratch is None:
             return False
-        fields += (compiled.function, x.programs, 32 * md.num_warps, md.shared, x.stream, len(params) - n, *x.head)
+        fields += (compiled.function, x.programs, 32 * md.num_warps, md.shared, x.stream, scratch, *x.head)
     try:
         spec = array.array("q", fields)
     except (TypeError, OverflowError):  # a handle not loaded (None), or not an address

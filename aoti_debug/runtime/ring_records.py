@@ -301,15 +301,16 @@ class RingLines:
                     if not fill.plan.host:
                         add((_SIDE, fill.seq, fill.launch, fill.call, stats + 64 * row, sums + 8 * row, found[2],
                              found[3]))
+                        count += 1
                     else:  # with host records (this call's CPU stats): an entry per record
-                        count += self._host_side(fill, found, stats + 64 * row, sums + 8 * row, add, keep) - 1
+                        count += self._host_side(fill, found, stats + 64 * row, sums + 8 * row, add, keep)
                 else:
                     found = self._texts_of(rec)
                     size += found[6]
                     add((_RECORD, rec["seq"], rec["launch"], rec["kernel_call"], stats + 64 * row, sums + 8 * row,
                          found[2], found[3], found[4], found[5]))
+                    count += 1
                 keep.append(found)
-                count += 1
             out = bytearray(size)
             spec[1] = len(spec)
             spec[2] = count
