@@ -47,9 +47,10 @@ def apply(settings: config.CompileSettings) -> None:
 
 
 def enable(level: str | int = "save", kernels: str | None = None, sync: bool = False,
-           phases: str | None = None, dump_dir: str | None = None) -> None:
-    """Instrument every compile from now on (until :func:`disable`)."""
-    settings = config.make_compile_settings(level, kernels, sync, phases)
+           phases: str | None = None, dump_dir: str | None = None, reuse: bool = True) -> None:
+    """Instrument every compile from now on (until :func:`disable`). ``reuse=False``: read
+    every input from its own values (``AOTI_DEBUG_REUSE=0``)."""
+    settings = config.make_compile_settings(level, kernels, sync, phases, reuse)
     if dump_dir is not None:
         config.set_dump_dir(dump_dir)
         from .runtime import session
@@ -76,11 +77,11 @@ def disable() -> None:
 
 @contextlib.contextmanager
 def enabled(level: str | int = "save", kernels: str | None = None, sync: bool = False,
-            phases: str | None = None, dump_dir: str | None = None) -> Iterator[None]:
+            phases: str | None = None, dump_dir: str | None = None, reuse: bool = True) -> Iterator[None]:
     """``with aoti_debug.enabled(level="save"): ...`` — restores the previous state on exit."""
     previous = current()
     previous_dir = config.get_dump_dir_override()
-    enable(level, kernels, sync, phases, dump_dir)
+    enable(level, kernels, sync, phases, dump_dir, reuse)
     try:
         yield
     finally:

@@ -39,6 +39,10 @@ ENV_REFERENCE = "AOTI_DEBUG_REFERENCE"
 ENV_SAVE_LAUNCHES = "AOTI_DEBUG_SAVE_LAUNCHES"
 ENV_RING = "AOTI_DEBUG_RING"
 ENV_TRIGGER = "AOTI_DEBUG_TRIGGER"
+#: ``0``: record every input of a launch from its own values, never from the record of
+#: the launch that wrote it (``format.protocol.SiteArg.reuse``): for a write no launch
+#: owns (a kernel writing out of bounds) that shows between the two. Default on.
+ENV_REUSE = "AOTI_DEBUG_REUSE"
 #: ``0``: stats of CUDA tensors without the fused Triton kernel (read when the model runs:
 #: the Python runtime's torch-op path, the C++ runtime's host copies). For comparisons.
 ENV_FUSED_STATS = "AOTI_DEBUG_FUSED_STATS"
@@ -199,6 +203,9 @@ class CompileSettings:
     """Synchronise the device after every instrumented launch."""
     phases: tuple[Phase, ...] = ("before", "after")
     """Which sides of a launch are recorded (inputs before, outputs after)."""
+    reuse: bool = True
+    """At levels stats and print, an input that is an earlier instrumented launch's output,
+    untouched since, takes that record's stats (``AOTI_DEBUG_REUSE``)."""
 
     @property
     def active(self) -> bool:
@@ -208,7 +215,8 @@ class CompileSettings:
         """A string that differs whenever the generated code would differ."""
         if not self.active:
             return ""
-        return f"aoti_debug:{self.level}:{self.kernels}:{int(self.sync)}:{'+'.join(self.phases)}"
+        tag = f"aoti_debug:{self.level}:{self.kernels}:{int(self.sync)}:{'+'.join(self.phases)}"
+        return tag if self.reuse else tag + ":noreuse"
 
     def to_dict(self) -> dict:
         return {
@@ -216,6 +224,7 @@ class CompileSettings:
             "kernels": str(self.kernels),
             "sync": self.sync,
             "phases": list(self.phases),
+            "reuse": self.reuse,
         }
 
 
@@ -234,6 +243,7 @@ def compile_settings_from_env(env: Mapping[str, str] | None = None) -> CompileSe
         kernels=KernelFilter.parse(raw_kernels, kernels_var),
         sync=parse_bool(ENV_SYNC, env.get(ENV_SYNC)),
         phases=parse_phases(env.get(ENV_PHASES)),
+        reuse=parse_bool(ENV_REUSE, (env.get(ENV_REUSE) or "").strip() or "1"),  # unset or empty: on
     )
 
 
@@ -242,6 +252,7 @@ def make_compile_settings(
     kernels: str | None = None,
     sync: bool = False,
     phases: str | tuple[str, ...] | None = None,
+    reuse: bool = True,
 ) -> CompileSettings:
     """Settings from Python arguments (``aoti_debug.enable``)."""
     return CompileSettings(
@@ -249,6 +260,7 @@ def make_compile_settings(
         kernels=KernelFilter.parse(kernels),
         sync=bool(sync),
         phases=parse_phases(phases),
+        reuse=bool(reuse),
     )
 
 
@@ -466,6 +478,7 @@ def child_env(
     save_launches: str | None = None,
     ring: str | int | None = None,
     trigger: str | None = None,
+    reuse: bool | None = None,
 ) -> dict[str, str]:
     """Environment for a child process (``aoti-debug run`` / ``locate``).
 
@@ -498,6 +511,8 @@ def child_env(
         env[ENV_PHASES] = phases
     if names_args is not None:
         env[ENV_NAMES_ARGS] = "1" if names_args else "0"
+    if reuse is not None:
+        env[ENV_REUSE] = "1" if reuse else "0"
     return env
 
 

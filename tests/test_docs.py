@@ -38,6 +38,7 @@ def test_readme_names_every_level_and_env_var():
         assert re.search(rf"\|\s*{num}\s*\|\s*`{name}`", README), name
     for var in (config.ENV_LEVEL, config.ENV_KERNELS, config.ENV_DIR, config.ENV_SYNC, config.ENV_PHASES,
                 config.ENV_MAX_BYTES, config.ENV_REFERENCE, config.ENV_SAVE_LAUNCHES, config.ENV_RING, config.ENV_TRIGGER, config.ENV_FUSED_STATS,
+                config.ENV_REUSE,
                 config.ENV_TRACE_BUILD, config.ENV_TRACE_DEVICE, config.ENV_TORCH_LEVEL, config.ENV_TORCH_KERNELS):
         assert var in README, var
 
@@ -64,15 +65,15 @@ def test_python_emitter_golden():
     before = python_emitter.emit(m, root, launch, "before")
     after = python_emitter.emit(m, root, launch, "after")
     site = ("('', 'triton_poi_fused_add_0', 'triton_poi_fused_add_0', "
-            "(('arg0_1', 'input', 'tensor', 'arg0_1', False, ()), ('xnumel', 'input', 'scalar', '16', False, ())), "
-            "(('buf0', 'output', 'tensor', 'buf0', False, ()),), None, 0, '')")
+            "(('arg0_1', 'input', 'tensor', 'arg0_1', False, (), ()), ('xnumel', 'input', 'scalar', '16', False, (), ())), "
+            "(('buf0', 'output', 'tensor', 'buf0', False, (), ()),), None, 0, '')")
     # The site is a module constant, built once at import; the hook lines name the kernel.
     assert before == ["_aoti_debug.launch(_AD_SITE_0, (arg0_1, 16))  # 'triton_poi_fused_add_0'"]
     assert after == ["_aoti_debug.done(_AD_SITE_0, (buf0,))  # 'triton_poi_fused_add_0'"]
     assert Root.imports.lines == [
         "from aoti_debug.runtime.hooks import graph as _aoti_debug_graph",
         f"_aoti_debug = _aoti_debug_graph(globals().get('__file__'), 'save', False, info=(), native={native!r}, "
-        "protocol=4)",
+        "protocol=5)",
         f"_AD_SITE_0 = _aoti_debug.site({site})",
     ]
     odd = Launch(kernel="k'\"\\n\n", op="k", kind="cpp", args=[])

@@ -317,6 +317,51 @@ def test_uninitialised_flags_only_unwritten_buffers(builder, model, wrapper, lev
 
 
 # --------------------------------------------------------------------------- (a) identical runs
+def _sites(code: str) -> dict[int, "Site"]:
+    """The Python wrapper's site literals (``_AD_SITE_n = _aoti_debug.site(...)``) by number."""
+    import ast
+
+    from aoti_debug.format.protocol import make_site
+
+    found = {}
+    for m in re.finditer(r"^_AD_SITE_\d+ = _aoti_debug\.site\((.*)\)$", code, re.M):
+        site = make_site(ast.literal_eval(m.group(1)))
+        found[site.id] = site
+    return found
+
+
+@pytest.mark.parametrize("model", [pytest.param(m, marks=() if m in FAST_MODELS else (pytest.mark.slow,))
+                                   for m in BUILDERS])
+def test_inputs_linked_to_their_producer_hold_what_it_wrote(builder, model):
+    """Each input the Python wrapper's codegen links to the launch that wrote it
+    (``SiteArg.reuse``: on CUDA its record takes that launch's row instead of reading the
+    tensor) holds, read on CPU, exactly what that launch's after record holds."""
+    d = builder.get(model, "python", "stats")
+    sites = _sites(d.code)
+    links = {(s.id, i): a.reuse for s in sites.values() for i, a in enumerate(s.before) if a.reuse}
+    # Of the inputs a launch of this graph wrote (not weights): GPT-2 links 23 of 32; the
+    # others are slices (attention's q, k, v of one buffer) or a fallback's tuple element.
+    inputs = sum(1 for s in sites.values() for a in s.before if a.arg.startswith("buf") and not a.uninitialised)
+    assert len(links) >= inputs // 3, f"only {len(links)} of {inputs} intermediate inputs linked to a producer"
+    recs = [r for r in records(d.a) if r["kind"] == "tensor"]
+    last: dict[tuple[str, int, int], dict] = {}  # (graph, site, index) -> its latest after record
+    checked = 0
+    for r in recs:
+        if r["phase"] == "after":
+            last[(r["graph"], r["site"], r["index"])] = r
+            continue
+        link = links.get((r["site"], r["index"]))
+        if link is None:
+            continue
+        producer, at = link
+        made = last.get((r["graph"], producer, len(sites[producer].before) + at))
+        assert made is not None and made["launch"] < r["launch"], (r, link)
+        assert (made["numel"], made["dtype"]) == (r["numel"], r["dtype"]), (made, r)  # (a view may reshape it)
+        assert (made["checksum"], made["stats"]) == (r["checksum"], r["stats"]), (made, r)
+        checked += 1
+    assert checked >= len(links), (checked, len(links))
+
+
 @pytest.mark.parametrize("model,wrapper,level", COMBOS)
 def test_identical_runs_diff_equal(builder, model, wrapper, level):
     d = builder.get(model, wrapper, level)

@@ -61,7 +61,7 @@ class _HostRing:
             if self.odd and at % 3 == 2:
                 row = [*_ODD_ROWS[(at // 3) % len(_ODD_ROWS)], 1.0]
             seg.host[8 * at: 8 * at + 8] = torch.tensor(row, dtype=torch.float64)
-            sums[at] = -int(c) - 1 if at % 2 else int(c)  # negative checksums too
+            sums[at] = -int(c) - 1 if self.odd and at % 2 else int(c)  # negative checksums too
         self.used += len(tensors)
         return self.arrival, first
 
@@ -121,14 +121,19 @@ def _host_stats(host: bool):
     return read
 
 
+_runs = [0]
+
+
 def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None, broken=False, odd=True,
          cpu_side: bool = True, plans: bool = True, sides=None, host: bool = False) -> bytes:
     """The manifest bytes of ``steps`` calls of the sides, with ring records written by the
     library (``native``) or by the dicts, in a run directory of their own; ``plans``
     False: no side is made from a plan (``GraphHandle._ring_side``), every record is a dict
     in the model's thread first; ``host``: int64 tensors read by the runtime library (:func:`_host_stats`)."""
+    _runs[0] += 1  # a directory of its own: two runs of one process in one may share a run id
     os.environ["AOTI_DEBUG_DIR"] = os.path.join(os.environ["AOTI_DEBUG_DIR"],
-                                                f"{'native' if native else 'dicts'}-{'plans' if plans else 'full'}")
+                                                f"{'native' if native else 'dicts'}-{'plans' if plans else 'full'}"
+                                                f"-{_runs[0]}")
     session.reset()
     ring = _HostRing(odd=odd, broken=broken)
     mp = pytest.MonkeyPatch()
@@ -146,10 +151,17 @@ def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None
         if not native:
             g._lines = None
         plain = Site("", "cpp_fused_scalar_3", "k", (_arg("n", kind="scalar"),), (_arg("m", kind="scalar"),), None, 3, "")
+        known: dict[int, Site] = {}
+        for step in range(steps):  # every site literal first, as a wrapper's import passes them
+            for site, _before, _after in (sides or _sides)(step):
+                if id(site) not in known:
+                    known[id(site)] = g.site(tuple(site))
         for step in range(steps):
             for site, before, after in (sides or _sides)(step):
+                site = known[id(site)]
                 g.launch(site, before)
-                g.done(site, after, extra)
+                if after is not None:  # (None: the launch never returned)
+                    g.done(site, after, extra)
                 if cpu_side:  # records with nothing to wait for, between ring records
                     g.launch(plain, (3,))
                     g.done(plain, (4.5,))
@@ -303,6 +315,20 @@ def test_the_library_refuses_a_malformed_spec(library):
     assert call([(0, 1, 1, 1, row.buffer_info()[0], checksum.buffer_info()[0], 0, 5, 0, 0)])[0] == -1  # null text
     rc, needed = call([side], cap=10)
     assert rc == -3 and needed == end
+    # A side taking a row: its template's second record (row -2) takes taken row 0 of
+    # the segment (row 0 here); the first (row 0) is the side's first row.
+    taken_template = array.array("q", template)
+    taken_template[7] = -2
+    rows = array.array("q", [0])
+    taking = (3, 7, 3, 2, row.buffer_info()[0], checksum.buffer_info()[0], taken_template.buffer_info()[0], 2, 0,
+              rows.buffer_info()[0], 1)
+    rc, end3 = call([taking])
+    stats = b',"stats":{"min":1.0,"max":2.0,"mean":1.5,"std":0.5,"absmax":2.0,"nan":0,"inf":0},"checksum":"00000000000000ff"}'
+    assert rc == 0 and bytes(out[:end3]) == expected.replace(b'"arg":"x"}\n', b'"arg":"x"' + stats + b"\n")
+    assert call([taking[:10] + (0,)])[0] == -1  # taken row 0 of none
+    assert call([taking[:9] + (0, 1)])[0] == -1  # no taken rows
+    assert call([taking[:8] + (-1,) + taking[9:]])[0] == -1  # no first row
+    assert call([taking[:10]])[0] == -1  # the entry runs past the spec
 
 
 def test_cuda_graph_replay_values_are_written_alike(library, fresh_session):
@@ -343,8 +369,8 @@ def _count_planned(monkeypatch) -> list[tuple[str, str, int]]:
     calls = []
     side = hooks.GraphHandle._ring_side
 
-    def counted(self, sess, plan, values, launch, call):
-        done = side(self, sess, plan, values, launch, call)
+    def counted(self, sess, site, plan, values, launch, call):
+        done = side(self, sess, site, plan, values, launch, call)
         if done:
             calls.append((plan.site.kernel, plan.records[0]["phase"], call))
         return done
@@ -579,3 +605,110 @@ def test_no_plan_is_used_under_a_flight_recorder(library, fresh_session, monkeyp
     g.done(mm, after)
     assert len(planned) == 2
     assert [j.record["arg"] for j in submitted] == ["b", "x", "w", "buf0"]
+
+
+# --------------------------------------------------------------------------- inputs taken from their producers
+def _taking(name: str, producer: int, at: int = 0) -> SiteArg:
+    return SiteArg(name, "input", "tensor", name, False, (), (producer, at))
+
+
+@functools.cache
+def _reuse_sites(reuse: bool, seed: bool = False) -> tuple[Site, Site, Site]:
+    """A producer (site 10: buf1), a consumer taking buf1 and reading w (11: buf2; with
+    ``seed`` an int64 tensor too) and one taking both buf1 and buf2 (12): as the wrapper's
+    codegen links them, or not at all."""
+    take = _taking if reuse else (lambda name, producer, at=0: _arg(name))
+    add = Site("", "triton_poi_fused_add_0", "add", (_arg("x"),), (_arg("buf1", "output"),), None, 10, "")
+    mm = Site("", "extern_kernels.mm", "mm", (take("buf1", 10), _arg("w"), *((_arg("seed"),) if seed else ())),
+              (_arg("buf2", "output"),), None, 11, "")
+    mul = Site("", "triton_poi_fused_mul_1", "mul", (take("buf1", 10), take("buf2", 11), _arg("n", kind="scalar")),
+               (_arg("buf3", "output"),), None, 12, "")
+    return add, mm, mul
+
+
+def _reuse_sides(reuse: bool, lost: int | None = None, seed: bool = False):
+    """The three launches of :func:`_reuse_sites` with fresh values each step; at step
+    ``lost`` the producer never returns (its ``done`` is not called) and its consumers are
+    given other values: they must read those, not the last step's row."""
+
+    def sides(step: int):
+        g = torch.Generator().manual_seed(step)
+        x, w = torch.randn(8, 16, generator=g), torch.randn(16, 16, generator=g)
+        buf1 = x + 1
+        buf2 = buf1 @ w
+        add, mm, mul = _reuse_sites(reuse, seed)
+        seeds = [torch.arange(step, step + 2)] if seed else []
+        if step == lost:
+            return [(add, [x], None), (mm, [buf1 * 3, w, *seeds], [buf2]), (mul, [buf1 * 3, buf2, 2], [buf1 * buf2])]
+        return [(add, [x], [buf1]), (mm, [buf1, w, *seeds], [buf2]), (mul, [buf1, buf2, 2], [buf1 * buf2])]
+
+    return sides
+
+
+def _lines(data: bytes) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in data.decode("ascii").splitlines()]
+
+
+@pytest.mark.parametrize("plans", [True, False], ids=["plans", "full"])
+@pytest.mark.parametrize("native", [True, False], ids=["library", "dicts"])
+def test_inputs_taken_from_their_producers_are_what_reading_them_records(library, fresh_session, monkeypatch,
+                                                                         native, plans):
+    rows = []
+    rows_of = _HostRing.rows
+    monkeypatch.setattr(_HostRing, "rows", lambda self, *a: rows.append(len(a[-1])) or rows_of(self, *a))
+    taken = _lines(_run(library, native, steps=4, odd=False, cpu_side=False, plans=plans, sides=_reuse_sides(True)))
+    taken_rows, rows[:] = sum(rows), []
+    read = _lines(_run(library, native, steps=4, odd=False, cpu_side=False, plans=plans, sides=_reuse_sides(False)))
+    assert [r.get("reused") for r in taken if r["phase"] == "before"] == [None, 10, None, 10, 11, None] * 4
+    assert [{k: v for k, v in r.items() if k != "reused"} for r in taken] == read
+    assert taken_rows == sum(rows) - 3 * 4  # three tensors a step the stats kernel no longer reads
+
+
+def test_sides_taking_inputs_are_planned_and_written_byte_for_byte(library, fresh_session, monkeypatch):
+    planned = _count_planned(monkeypatch)
+    per_record = []  # sides written an entry per record (rows in other segments, host records)
+    host_side = ring_records.RingLines._host_side
+    monkeypatch.setattr(ring_records.RingLines, "_host_side", staticmethod(
+        lambda *a: per_record.append(1) or host_side(*a)))
+    native = _run(library, True, steps=4, sides=_reuse_sides(True))
+    # Steps 2-4: all six sides, the mul's inputs with no ring row of their own (no stats
+    # kernel); each side one entry (kRingEntrySideTaken: one segment here).
+    assert len(planned) == 3 * 6 and not per_record
+    assert native == _run(library, False, steps=4, sides=_reuse_sides(True))
+    assert native == _run(library, True, steps=4, sides=_reuse_sides(True), plans=False)
+    # A side with host records too (an int64 tensor the library reads): an entry per record.
+    seeded = _run(library, True, steps=4, sides=_reuse_sides(True, seed=True), host=True)
+    assert per_record and b'"reused":10' in seeded
+    assert seeded == _run(library, False, steps=4, sides=_reuse_sides(True, seed=True), host=True)
+    assert seeded == _run(library, True, steps=4, sides=_reuse_sides(True, seed=True), host=True, plans=False)
+
+
+@pytest.mark.parametrize("plans", [True, False], ids=["plans", "full"])
+def test_an_input_whose_producer_did_not_return_is_read(library, fresh_session, plans):
+    """The producer of step 3 never returns: its consumers read their own values, as
+    without reuse, and take their producer's rows again from step 4."""
+    taken = _lines(_run(library, True, steps=5, odd=False, cpu_side=False, plans=plans,
+                        sides=_reuse_sides(True, lost=2)))
+    read = _lines(_run(library, True, steps=5, odd=False, cpu_side=False, plans=plans,
+                       sides=_reuse_sides(False, lost=2)))
+    assert [{k: v for k, v in r.items() if k != "reused"} for r in taken] == read
+    mm_buf1 = [r for r in taken if r["kernel"] == "extern_kernels.mm" and r["arg"] == "buf1"]
+    assert [r.get("reused") for r in mm_buf1] == [10, 10, None, 10, 10]
+    mul_buf2 = [r for r in taken if r["kernel"] == "triton_poi_fused_mul_1" and r["arg"] == "buf2"]
+    assert [r.get("reused") for r in mul_buf2] == [11] * 5  # (buf2's producer did return)
+
+
+def test_no_input_is_taken_under_a_flight_recorder(library, fresh_session, monkeypatch):
+    """The trigger saves a launch's inputs from the tensors: none is left to a producer's row."""
+    monkeypatch.setenv("AOTI_DEBUG_RING", "4")
+    session.reset()
+    submitted = []
+    monkeypatch.setattr(session.Session, "submit", lambda self, job: submitted.append(job))
+    g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
+    for site, before, after in _reuse_sides(True)(0):
+        site = g.site(tuple(site))
+        g.launch(site, before)
+        g.done(site, after)
+    assert len(submitted) == 9 and not any("reused" in j.record for j in submitted)

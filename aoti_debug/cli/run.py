@@ -21,6 +21,10 @@ from ._common import BadInput
 @click.option("--dir", "dump_dir", default=None, help=f"Dump root (default ${config.ENV_DIR} or ./{config.DEFAULT_DIR}).")
 @click.option("--sync/--no-sync", default=None, help="Synchronise the device after every instrumented launch.")
 @click.option("--phases", default=None, help="before, after, or before,after (default).")
+@click.option("--reuse/--no-reuse", default=None,
+              help=f"At levels stats and print, take an input's stats from the record of the launch that wrote it "
+                   f"(default; ${config.ENV_REUSE}). --no-reuse reads every input again: a write no launch owns "
+                   "(out of bounds) then shows between the two.")
 @click.option("--reference", type=click.Choice(config.REFERENCE_MODES), default=None,
               help="Record a reference instead: torch.compile'd functions run eagerly (eager), or eagerly "
                    "and in float64 beside the model's dtypes (fp64, which also records eager's own error).")
@@ -39,7 +43,7 @@ from ._common import BadInput
 @click.option("--context", type=click.IntRange(min=0), default=2, show_default=True,
               help="With --from-diff: how many launches before the first divergence to save too.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(level, kernels, dump_dir, sync, phases, reference, save_launches, ring, trigger, from_diff, context, cmd):
+def run(level, kernels, dump_dir, sync, phases, reuse, reference, save_launches, ring, trigger, from_diff, context, cmd):
     """Run CMD with every torch.compile / AOTInductor compile instrumented.
 
     With --reference, CMD's torch.compile'd functions are not compiled: they run
@@ -72,7 +76,8 @@ def run(level, kernels, dump_dir, sync, phases, reference, save_launches, ring, 
             raise click.UsageError(str(e)) from None
     try:
         env = config.child_env(os.environ, level=level, kernels=kernels, dump_dir=dump_dir, sync=sync, phases=phases,
-                               reference=reference, save_launches=save_launches, ring=ring, trigger=trigger)
+                               reference=reference, save_launches=save_launches, ring=ring, trigger=trigger,
+                               reuse=reuse)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     # A CMD that cannot start is bad input, worded and exiting as in `aoti-debug locate`

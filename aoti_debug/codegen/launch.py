@@ -42,6 +42,9 @@ class LaunchArg:
     """``(suffix, reason)`` for parts of the value that are nondeterministic by contract
     (RNG seeds and offsets): ``""`` names the whole value, ``"[2]"`` the third element of
     the tuple a fallback returns."""
+    reuse: tuple[int, int] = ()
+    """``(site, position among its after args)`` of the earlier instrumented launch whose
+    output this input is, unchanged (set by the manager; ``SiteArg.reuse``)."""
 
     def volatile_reason(self, name: str) -> str | None:
         """The reason recorded for ``name`` (this arg or one element of it), if volatile."""

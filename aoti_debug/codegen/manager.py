@@ -9,9 +9,15 @@ description, and this class turns that into Python or C++ lines.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from ..config import CompileSettings
-from .launch import Launch, base_name
+from .launch import Launch, LaunchArg, base_name
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: The levels whose records of CUDA tensors come from the device ring, where an input's
+#: record may take its producer's stats (``SiteArg.reuse``).
+REUSE_LEVELS = ("stats", "print")
 
 
 class Manager:
@@ -31,6 +37,14 @@ class Manager:
         """Buffer name -> the name of the buffer whose memory it is (alias, reuse)."""
         self.header_done = False
         self.launches = 0
+        self.producers: dict[str, dict[str, tuple[int, int]]] = {}
+        """Storage -> {expression -> (site, position among its after args)}: the values an
+        instrumented launch wrote that no launch, and no line outside one, touched since
+        (``SiteArg.reuse``; the Python wrapper only, at ``REUSE_LEVELS``)."""
+        self.reuse_of: dict[str, str] = {}
+        """Buffer name -> the buffer whose memory it reuses from its start (``ReuseLine``)."""
+        self._mark: tuple[int, int] = (0, 0)
+        """``(id(code), lines)``: where the last launch's lines ended in the wrapper's code."""
 
     # -- the DebugPrinterManager interface (Inductor's own call sites) ----------------
     debug_printer_level = "0"
@@ -76,6 +90,8 @@ class Manager:
             fixed.append(a)
         launch = dataclasses.replace(launch, args=fixed)
         launch.unique_names()
+        if self.producers:
+            launch.args = [self._reuse(a) for a in launch.args]
         if not launch.provenance:
             from .provenance import describe
 
@@ -97,18 +113,89 @@ class Manager:
         # Graph inputs, constants and anything not allocated in this graph hold data.
         return root in self.written or not root.startswith("buf")
 
-    def alias(self, new: str, old: str) -> None:
+    def alias(self, new: str, old: str, reuse: bool = False) -> None:
         """``new`` names the memory of ``old`` (a reinterpret view, a reuse line, a
-        multi-output element): writes through either are writes to one storage."""
-        new, old = base_name(new), self.root(old)
+        multi-output element): writes through either are writes to one storage.
+        ``reuse``: a buffer reuse line, ``new`` starts where ``old`` does."""
+        new, old_name = base_name(new), base_name(old)
+        old = self.root(old)
         if new != old:
             self.storage[new] = old
+            if reuse:
+                self.reuse_of[new] = old_name
+
+    def _start(self, name: str) -> str:
+        """The buffer whose memory ``name``'s starts at: itself, or what a chain of buffer
+        reuses (``bufB = bufA  # reuse``) leads back to."""
+        seen = set()
+        while name in self.reuse_of and name not in seen:
+            seen.add(name)
+            name = self.reuse_of[name]
+        return name
 
     def mark_written(self, launch: Launch) -> None:
         for a in launch.args:
             if a.after and a.kind in ("tensor", "unknown"):
-                self.written.add(self.root(a.name))
-                self.written.add(self.root(a.expr))
+                for root in (self.root(a.name), self.root(a.expr)):
+                    self.written.add(root)
+                    self.producers.pop(root, None)
+
+    # -- input stats reuse (SiteArg.reuse) -------------------------------------------
+    @property
+    def reuses(self) -> bool:
+        s = self.settings
+        return s.reuse and s.level in REUSE_LEVELS and "after" in s.phases and "before" in s.phases
+
+    def _reuse(self, a: LaunchArg) -> LaunchArg:
+        """``a`` with its producer, where it is an input that an earlier instrumented
+        launch's output is: the same expression of the same storage, or another view of
+        the same elements in the same order (both contiguous from one offset, as
+        ``reinterpret_tensor(buf3, (24, 64), (64, 1), 0)`` of a ``(2, 12, 64)`` ``buf3``):
+        the same stats and checksum (which weighs each element by its logical index)."""
+        if not a.before or a.uninitialised or a.kind not in ("tensor", "unknown"):
+            return a
+        made = self.producers.get(self.root(a.name))
+        if not made:
+            return a
+        spelled = _spelled(a.expr)
+        found = made.get(spelled)
+        if found is None:
+            span = _contiguous_span(spelled, self._start)
+            if span is not None:
+                found = next((p for expr, p in made.items() if _contiguous_span(expr, self._start) == span), None)
+        return dataclasses.replace(a, reuse=found) if found is not None else a
+
+    def _produced(self, launch: Launch) -> None:
+        """Keep the tensors an instrumented launch wrote as producers (after its lines)."""
+        after = [a for a in launch.args if a.after]
+        for i, a in enumerate(after):
+            if a.kind in ("tensor", "unknown") and "#" not in a.name:
+                self.producers.setdefault(self.root(a.name), {}).setdefault(_spelled(a.expr), (launch.site, i))
+
+    def lines_written(self, code, phase: str) -> None:
+        """Called as a launch's line is written out (``wrapper_lines``): before a launch,
+        forget the producers whose storage any line written since the last launch names
+        (a ``copy_``, a collective, a reuse of the buffer: anything not bracketed as a
+        launch may write it); after one, remember where its lines end."""
+        lines = getattr(code, "_lines", None)
+        if lines is None:
+            self.producers.clear()
+            return
+        if phase == "after":
+            self._mark = (id(code), len(lines))
+            return
+        if not self.producers:
+            return
+        known, start = self._mark
+        if known != id(code):
+            self.producers.clear()
+            return
+        for line in lines[start:]:
+            text = str(getattr(line, "line", line)).strip()
+            if text.startswith(("#", "del ")) or text.endswith(("# reuse", "# alias")):
+                continue  # (names only: the storage tracking follows reuse and alias lines)
+            for name in _NAME.findall(text):
+                self.producers.pop(self.root(name), None)
 
     def emit(self, wrapper, launch: Launch, phase: str, cpp: bool) -> list[str]:
         """Lines to put before or after the launch, in the wrapper's language."""
@@ -122,4 +209,59 @@ class Manager:
             return cpp_emitter.emit(self, wrapper, launch, phase)
         from . import python_emitter
 
-        return python_emitter.emit(self, wrapper, launch, phase)
+        lines = python_emitter.emit(self, wrapper, launch, phase)
+        if phase == "after" and self.reuses and launch.site >= 0:
+            self._produced(launch)
+        return lines
+
+
+def _spelled(expr: str) -> str:
+    return "".join(expr.split())
+
+
+def _contiguous_span(expr: str, start) -> tuple[str, int, int] | None:
+    """``(buffer, offset, numel)`` of the elements ``expr`` names, where it is a buffer or
+    ``reinterpret_tensor(buffer, sizes, strides, offset)`` with static, contiguous sizes and
+    strides, the buffer followed back through buffer reuses (``start``) to the one whose
+    memory it starts at; None for anything else (symbolic sizes, gaps: such inputs take
+    their producer's record only as the same expression)."""
+    import ast
+
+    try:
+        node = ast.parse(expr, mode="eval").body
+        if isinstance(node, ast.Name):
+            name = node.id
+            layout = _layout(name)
+            if layout is None:
+                return None
+            (size, stride), offset = layout, 0  # the tensor itself (reinterpret_tensor's offset is relative to it)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id == "reinterpret_tensor" and len(node.args) == 4 and not node.keywords and \
+                isinstance(node.args[0], ast.Name):
+            name = node.args[0].id
+            size, stride, offset = (ast.literal_eval(x) for x in node.args[1:])
+        else:
+            return None
+    except (SyntaxError, ValueError, TypeError):
+        return None
+    if not (isinstance(size, tuple) and isinstance(stride, tuple) and len(size) == len(stride) and
+            all(type(v) is int for v in (*size, *stride, offset))):
+        return None
+    expected = 1
+    for n, st in reversed(list(zip(size, stride))):
+        if n != 1 and st != expected:
+            return None
+        expected *= n
+    return start(name), offset, expected
+
+
+def _layout(name: str) -> tuple[tuple, tuple] | None:
+    """``(sizes, strides)`` of buffer ``name`` as Inductor laid it out, as ints; None where
+    it is not known or not static (Inductor's IR: ``V.graph.try_get_buffer``)."""
+    try:
+        from torch._inductor.virtualized import V
+
+        layout = V.graph.try_get_buffer(name).get_layout()
+        return tuple(int(v) for v in layout.size), tuple(int(v) for v in layout.stride)
+    except Exception:  # no graph, no such buffer, a symbolic size (int() raises)
+        return None

@@ -145,7 +145,7 @@ PATCHES: tuple[Patch, ...] = tuple(
 ) + (
     # Storage tracking: which storage each buffer name is, so that a read of memory no
     # launch has written is flagged uninitialised instead of compared as data.
-    Patch(f"{_WRAPPER}:ReuseLine", "codegen", track_alias(_alias_names), True,
+    Patch(f"{_WRAPPER}:ReuseLine", "codegen", track_alias(_alias_names, reuse=True), True,
           "follows `bufB = bufA  # reuse` (buffer reuse)"),
     Patch(f"{_WRAPPER}:MultiOutputLine", "codegen", track_alias(lambda line: (line.result_name, line.arg_name)),
           True, "follows `bufB = bufA[0]` (one output of a multi-output op)"),

@@ -81,7 +81,8 @@ def site(launch: Launch, phases: tuple[str, ...], level: str) -> tuple[Site, lis
 
     def meta(selected):
         return tuple(SiteArg(a.name, a.role, a.kind, a.expr, bool(a.uninitialised),
-                             tuple((str(part), str(reason)) for part, reason in a.volatile)) for a in selected)
+                             tuple((str(part), str(reason)) for part, reason in a.volatile),
+                             tuple(a.reuse) if a.before else ()) for a in selected)
 
     if level == "names":
         # Metadata only (read when AOTI_DEBUG_NAMES_ARGS is set): the faulting launch
@@ -96,26 +97,26 @@ def site(launch: Launch, phases: tuple[str, ...], level: str) -> tuple[Site, lis
                  provenance=launch.provenance), before, after)
 
 
-def site_constant(wrapper, launch_site: Site) -> str:
+def site_constant(wrapper, launch_site: Site) -> tuple[str, int]:
     """The name of the module constant holding ``launch_site``, defined in the header the
-    first time (one per distinct site: both phases of a launch share it)."""
+    first time (one per distinct site: both phases of a launch share it), and its number."""
     root = _root(wrapper)
     names = getattr(root, "_aoti_debug_sites", None)
     if names is None:
         names = root._aoti_debug_sites = {}
-    name = names.get(launch_site)
-    if name is None:
+    found = names.get(launch_site)
+    if found is None:
         number = len(names)
-        name = names[launch_site] = f"{SITE_PREFIX}{number}"
+        found = names[launch_site] = (f"{SITE_PREFIX}{number}", number)
         # A NamedTuple is written as the plain tuple literal of its fields.
-        root.imports.writeline(f"{name} = {HANDLE}.site({py_literal(launch_site._replace(id=number))})")
-    return name
+        root.imports.writeline(f"{found[0]} = {HANDLE}.site({py_literal(launch_site._replace(id=number))})")
+    return found
 
 
 def emit(manager, wrapper, launch: Launch, phase: str) -> list[str]:
     ensure_header(manager, wrapper)
     settings = manager.settings
     launch_site, before, after = site(launch, settings.phases, settings.level)
-    name = site_constant(wrapper, launch_site)
+    name, launch.site = site_constant(wrapper, launch_site)
     call, args = ("launch", before) if phase == "before" else ("done", after)
     return [f"{HANDLE}.{call}({name}, {py_tuple([a.expr for a in args])})  # {py_literal(launch.kernel)}"]

@@ -44,6 +44,7 @@ def _make_line_class():
         def codegen(self, code) -> None:
             try:
                 if self.phase == "before":
+                    self.manager.lines_written(code, "before")
                     launch = self.state["make"]()
                     if launch is not None and "graph" in self.state:
                         launch.graph = self.state["graph"]
@@ -54,6 +55,8 @@ def _make_line_class():
                 lines = self.manager.emit(self.wrapper, launch, self.phase, is_cpp())
                 for text in lines:
                     code.writeline(text)
+                if self.phase == "after":
+                    self.manager.lines_written(code, "after")
             except Exception as e:  # never break the user's compile
                 warn_codegen(e)
 
@@ -169,11 +172,11 @@ def wrap_user_kernel_codegen(original):
     return codegen
 
 
-def track_alias(names: Callable[[object], tuple[str, str]]) -> Callable:
+def track_alias(names: Callable[[object], tuple[str, str]], reuse: bool = False) -> Callable:
     """``wrap_*`` for a line's ``codegen`` that makes one buffer name another's storage
     (``bufB = bufA  # reuse``, ``bufB = bufA[0]``, ``reinterpret_tensor(bufA, ...)``), so
     that the manager knows which storage each buffer name is. ``names(line)`` gives
-    (new, old)."""
+    (new, old); ``reuse``: the line is a buffer reuse (``bufB`` starts where ``bufA`` does)."""
 
     def wrap(original):
         @functools.wraps(original)
@@ -183,7 +186,7 @@ def track_alias(names: Callable[[object], tuple[str, str]]) -> Callable:
             if manager is not None:
                 try:
                     new, old = names(self)
-                    manager.alias(new, old)
+                    manager.alias(new, old, reuse)
                 except Exception as e:
                     warn_codegen(e)
 

@@ -30,8 +30,9 @@ from .schema import Record, _jsonable
 
 #: Bump when the meaning or order of a field of :class:`Site` / :class:`SiteArg`, or the
 #: calls the emitted code makes, change. 1: the untyped tuples (no version passed);
-#: 3 added the site's number and provenance; 4 the runtime library's path (``native=``).
-PROTOCOL_VERSION = 4
+#: 3 added the site's number and provenance; 4 the runtime library's path (``native=``);
+#: 5 an input's producer (:attr:`SiteArg.reuse`).
+PROTOCOL_VERSION = 5
 
 #: The keys a manifest record may have (what ``Record.from_dict`` reads).
 RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(Record))
@@ -55,6 +56,12 @@ class SiteArg(NamedTuple):
     volatile: tuple[tuple[str, str], ...] = ()
     """``(suffix, reason)`` pairs for parts that are nondeterministic by contract: ``""``
     is the whole value, ``"[2]"`` the third element of a returned tuple."""
+    reuse: tuple[int, int] = ()
+    """An input that is, by the wrapper's code, the unchanged output of an earlier
+    instrumented launch of this graph: ``(that launch's site, the position of the value
+    among its site's after args)``. At the levels that summarise in the device ring the
+    runtime takes that record's stats for this one (``Record.reused``) instead of reading
+    the tensor again; ``()``: read it."""
 
     def volatile_reason(self, name: str) -> str | None:
         """The reason recorded for ``name`` (this arg, or ``arg[i]...`` inside it), if volatile."""

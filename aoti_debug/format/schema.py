@@ -146,6 +146,10 @@ class Record:
     record holds metadata only and is never compared nor counted as NaN/Inf."""
     volatile: str | None = None
     """Why the value is nondeterministic by contract (an RNG seed): listed, not compared."""
+    reused: int | None = None
+    """An input whose stats and checksum were not read again but taken from the ``after``
+    record of the launch that wrote it (this site number, same graph call), which no
+    launch wrote since by the wrapper's code (``AOTI_DEBUG_REUSE=0`` reads every input)."""
     site: int | None = None
     """The launch site's number in its graph's wrapper: its provenance is the line of
     ``sites.jsonl`` with this ``graph`` and ``site`` (format.provenance)."""

@@ -202,6 +202,7 @@ RECORD_FIELDS: dict[str, _Rule] = {
     "shared": (_opt(_flag), "true or false"),
     "uninitialised": (_opt(_flag), "true or false"),
     "volatile": (_opt(_text), "a string (the reason)"),
+    "reused": (_opt(_count), _COUNT),
     "site": (_opt(_count), _COUNT),
     "model_dtype": (_opt(_tensor_dtype), "a dtype name"),
     "eager_error": (_opt(_error), 'a non-negative number, "nan" or "inf"'),

@@ -145,7 +145,7 @@ _encode = json.JSONEncoder(separators=(",", ":")).encode
 #: ``kernel_call``: their JSON text is kept per distinct value (:func:`encode_record`).
 _HEAD = ("graph", "wrapper", "kernel", "op")
 _BODY = ("phase", "arg", "role", "index", "site", "expr", "volatile", "kind", "dtype", "shape", "stride", "device",
-         "numel")
+         "numel", "reused")
 _KEPT = frozenset(("seq", "launch", "kernel_call", *_HEAD, *_BODY))
 _ABSENT = object()
 _texts: dict[tuple, tuple[str, str]] = {}
@@ -192,7 +192,8 @@ def encode_record(rec: dict) -> str:
         seq, launch, call = rec["seq"], rec["launch"], rec["kernel_call"]
         key = (rec["graph"], rec["wrapper"], rec["kernel"], rec["op"], rec["phase"], rec["arg"], rec["role"],
                rec["index"], rec.get("site", _ABSENT), rec.get("expr", _ABSENT), rec.get("volatile", _ABSENT),
-               rec["kind"], rec["dtype"], tuple(rec["shape"]), tuple(rec["stride"]), rec["device"], rec["numel"])
+               rec["kind"], rec["dtype"], tuple(rec["shape"]), tuple(rec["stride"]), rec["device"], rec["numel"],
+               rec.get("reused", _ABSENT))
         texts = _texts.get(key)
     except (KeyError, TypeError):  # not a tensor record, or an unhashable value
         return _encode(rec)

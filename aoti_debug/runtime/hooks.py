@@ -18,6 +18,13 @@ had written yet comes with ``uninitialised`` set and is recorded as metadata onl
 ``volatile`` holds ``(suffix, reason)`` pairs for values that are nondeterministic by
 contract. A wrapper that speaks another protocol version is not recorded (one warning).
 
+An input with ``reuse`` set is, by the wrapper's code, the unchanged output of an earlier
+instrumented launch of the same graph call: where that launch's after record went to the
+device ring, this record takes its row (``Record.reused``) and the stats kernel does not
+read the tensor again. Each thread keeps the rows of its producers' last calls
+(``made``), forgotten when the producer launches again; a producer whose record did not
+go to the ring leaves none, and its consumers read their inputs.
+
 Several Python threads may run compiled graphs at once: the launch number and the
 kernel call of the launch a thread is inside are kept per thread, and counters are
 taken under one lock.
@@ -46,6 +53,11 @@ _UNSET: Any = object()
 
 #: The levels whose CPU records the runtime library may write as text (cpu_records).
 _TEXT_LEVELS = ("stats", "print")
+#: The levels whose inputs may take their producer's ring row (codegen.manager.REUSE_LEVELS).
+_REUSE_LEVELS = ("stats", "print")
+#: False: every input is summarised from its own values although its site links it to a
+#: producer (tests compare the two within one compile).
+REUSE = True
 
 #: Graph labels are handed out under this lock (the counters under the session's own).
 _labels = threading.Lock()
@@ -159,6 +171,11 @@ class GraphHandle:
         self._ring_plans: dict[tuple, ring_records.SidePlan] = {}
         """CUDA sides at level stats whose records are made from a plan (``_ring_side``)."""
         self._tls = threading.local()
+        self._reuse: dict[int, tuple[tuple[int, int, int], ...]] = {}
+        """Site number -> ``(arg position, producer site, its after position)`` of each
+        input a consumer site may take from its producer (``SiteArg.reuse``)."""
+        self._producers: set[int] = set()
+        """The sites some consumer takes an output of (their after rows are kept)."""
         self.top_sites = False
         """Some site is in the top-level graph: the flight recorder counts graph calls by them."""
 
@@ -191,6 +208,10 @@ class GraphHandle:
         try:
             site = make_site(raw)
             self.top_sites |= not site.subgraph
+            reuse = tuple((i, a.reuse[0], a.reuse[1]) for i, a in enumerate(site.before) if a.reuse)
+            if reuse and self.level in _REUSE_LEVELS:
+                self._reuse[site.id] = reuse
+                self._producers.update(r[1] for r in reuse)
             return site
         except Exception as e:
             # Never fails the import of the wrapper: its launches warn and run unrecorded.
@@ -231,6 +252,10 @@ class GraphHandle:
                 # Whether this is the trigger's next occurrence, decided once per launch: the
                 # writer thread may fire between its two sides, and half a launch is no repro.
                 tls.target = fl.target_is(label, site)
+            if site.id in self._producers:
+                made = getattr(tls, "made", None)
+                if made is not None:
+                    made.pop(site.id, None)  # this call's rows, once its after side has them
             self._record(sess, site, site.before, values, "before")
         except Exception as e:
             warn_once(f"hook-{type(e).__name__}", f"instrumentation of {_kernel(site)} failed: {e}")
@@ -297,7 +322,7 @@ class GraphHandle:
             flat, structure = values, None
             if plan.structure is not None:  # lists or tuples among them: compared and summarised flattened
                 flat, structure = _flat_values(args, values)
-            if plan.matches(flat, structure) and self._ring_side(sess, plan, flat, launch, call):
+            if plan.matches(flat, structure) and self._ring_side(sess, site, plan, flat, launch, call):
                 return
         # A CPU side the runtime library writes as text in one call. Not with a flight
         # recorder: its ring and trigger take each record through Session.submit.
@@ -311,6 +336,9 @@ class GraphHandle:
                 any([isinstance(v, (list, tuple)) for v in values]):  # (lists: flattened at every call)
             templates = self._side_templates(key, site, args, values, phase, label)
         first_seq = sess.next_seq(len(templates))
+        taken = None
+        if phase == "before" and templates.simple and site.id in self._reuse and sess.flight is None:
+            taken = self._taken(self._reuse[site.id])
         for k, (a, tpl, v) in enumerate(zip(args, templates, values) if templates.simple else
                                         self._flat(args, templates, values)):
             rec = tpl.copy()  # the record's constant fields, in their order
@@ -323,6 +351,11 @@ class GraphHandle:
                     # the launch an in-place arg holds what it wrote, as in the C++ runtime.)
                     rec.update(_tensor_meta(v), uninitialised=True)
                     jobs.append(Job(rec))
+                elif taken and k in taken:  # its producer's row (same call, written by nothing since)
+                    arrival, row, producer = taken[k]
+                    rec.update(_tensor_meta(v), reused=producer)
+                    jobs.append(Job(rec, arrival, ring_records.RingFill(
+                        arrival, row, self._ring_lines() if self.level == "stats" else None)))
                 else:
                     tensors.append((rec, v))
             else:
@@ -331,18 +364,56 @@ class GraphHandle:
         if fl is not None and tensors and getattr(tls, "target", False):
             # The launch where the trigger's NaN/Inf was born, again: save both its sides.
             fl.capture(tensors, last=phase == "after" or not site.after)
-        if tensors:
-            host = self._tensors(sess, tensors, jobs)
+        if tensors or taken:
+            host = self._tensors(sess, tensors, jobs) if tensors else [] if self.level == "stats" else None
             jobs.sort(key=_seq)  # scalars were queued before tensors: the manifest in record order
             if host is not None and extra is None and fl is None:
-                # Every tensor in the ring or read by the runtime library: the next calls make
-                # this side's records from a plan.
+                # Every tensor in the ring, taken from its producer's row or read by the
+                # runtime library: the next calls make this side's records from a plan.
                 flat, structure = (values, None) if templates.simple else _flat_values(args, values)
                 self._plan(key, site, jobs, flat, structure, tensors, host)
+            if phase == "after" and templates.simple and site.id in self._producers:
+                self._made(site, jobs, len(values), first_seq)
         if self.level == "print" and jobs:
             self._print_side(sess, jobs)
         if jobs:
             sess.submit_all(jobs)
+
+    # -- inputs taken from their producers' records (SiteArg.reuse) -----------------
+    def _taken(self, reuse: tuple[tuple[int, int, int], ...]) -> dict[int, tuple[Any, int, int]] | None:
+        """``{arg position: (arrival, ring row, producer site)}`` for the inputs whose
+        producer's after record of this call is in the device ring (None: none is)."""
+        made = getattr(self._tls, "made", None)
+        if not made or not REUSE:
+            return None
+        taken = {}
+        for i, producer, at in reuse:
+            entry = made.get(producer)
+            if entry is not None:
+                arrival, first, rows = entry
+                row = rows[at] if at < len(rows) else None
+                if row is not None:
+                    taken[i] = (arrival, first + row, producer)
+        return taken or None
+
+    def _made(self, site: Site, jobs: list[Job], n: int, first_seq: int) -> None:
+        """Keep the ring rows of a producer's after side (one per value; None: not in the
+        ring) for the inputs of later launches that take them (``_taken``)."""
+        rows: list[int | None] = [None] * n
+        arrival = None
+        for j in jobs:
+            fill = j.finish
+            if type(fill) is ring_records.RingFill and fill.arrival is not None:
+                rows[j.record["seq"] - first_seq] = fill.row
+                arrival = fill.arrival
+        if arrival is not None:
+            self._made_rows()[site.id] = (arrival, 0, rows)
+
+    def _made_rows(self) -> dict:
+        made = getattr(self._tls, "made", None)
+        if made is None:
+            made = self._tls.made = {}
+        return made
 
     def _side_templates(self, key: tuple, site: Site, args: Sequence[SiteArg], values: Sequence[Any], phase: str,
                         label: str) -> "_Templates":
@@ -482,10 +553,15 @@ class GraphHandle:
         read = {id(tensors[i][0]) for i in host}
         ring = {id(rec) for rec, _t in tensors} - read
         records = [j.record for j in jobs]
+        producer = {i: (p, at) for i, p, at in self._reuse.get(site.id, ())}
+        reused = tuple((k, *producer[k]) for k, r in enumerate(records) if "reused" in r and k in producer)
+        old = self._ring_plans.get(key)
+        if old is not None and len(old.reused) > len(reused) and old.site is site and old.matches(values, structure):
+            return  # a producer's row was missing this once: the plan that takes it stays
         try:
             self._ring_plans[key] = ring_records.SidePlan(site, records, list(values), [id(r) in ring for r in records],
                                                           self._ring_lines(), structure,
-                                                          [k for k, r in enumerate(records) if id(r) in read])
+                                                          [k for k, r in enumerate(records) if id(r) in read], reused)
         except ValueError:
             pass
 
@@ -508,25 +584,45 @@ class GraphHandle:
             fused_stats.bind_launcher(self._native_library())  # once: the library's launcher repeats them
         return seg.arrival, first
 
-    def _ring_side(self, sess, plan: ring_records.SidePlan, values: Sequence[Any], launch: int, call: int) -> bool:
+    def _ring_side(self, sess, site: Site, plan: ring_records.SidePlan, values: Sequence[Any], launch: int,
+                   call: int) -> bool:
         """A planned side (``SidePlan``; ``values`` flattened, in record order): its stats
         into the ring and its records as one writer job, with no record dict made here;
-        False: the side takes the full path (the ring failed; that path tries again and warns)."""
+        False: the side takes the full path (the ring failed, that path tries again and
+        warns; or an input it takes from its producer is not in the ring this call)."""
         if not device_ring.ENABLED:
             return False
+        reused = None
+        if plan.reused:
+            made = getattr(self._tls, "made", None)
+            if not made or not REUSE:
+                return False
+            reused = []
+            for _k, producer, at in plan.reused:
+                entry = made.get(producer)
+                row = entry[2][at] if entry is not None and at < len(entry[2]) else None
+                if row is None:
+                    return False
+                reused.append((entry[0], entry[1] + row))
         host = None
         if plan.host:  # its CPU tensors, read by the runtime library now as the full path reads them
             host = self._host_stats([values[k] for k in plan.host])
             if None in host:
                 return False  # (the full path summarises them otherwise, and warns where the library failed)
-        try:
-            arrival, first = self._planned_rows(plan, values)
-        except Exception as e:  # the full path tries the ring again (and warns when it fails too)
-            warn_once(f"ring-plan-{type(e).__name__}", f"a planned launch side failed, recording it in full: {e}")
-            self._ring_plans.clear()
-            return False
-        side = ring_records.RingSide(plan, sess.next_seq(len(plan.records)), launch, call, arrival, first, host)
+        if plan.device is None:  # every tensor taken from its producer: no stats kernel at all
+            arrival, first = reused[-1][0], 0
+        else:
+            try:
+                arrival, first = self._planned_rows(plan, values)
+            except Exception as e:  # the full path tries the ring again (and warns when it fails too)
+                warn_once(f"ring-plan-{type(e).__name__}", f"a planned launch side failed, recording it in full: {e}")
+                self._ring_plans.clear()
+                return False
+        side = ring_records.RingSide(plan, sess.next_seq(len(plan.records)), launch, call, arrival, first, host,
+                                     reused)
         sess.submit_side(Job(None, arrival, side))
+        if plan.after and site.id in self._producers and plan.structure is None and plan.device is not None:
+            self._made_rows()[site.id] = (arrival, first, plan.rows)
         return True
 
     def _capture(self, sess, label: str, site: Site, args: Sequence[SiteArg], values: Sequence[Any],

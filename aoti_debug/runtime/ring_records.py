@@ -36,9 +36,10 @@ from .session import Job, warn_once
 #: The function of the library (``library.cpp``) and the layout of its ``spec``
 #: (``ring_records.h``: kRingLayout, the RingSlot header, kRingRecord numbers a record).
 RECORDS_SYMBOL = "aoti_debug_rt_ring_records"
-LAYOUT = 2
+LAYOUT = 3
 _HEADER = 6
-_RECORD, _SIDE, _LINE = 0, 1, 2  # entry kinds (kRingEntryRecord, kRingEntrySide, kRingEntryLine)
+#: Entry kinds (kRingEntryRecord, kRingEntrySide, kRingEntryLine, kRingEntrySideTaken).
+_RECORD, _SIDE, _LINE, _SIDE_TAKEN = 0, 1, 2, 3
 #: Bytes of a line besides its constant texts: numbers, stats (7 values of at most 24
 #: characters and their keys), checksum.
 _LINE_BYTES = 400
@@ -49,7 +50,8 @@ _CALL = ',"kernel_call":0,'
 #: metadata (anything else, such as ``error`` or the eager reference's fields, takes the
 #: dict path, where encode_record writes it behind ``numel``).
 _PLAIN = frozenset(("seq", "launch", "graph", "wrapper", "kernel", "op", "kernel_call", "phase", "arg", "role",
-                    "index", "site", "expr", "volatile", "kind", "dtype", "shape", "stride", "device", "numel"))
+                    "index", "site", "expr", "volatile", "kind", "dtype", "shape", "stride", "device", "numel",
+                    "reused"))
 _ABSENT = object()
 _MAX_TEXTS = 1 << 16
 
@@ -83,18 +85,24 @@ class SidePlan:
     one per record) and keeps their structure too. Unwritten inputs (metadata only) and
     scalars are *fixed* records, the same at every call; CPU tensors the runtime library
     reads (``host``: an attention kernel's RNG seeds beside its CUDA outputs) are read at
-    every call in the model's thread, as the full path reads them; the others take a ring
-    row each on one CUDA device, in record order. Made by the hooks from that call's
-    records; a later call of the side is one :class:`RingSide` job, with no record dict
-    made in the model's thread."""
+    every call in the model's thread, as the full path reads them; inputs taken from their
+    producer's record (``reused``) take its row of that call; the others take a ring row
+    each on one CUDA device, in record order. Made by the hooks from that call's records;
+    a later call of the side is one :class:`RingSide` job, with no record dict made in the
+    model's thread."""
 
     __slots__ = ("site", "records", "rows", "meta", "ring_at", "device", "lines", "texts", "kept", "structure",
-                 "host")
+                 "host", "reused", "after")
 
     def __init__(self, site: Any, records: list[dict], values: list[Any], in_ring: list[bool],
-                 lines: "RingLines | None", structure: list | None = None, host: list[int] = ()):
+                 lines: "RingLines | None", structure: list | None = None, host: list[int] = (),
+                 reused: tuple[tuple[int, int, int], ...] = ()):
         self.site = site
         self.host = tuple(host)
+        self.reused = tuple(reused)
+        """``(position, producer site, its after position)`` of each record whose stats
+        are its producer's row of the same call (``SiteArg.reuse``)."""
+        self.after = bool(records) and records[0].get("phase") == "after"
         """The positions of the records whose tensors the hooks summarise on the host at
         every call (their stats and checksum come with the :class:`RingSide`)."""
         self.structure = structure
@@ -119,7 +127,9 @@ class SidePlan:
         self.meta = tuple(meta)
         self.ring_at = None if all(in_ring) else tuple(i for i, ring in enumerate(in_ring) if ring)
         """The positions of the values the ring summarises (None: all)."""
-        self.device = next(v.device for v, ring in zip(values, in_ring) if ring)
+        self.device = next((v.device for v, ring in zip(values, in_ring) if ring), None)
+        """The device of the ring values (None: the side has none, every tensor is taken
+        from its producer's row)."""
         self.lines = lines
         self.texts: tuple | None = None
         """The library's template of its records (``RingLines._plan_texts``): set by the
@@ -158,13 +168,14 @@ class SidePlan:
 class RingSide:
     """One call of a planned side (:class:`SidePlan`) as one writer job's ``finish``:
     its first record number, launch, kernel call, first ring row (the side's rows are
-    consecutive, in record order), and ``host``: the ``(stats, checksum)`` of each of the
-    plan's host records, in its order (None: it has none)."""
+    consecutive, in record order), ``host``: the ``(stats, checksum)`` of each of the
+    plan's host records, in its order (None: it has none), and ``reused``: the
+    ``(arrival, row)`` of each of its records taken from a producer, in the plan's order."""
 
-    __slots__ = ("plan", "seq", "launch", "call", "arrival", "row", "lines", "host")
+    __slots__ = ("plan", "seq", "launch", "call", "arrival", "row", "lines", "host", "reused")
 
     def __init__(self, plan: SidePlan, seq: int, launch: int, call: int, arrival: Any, row: int,
-                 host: list[tuple] | None = None):
+                 host: list[tuple] | None = None, reused: list[tuple[Any, int]] | None = None):
         self.plan = plan
         self.seq = seq
         self.launch = launch
@@ -173,6 +184,7 @@ class RingSide:
         self.row = row
         self.lines = plan.lines
         self.host = host
+        self.reused = reused
 
     def record(self, k: int) -> dict:
         """Record ``k`` with this call's numbers (and stats, a host record): complete but
@@ -187,9 +199,23 @@ class RingSide:
         """The side's records as the dict path's jobs (``Session._finish``): a ring record
         waiting for its row (:class:`RingFill`), the others complete."""
         arrival = self.arrival
-        return [Job(self.record(k)) if at is None else Job(self.record(k), arrival,
-                                                           RingFill(arrival, self.row + at, None))
-                for k, at in enumerate(self.plan.rows)]
+        taken = self._taken()
+        jobs = []
+        for k, at in enumerate(self.plan.rows):
+            if at is not None:
+                jobs.append(Job(self.record(k), arrival, RingFill(arrival, self.row + at, None)))
+            elif k in taken:
+                producer, row = taken[k]
+                jobs.append(Job(self.record(k), producer, RingFill(producer, row, None)))
+            else:
+                jobs.append(Job(self.record(k)))
+        return jobs
+
+    def _taken(self) -> dict[int, tuple[Any, int]]:
+        """``{position: (arrival, row)}`` of the records taken from their producers."""
+        if not self.reused:
+            return {}
+        return {k: found for (k, _p, _at), found in zip(self.plan.reused, self.reused)}
 
 
 class RingLines:
@@ -234,7 +260,8 @@ class RingLines:
     def _texts_of(self, rec: dict) -> tuple:
         key = (rec["graph"], rec["wrapper"], rec["kernel"], rec["op"], rec["phase"], rec["arg"], rec["role"],
                rec["index"], rec.get("site", _ABSENT), rec.get("expr", _ABSENT), rec.get("volatile", _ABSENT),
-               rec["kind"], rec["dtype"], tuple(rec["shape"]), tuple(rec["stride"]), rec["device"], rec["numel"])
+               rec["kind"], rec["dtype"], tuple(rec["shape"]), tuple(rec["stride"]), rec["device"], rec["numel"],
+               rec.get("reused", _ABSENT))
         return self._texts.get(key) or self._text(rec, key)
 
     def _plan_texts(self, plan: SidePlan) -> tuple:
@@ -244,8 +271,9 @@ class RingLines:
         template = array.array("q")
         texts = []
         size = 0
+        taken = {k: j for j, (k, _p, _at) in enumerate(plan.reused)}
         for k, (rec, at) in enumerate(zip(plan.records, plan.rows)):
-            if at is None:  # a fixed record (a scalar, an unwritten input): its line has no stats
+            if at is None and k not in taken:  # a fixed record (a scalar, an unwritten input): its line has no stats
                 head, body = _split(rec)
                 found = (head, body, _address(head), len(head), _address(body), len(body),
                          len(head) + len(body) + _LINE_BYTES)
@@ -253,18 +281,27 @@ class RingLines:
                 found = self._texts_of(rec)
             texts.append(found)
             size += found[6]
-            template.extend((k, -1 if at is None else at, found[2], found[3], found[4], found[5]))
+            row = at if at is not None else -2 - taken[k] if k in taken else -1  # (-2 - j: taken row j)
+            template.extend((k, row, found[2], found[3], found[4], found[5]))
         return self, template, template.buffer_info()[0], len(texts), size, texts
 
     @staticmethod
     def _host_side(fill: "RingSide", found: tuple, stats: int, sums: int, add: Any, keep: list) -> int:
-        """The entries of a planned side with host records (``SidePlan.host``): a record
-        entry for each ring record, this call's line for each host record (its stats came
-        with the side) and for each fixed one. Their number."""
+        """The entries of a planned side with host records (``SidePlan.host``) or records
+        taken from their producers (``SidePlan.reused``): a record entry for each ring
+        record and each taken one (its producer's row), this call's line for each host
+        record (its stats came with the side) and for each fixed one. Their number."""
         host = fill.plan.host
+        taken = fill._taken()
         for k, (texts, at) in enumerate(zip(found[5], fill.plan.rows)):
             if at is not None:
                 add((_RECORD, fill.seq + k, fill.launch, fill.call, stats + 64 * at, sums + 8 * at, texts[2],
+                     texts[3], texts[4], texts[5]))
+                continue
+            if k in taken:
+                producer, row = taken[k]
+                p_stats, p_sums = producer.host()
+                add((_RECORD, fill.seq + k, fill.launch, fill.call, p_stats + 64 * row, p_sums + 8 * row, texts[2],
                      texts[3], texts[4], texts[5]))
                 continue
             if k in host:
@@ -298,11 +335,18 @@ class RingLines:
                     if found is None or found[0] is not self:
                         found = fill.plan.texts = self._plan_texts(fill.plan)
                     size += found[4]
-                    if not fill.plan.host:
+                    if not fill.plan.host and not fill.plan.reused:
                         add((_SIDE, fill.seq, fill.launch, fill.call, stats + 64 * row, sums + 8 * row, found[2],
                              found[3]))
                         count += 1
-                    else:  # with host records (this call's CPU stats): an entry per record
+                    elif not fill.plan.host and all(a is last for a, _r in fill.reused):
+                        # Its taken rows in its own segment (as a step's usually are): one entry.
+                        taken = array.array("q", [r for _a, r in fill.reused])
+                        keep.append(taken)
+                        add((_SIDE_TAKEN, fill.seq, fill.launch, fill.call, stats, sums, found[2], found[3], row,
+                             taken.buffer_info()[0], len(taken)))
+                        count += 1
+                    else:  # with host or taken records (this call's CPU stats, producers' rows): an entry per record
                         count += self._host_side(fill, found, stats + 64 * row, sums + 8 * row, add, keep)
                 else:
                     found = self._texts_of(rec)

@@ -19,7 +19,7 @@ import torch
 
 import aoti_debug
 from aoti_debug.runtime import cuda_graphs, device_ring, hooks, session
-from examples.models import MLP, Transformer
+from examples.models import MLP, ResNet18, Transformer
 from tests.conftest import only_run, records
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -135,8 +135,8 @@ def test_planned_sides_repeat_their_launches_bit_for_bit(tmp_path, monkeypatch):
     tuples = collections.Counter()  # planned sides holding a tuple, per (graph call, with CPU tensors)
     ring_side = hooks.GraphHandle._ring_side
 
-    def planned(self, sess, plan, values, launch, kernel_call):
-        done = ring_side(self, sess, plan, values, launch, kernel_call)
+    def planned(self, sess, site, plan, values, launch, kernel_call):
+        done = ring_side(self, sess, site, plan, values, launch, kernel_call)
         if done and plan.structure is not None:
             tuples[(call[0], bool(plan.host))] += 1
         return done
@@ -161,6 +161,52 @@ def test_planned_sides_repeat_their_launches_bit_for_bit(tmp_path, monkeypatch):
     _same(calls[3], calls[5])
     _same(calls[0], calls[2])
     assert calls[2] != calls[3]
+
+
+def _linked_model(name: str):
+    torch.manual_seed(0)
+    if name == "transformer":
+        model = Transformer(128, 4, 2).cuda().eval()
+        return model, [torch.randn(2, 32, 128, device="cuda") for _ in range(2)]
+    model = ResNet18(10).cuda().eval().to(memory_format=torch.channels_last)
+    return model, [torch.randn(2, 3, 64, 64, device="cuda").to(memory_format=torch.channels_last) for _ in range(2)]
+
+
+@pytest.mark.parametrize("name", ["transformer", "resnet"])
+def test_inputs_taken_from_their_producers_equal_reading_them(tmp_path, monkeypatch, name):
+    """Calls 0-2 take each linked input's stats from its producer's ring row (planned from
+    call 1), calls 3-5 read every input, on the same inputs, in one compile: the same
+    records bit for bit, and each taken input is one tensor less for the stats kernels."""
+    model, (a, b) = _linked_model(name)
+    call = [0]
+    rows = [0] * 6
+    reserve = device_ring.Ring.reserve
+
+    def counted(self, k):
+        rows[call[0]] += k
+        return reserve(self, k)
+
+    monkeypatch.setattr(device_ring.Ring, "reserve", counted)
+
+    def between(i):
+        call[0] = i
+        monkeypatch.setattr(hooks, "REUSE", i < 3)
+
+    _, run_dir = _run(tmp_path, f"linked-{name}", model, [a, b, a, a, b, a], between=between)
+    recs = records(run_dir)
+    calls = _per_call(recs, 6)
+    per_kernel = collections.Counter(r["kernel"] for r in recs if r["phase"] == "after")
+    taken = [0] * 6
+    for r in recs:
+        if r.get("reused") is not None:
+            each = len({q["kernel_call"] for q in recs if q["kernel"] == r["kernel"]}) // 6
+            taken[r["kernel_call"] // each] += 1
+    assert taken[0] > 5 and taken[0] == taken[1] == taken[2] and taken[3:] == [0, 0, 0], (taken, per_kernel)
+    assert [rows[i] + taken[i] for i in range(3)] == rows[3:], (rows, taken)
+    _same(calls[0], calls[3])
+    _same(calls[1], calls[4])
+    _same(calls[2], calls[5])
+    assert calls[0] != calls[1]
 
 
 def test_ring_print_lines_in_launch_order(tmp_path, capfd):

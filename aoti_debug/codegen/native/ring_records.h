@@ -29,7 +29,7 @@ enum RingSlot : size_t {
   kRingSlotEnd,     // written back: the end of the lines in the buffer (or the bytes needed)
   kRingHeader
 };
-constexpr int64_t kRingLayout = 2;
+constexpr int64_t kRingLayout = 3;
 // Entries follow the header, each starting with its kind:
 // - kRingEntryRecord, one record: seq, launch, kernel call, the address of its stats row
 //   (8 doubles: min, max, mean, std, absmax, nan, inf, count: fused_stats' packed
@@ -42,11 +42,17 @@ constexpr int64_t kRingLayout = 2;
 //   seq offset, ring row offset (-1: a fixed record, written without stats), and the
 //   (pointer, length) of its two texts;
 // - kRingEntryLine, a line made by the caller (a planned side's record whose stats the
-//   Python runtime read on the host): (pointer, length), its newline included.
-enum RingEntry : int64_t { kRingEntryRecord = 0, kRingEntrySide = 1, kRingEntryLine = 2 };
+//   Python runtime read on the host): (pointer, length), its newline included;
+// - kRingEntrySideTaken, a call of a planned side some of whose inputs take the row of
+//   the launch that wrote them (SiteArg.reuse), all in one segment: as kRingEntrySide
+//   but with the addresses of the segment's row 0, then the side's first row and
+//   (pointer, count) of the taken records' rows; a template row offset k <= -2 names
+//   taken row -2 - k.
+enum RingEntry : int64_t { kRingEntryRecord = 0, kRingEntrySide = 1, kRingEntryLine = 2, kRingEntrySideTaken = 3 };
 constexpr size_t kRingRecord = 10;
 constexpr size_t kRingSide = 8;
 constexpr size_t kRingLine = 3;
+constexpr size_t kRingSideTaken = 11;
 constexpr size_t kRingTemplate = 6;
 
 // Returns 0 and the lines (one per record, in order) in the output buffer; -1 when
@@ -106,6 +112,29 @@ int ring_records(int64_t* spec) {
         line(r[1] + t[0], r[2], r[3], ptr(t[2]), t[3], ptr(t[4]), t[5], row, sum);
       }
       at += kRingSide;
+    } else if (r[0] == kRingEntrySideTaken) {
+      if (at + kRingSideTaken > spec_len) return -1;
+      const char* stats = ptr(r[4]);
+      const char* sums = ptr(r[5]);
+      const int64_t* t = reinterpret_cast<const int64_t*>(ptr(r[6]));
+      const int64_t first = r[8];
+      const int64_t* taken = reinterpret_cast<const int64_t*>(ptr(r[9]));
+      const int64_t n_taken = r[10];
+      if (!stats || !sums || r[7] < 0 || (!t && r[7]) || first < 0 || n_taken < 0 || (!taken && n_taken)) return -1;
+      for (int64_t k = 0; k < r[7]; ++k, t += kRingTemplate) {
+        if (!texts_ok(ptr(t[2]), t[3], ptr(t[4]), t[5])) return -1;
+        int64_t row = -1;
+        if (t[1] >= 0) {
+          row = first + t[1];
+        } else if (t[1] <= -2) {
+          if (-2 - t[1] >= n_taken || taken[-2 - t[1]] < 0) return -1;
+          row = taken[-2 - t[1]];
+        }
+        const double* stat_row = row < 0 ? nullptr : reinterpret_cast<const double*>(stats + 64 * row);
+        const int64_t* sum = row < 0 ? nullptr : reinterpret_cast<const int64_t*>(sums + 8 * row);
+        line(r[1] + t[0], r[2], r[3], ptr(t[2]), t[3], ptr(t[4]), t[5], stat_row, sum);
+      }
+      at += kRingSideTaken;
     } else if (r[0] == kRingEntryLine) {
       if (at + kRingLine > spec_len || !texts_ok(ptr(r[1]), r[2], nullptr, 0)) return -1;
       lines.append(ptr(r[1]), static_cast<size_t>(r[2]));
