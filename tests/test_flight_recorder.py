@@ -147,8 +147,8 @@ def _handle(level: str = "stats"):
 def _sites(handle, n: int, subgraph: str = "") -> list[Site]:
     out = []
     for i in range(n):
-        raw = (subgraph, f"k{i}", f"k{i}", (("x", "input", "tensor", "x", False, ()),),
-               (("y", "output", "tensor", "y", False, ()),), None, i, "")
+        raw = (subgraph, f"k{i}", f"k{i}", (("x", "input", "tensor", "x", False, (), ()),),
+               (("y", "output", "tensor", "y", False, (), ()),), None, i, "")
         out.append(handle.site(raw))
     return out
 
