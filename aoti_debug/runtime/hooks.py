@@ -594,16 +594,10 @@ class GraphHandle:
             return False
         reused = None
         if plan.reused:
-            made = getattr(self._tls, "made", None)
-            if not made or not REUSE:
+            taken = self._taken(plan.reused)
+            if taken is None or len(taken) != len(plan.reused):
                 return False
-            reused = []
-            for _k, producer, at in plan.reused:
-                entry = made.get(producer)
-                row = entry[2][at] if entry is not None and at < len(entry[2]) else None
-                if row is None:
-                    return False
-                reused.append((entry[0], entry[1] + row))
+            reused = [taken[k][:2] for k, _p, _at in plan.reused]
         host = None
         if plan.host:  # its CPU tensors, read by the runtime library now as the full path reads them
             host = self._host_stats([values[k] for k in plan.host])

@@ -88,6 +88,29 @@ int ring_records(int64_t* spec) {
   auto texts_ok = [](const char* head, int64_t head_len, const char* body, int64_t body_len) {
     return head_len >= 0 && body_len >= 0 && (head || !head_len) && (body || !body_len);
   };
+  // The lines of a side entry `r` (kRingEntrySide, or kRingEntrySideTaken with `takes`):
+  // its template's records, a row offset k >= 0 being row `first` + k of the rows at
+  // r[4], r[5], one k <= -2 taken row -2 - k when `takes` (else, as -1, a fixed record).
+  auto side = [&](const int64_t* r, int64_t first, const int64_t* taken, int64_t n_taken, bool takes) {
+    const char* stats = ptr(r[4]);
+    const char* sums = ptr(r[5]);
+    const int64_t* t = reinterpret_cast<const int64_t*>(ptr(r[6]));
+    if (!stats || !sums || r[7] < 0 || (!t && r[7]) || first < 0 || n_taken < 0 || (!taken && n_taken)) return false;
+    for (int64_t k = 0; k < r[7]; ++k, t += kRingTemplate) {
+      if (!texts_ok(ptr(t[2]), t[3], ptr(t[4]), t[5])) return false;
+      int64_t row = -1;
+      if (t[1] >= 0) {
+        row = first + t[1];
+      } else if (takes && t[1] <= -2) {
+        if (-2 - t[1] >= n_taken || taken[-2 - t[1]] < 0) return false;
+        row = taken[-2 - t[1]];
+      }
+      const double* stat_row = row < 0 ? nullptr : reinterpret_cast<const double*>(stats + 64 * row);
+      const int64_t* sum = row < 0 ? nullptr : reinterpret_cast<const int64_t*>(sums + 8 * row);
+      line(r[1] + t[0], r[2], r[3], ptr(t[2]), t[3], ptr(t[4]), t[5], stat_row, sum);
+    }
+    return true;
+  };
   size_t at = kRingHeader;
   for (int64_t i = 0; i < count; ++i) {
     if (at >= spec_len) return -1;
@@ -100,40 +123,11 @@ int ring_records(int64_t* spec) {
       line(r[1], r[2], r[3], ptr(r[6]), r[7], ptr(r[8]), r[9], row, sum);
       at += kRingRecord;
     } else if (r[0] == kRingEntrySide) {
-      if (at + kRingSide > spec_len) return -1;
-      const char* stats = ptr(r[4]);
-      const char* sums = ptr(r[5]);
-      const int64_t* t = reinterpret_cast<const int64_t*>(ptr(r[6]));
-      if (!stats || !sums || r[7] < 0 || (!t && r[7])) return -1;
-      for (int64_t k = 0; k < r[7]; ++k, t += kRingTemplate) {
-        if (!texts_ok(ptr(t[2]), t[3], ptr(t[4]), t[5])) return -1;
-        const double* row = t[1] < 0 ? nullptr : reinterpret_cast<const double*>(stats + 64 * t[1]);
-        const int64_t* sum = t[1] < 0 ? nullptr : reinterpret_cast<const int64_t*>(sums + 8 * t[1]);
-        line(r[1] + t[0], r[2], r[3], ptr(t[2]), t[3], ptr(t[4]), t[5], row, sum);
-      }
+      if (at + kRingSide > spec_len || !side(r, 0, nullptr, 0, false)) return -1;
       at += kRingSide;
     } else if (r[0] == kRingEntrySideTaken) {
-      if (at + kRingSideTaken > spec_len) return -1;
-      const char* stats = ptr(r[4]);
-      const char* sums = ptr(r[5]);
-      const int64_t* t = reinterpret_cast<const int64_t*>(ptr(r[6]));
-      const int64_t first = r[8];
-      const int64_t* taken = reinterpret_cast<const int64_t*>(ptr(r[9]));
-      const int64_t n_taken = r[10];
-      if (!stats || !sums || r[7] < 0 || (!t && r[7]) || first < 0 || n_taken < 0 || (!taken && n_taken)) return -1;
-      for (int64_t k = 0; k < r[7]; ++k, t += kRingTemplate) {
-        if (!texts_ok(ptr(t[2]), t[3], ptr(t[4]), t[5])) return -1;
-        int64_t row = -1;
-        if (t[1] >= 0) {
-          row = first + t[1];
-        } else if (t[1] <= -2) {
-          if (-2 - t[1] >= n_taken || taken[-2 - t[1]] < 0) return -1;
-          row = taken[-2 - t[1]];
-        }
-        const double* stat_row = row < 0 ? nullptr : reinterpret_cast<const double*>(stats + 64 * row);
-        const int64_t* sum = row < 0 ? nullptr : reinterpret_cast<const int64_t*>(sums + 8 * row);
-        line(r[1] + t[0], r[2], r[3], ptr(t[2]), t[3], ptr(t[4]), t[5], stat_row, sum);
-      }
+      if (at + kRingSideTaken > spec_len || !side(r, r[8], reinterpret_cast<const int64_t*>(ptr(r[9])), r[10], true))
+        return -1;
       at += kRingSideTaken;
     } else if (r[0] == kRingEntryLine) {
       if (at + kRingLine > spec_len || !texts_ok(ptr(r[1]), r[2], nullptr, 0)) return -1;
