@@ -343,6 +343,7 @@ def test_inputs_linked_to_their_producer_hold_what_it_wrote(builder, model):
     # others are slices (attention's q, k, v of one buffer) or a fallback's tuple element.
     inputs = sum(1 for s in sites.values() for a in s.before if a.arg.startswith("buf") and not a.uninitialised)
     assert len(links) >= inputs // 3, f"only {len(links)} of {inputs} intermediate inputs linked to a producer"
+    print(f"\n[{model}] {len(links)} of {inputs} intermediate inputs linked to their producer")
     recs = [r for r in records(d.a) if r["kind"] == "tensor"]
     last: dict[tuple[str, int, int], dict] = {}  # (graph, site, index) -> its latest after record
     checked = 0
