@@ -42,27 +42,37 @@ class _HostRing:
     """The device ring's contract on CPU tensors, through the real :class:`device_ring.Arrival`:
     rows summarised into a host segment now, readable only once a flush ships it."""
 
-    def __init__(self, cap: int = 1 << 14, odd: bool = True, broken: bool = False):
-        self.segment = types.SimpleNamespace(cap=cap, host=torch.zeros(9 * cap, dtype=torch.float64), shipped_rows=0,
-                                             release=lambda: None)
-        self.arrival = device_ring.Arrival(self.segment)
-        self.used = 0
+    def __init__(self, cap: int = 1 << 14, odd: bool = True, broken: bool = False, ship_every: int = 0):
+        self.cap = cap
         self.odd = odd
         self.broken = broken
+        self.ship_every = ship_every  # segments of this many rows, shipped when full (0: one segment)
+        self.total = 0  # rows made in all segments (the odd rows' pattern follows it)
+        self._fresh()
+
+    def _fresh(self):
+        self.segment = types.SimpleNamespace(cap=self.cap, host=torch.zeros(9 * self.cap, dtype=torch.float64),
+                                             shipped_rows=0, release=lambda: None)
+        self.arrival = device_ring.Arrival(self.segment)
+        self.used = 0
 
     def rows(self, handle, device, tensors):
         """``GraphHandle._ring_rows``: the rows of a side (a planned side's too)."""
+        if self.ship_every and self.used >= self.ship_every:
+            self.ship()
+            self._fresh()
         seg, first = self.segment, self.used
         sums = seg.host[8 * seg.cap:].view(torch.int64)
         for j, t in enumerate(tensors):
             s, c = device_summary(t)
             row = s.tolist()
-            at = first + j
-            if self.odd and at % 3 == 2:
-                row = [*_ODD_ROWS[(at // 3) % len(_ODD_ROWS)], 1.0]
+            at, n = first + j, self.total + j
+            if self.odd and n % 3 == 2:
+                row = [*_ODD_ROWS[(n // 3) % len(_ODD_ROWS)], 1.0]
             seg.host[8 * at: 8 * at + 8] = torch.tensor(row, dtype=torch.float64)
-            sums[at] = -int(c) - 1 if self.odd and at % 2 else int(c)  # negative checksums too
+            sums[at] = -int(c) - 1 if self.odd and n % 2 else int(c)  # negative checksums too
         self.used += len(tensors)
+        self.total += len(tensors)
         return self.arrival, first
 
     def stats(self, handle, items, rows):
@@ -125,17 +135,18 @@ _runs = [0]
 
 
 def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None, broken=False, odd=True,
-         cpu_side: bool = True, plans: bool = True, sides=None, host: bool = False) -> bytes:
+         cpu_side: bool = True, plans: bool = True, sides=None, host: bool = False, ship_every: int = 0) -> bytes:
     """The manifest bytes of ``steps`` calls of the sides, with ring records written by the
     library (``native``) or by the dicts, in a run directory of their own; ``plans``
     False: no side is made from a plan (``GraphHandle._ring_side``), every record is a dict
-    in the model's thread first; ``host``: int64 tensors read by the runtime library (:func:`_host_stats`)."""
+    in the model's thread first; ``host``: int64 tensors read by the runtime library (:func:`_host_stats`);
+    ``ship_every``: a segment is shipped once it holds that many rows (0: at the flush alone)."""
     _runs[0] += 1  # a directory of its own: two runs of one process in one may share a run id
     os.environ["AOTI_DEBUG_DIR"] = os.path.join(os.environ["AOTI_DEBUG_DIR"],
                                                 f"{'native' if native else 'dicts'}-{'plans' if plans else 'full'}"
                                                 f"-{_runs[0]}")
     session.reset()
-    ring = _HostRing(odd=odd, broken=broken)
+    ring = _HostRing(odd=odd, broken=broken, ship_every=ship_every)
     mp = pytest.MonkeyPatch()
     try:
         mp.setattr(hooks.GraphHandle, "_ring_stats", lambda self, items, rows: ring.stats(self, items, rows))
@@ -319,7 +330,7 @@ def test_the_library_refuses_a_malformed_spec(library):
     # the segment (row 0 here); the first (row 0) is the side's first row.
     taken_template = array.array("q", template)
     taken_template[7] = -2
-    rows = array.array("q", [0])
+    rows = array.array("q", [row.buffer_info()[0], checksum.buffer_info()[0]])  # (its stats, its checksum)
     taking = (3, 7, 3, 2, row.buffer_info()[0], checksum.buffer_info()[0], taken_template.buffer_info()[0], 2, 0,
               rows.buffer_info()[0], 1)
     rc, end3 = call([taking])
@@ -327,6 +338,10 @@ def test_the_library_refuses_a_malformed_spec(library):
     assert rc == 0 and bytes(out[:end3]) == expected.replace(b'"arg":"x"}\n', b'"arg":"x"' + stats + b"\n")
     assert call([taking[:10] + (0,)])[0] == -1  # taken row 0 of none
     assert call([taking[:9] + (0, 1)])[0] == -1  # no taken rows
+    for k in (0, 1):  # a taken row without its stats or its checksum
+        broken_rows = array.array("q", rows)
+        broken_rows[k] = 0
+        assert call([taking[:9] + (broken_rows.buffer_info()[0], 1)])[0] == -1
     assert call([taking[:8] + (-1,) + taking[9:]])[0] == -1  # no first row
     assert call([taking[:10]])[0] == -1  # the entry runs past the spec
 
@@ -683,6 +698,23 @@ def test_sides_taking_inputs_are_planned_and_written_byte_for_byte(library, fres
     assert per_record and b'"reused":10' in seeded
     assert seeded == _run(library, False, steps=4, sides=_reuse_sides(True, seed=True), host=True)
     assert seeded == _run(library, True, steps=4, sides=_reuse_sides(True, seed=True), host=True, plans=False)
+
+
+def test_sides_taking_rows_of_earlier_segments_are_one_entry_each(library, fresh_session, monkeypatch):
+    """Segments shipped while a step runs (full: two rows each here): a side whose
+    producer's row went out in an earlier segment is still one entry
+    (kRingEntrySideTaken names each taken row by its addresses), and the manifest is the
+    same bytes as the dict path's and as one segment's."""
+    per_record = []
+    host_side = ring_records.RingLines._host_side
+    monkeypatch.setattr(ring_records.RingLines, "_host_side", staticmethod(
+        lambda *a: per_record.append(1) or host_side(*a)))
+    calls = _count_native(monkeypatch)
+    shipped = _run(library, True, steps=4, sides=_reuse_sides(True), ship_every=2)
+    assert calls[0] > 20 and not per_record and b'"reused":10' in shipped
+    assert shipped == _run(library, False, steps=4, sides=_reuse_sides(True), ship_every=2)
+    assert shipped == _run(library, True, steps=4, sides=_reuse_sides(True))
+    assert shipped == _run(library, True, steps=4, sides=_reuse_sides(True), ship_every=2, plans=False)
 
 
 @pytest.mark.parametrize("plans", [True, False], ids=["plans", "full"])

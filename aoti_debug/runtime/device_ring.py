@@ -3,9 +3,11 @@
 At levels ``stats`` and ``print`` a CUDA launch side costs the fused stats kernel's
 launch (:mod:`.fused_stats`) writing into reserved rows of a device segment, and
 nothing else on the device: no allocation, no host copy, no event per side. A segment
-is shipped (two device->host copies into its pinned twin and one event, on the
-segment's stream) when it is full or when the session flushes; the writer thread then
-waits for that one event and fills every record of the segment from the host values.
+is shipped (one device->host copy into pinned host memory of its own and one event, on
+the segment's stream) when it is full or when the session flushes; the writer thread
+then waits for that one event and writes every record of the segment from the host
+values, where they are (the copy stays with the shipment's :class:`Arrival` until its
+records are written, while the segment is filled again).
 
 Each record's :class:`~aoti_debug.runtime.session.Job` waits on the segment's
 :class:`Arrival`, which blocks until the segment was shipped and copied. So the writer
@@ -24,6 +26,7 @@ buffers name ``device="cpu"``: the warm-up also makes CUDA the default device.
 
 from __future__ import annotations
 
+import collections
 import threading
 from typing import Any
 
@@ -39,6 +42,8 @@ SEGMENT_ROWS = 1024
 #: Segments per ring that may wait for the writer before a launch side waits for one.
 MAX_SEGMENTS = 16
 
+#: The current stream's handle (what Inductor's get_raw_stream calls; None: not in this torch).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 _lock = threading.Lock()
 _rings: dict[tuple, "Ring"] = {}
 _private: dict[int, Any] = {}  # device index -> the stream our persistent buffers are allocated on
@@ -85,27 +90,46 @@ class Arrival:
     Duck-types the ``event`` of a :class:`~aoti_debug.runtime.session.Job` (the writer
     thread calls :meth:`synchronize`)."""
 
-    __slots__ = ("segment", "_shipped", "_event", "_rows", "_sums", "_values", "_lock")
+    __slots__ = ("segment", "_shipped", "_event", "_host", "_pool", "_rows", "_sums", "_values", "_lock")
 
     def __init__(self, segment: "Segment"):
         self.segment = segment
         self._shipped = threading.Event()
         self._event: Any = None
+        self._host: torch.Tensor | None = None
+        self._pool: Any = None
         self._rows: torch.Tensor | None = None
         self._sums: torch.Tensor | None = None
         self._values: tuple[list, list] | None = None
         self._lock = threading.Lock()
 
-    def ship(self, event: Any) -> None:
+    def ship(self, event: Any, host: torch.Tensor | None = None, pool: Any = None) -> None:
+        """The values are on their way: ``event`` completes when they are in ``host`` (this
+        shipment's own copy, in the segment's layout, given back to ``pool`` when this
+        arrival is gone; None: the segment's ``host``, which stays unchanged until the
+        segment is released)."""
         self._event = event
+        self._host = host
+        self._pool = pool
         self._shipped.set()
+
+    def __del__(self) -> None:
+        # The records that read the host copy are written (or dropped): the ring ships into
+        # it again. Its copy was ordered on the ring's stream before any later one.
+        pool, host = self._pool, self._host
+        if pool is not None and host is not None:
+            try:
+                pool.append(host)  # (a deque: no lock, whatever thread drops the arrival)
+            except Exception:
+                pass
 
     def ready(self) -> bool:
         """The values are on their way (waiting for them does not wait for a flush)."""
         return self._shipped.is_set()
 
     def synchronize(self) -> None:
-        """Wait for the values and copy them out of the segment (which may then be reused)."""
+        """Wait for the values; the segment may then be filled again (its values are in
+        this shipment's host copy, or copied out of the segment's)."""
         if self._rows is not None:
             return
         self._shipped.wait()
@@ -114,10 +138,13 @@ class Arrival:
                 seg = self.segment
                 try:
                     self._event.synchronize()
-                    used, cap, host = seg.shipped_rows, seg.cap, seg.host
-                    sums = host[8 * cap: 8 * cap + used].view(torch.int64).clone()
-                    self._rows = host[: 8 * used].clone()
-                    self._sums = sums
+                    used, cap, host = seg.shipped_rows, seg.cap, self._host
+                    own = host is not None
+                    if not own:
+                        host = seg.host
+                    sums = host[8 * cap: 8 * cap + used].view(torch.int64)
+                    rows = host[: 8 * used]
+                    self._rows, self._sums = (rows, sums) if own else (rows.clone(), sums.clone())
                 finally:
                     seg.release()
 
@@ -140,14 +167,15 @@ class Arrival:
 
 
 class Segment:
-    """One device buffer of ``cap`` rows (``fused_stats`` packed layout) and its pinned twin."""
+    """One device buffer of ``cap`` rows (``fused_stats`` packed layout: 8 float64 a row,
+    then one int64 checksum a row); each shipment copies it into pinned host memory of its
+    own (:class:`Arrival`)."""
 
-    __slots__ = ("buf", "cap", "used", "host", "arrival", "shipped_rows", "_free")
+    __slots__ = ("buf", "cap", "used", "arrival", "shipped_rows", "_free")
 
     def __init__(self, device: torch.device, cap: int):
         self.cap = cap
         self.buf = private_empty(9 * cap, torch.float64, device)
-        self.host = torch.empty(9 * cap, dtype=torch.float64, device="cpu", pin_memory=True)
         self.used = 0
         self.shipped_rows = 0
         self.arrival = Arrival(self)
@@ -173,6 +201,12 @@ class Ring:
         self.segments: list[Segment] = []
         self.current: Segment | None = None
         self._lock = threading.Lock()
+        self._index = device.index if device.index is not None else torch.cuda.current_device()
+        self._raw = stream.cuda_stream
+        #: Pinned host copies no arrival holds, by segment rows: a shipment takes one, its
+        #: arrival gives it back (reused at once: the caching host allocator would wait for
+        #: the stream to pass the point where it was freed).
+        self._hosts: dict[int, collections.deque] = {}
 
     def reserve(self, k: int) -> tuple[Segment, int]:
         """Rows ``first .. first+k-1`` of the segment being filled (shipping it when full).
@@ -219,17 +253,33 @@ class Ring:
     def _ship(self, seg: Segment) -> None:
         used, cap = seg.used, seg.cap
         seg.shipped_rows = used
+        host = None
         try:
-            with torch.cuda.stream(self.stream):
-                if used:
-                    seg.host[: 8 * used].copy_(seg.buf[: 8 * used], non_blocking=True)
-                    seg.host[8 * cap: 8 * cap + used].copy_(seg.buf[8 * cap: 8 * cap + used], non_blocking=True)
-                event = torch.cuda.Event()
-                event.record(self.stream)
+            # One copy of the used rows and the checksums' first `used` slots (the unused
+            # rows between, up to 64 KiB more on the bus, cost less than a second copy's
+            # host time), into pinned memory of the ring's: the arrival holds it until its
+            # records are written, while the segment is filled again.
+            n = 8 * cap + used
+            pool = self._hosts.get(cap)
+            if pool is None:
+                pool = self._hosts[cap] = collections.deque()
+            try:
+                host = pool.pop()
+            except IndexError:
+                # device="cpu": a CUDA-graph tree's warm-up makes CUDA the default device
+                host = torch.empty(9 * cap, dtype=torch.float64, device="cpu", pin_memory=True)
+            if _raw_stream is not None and _raw_stream(self._index) == self._raw:
+                host[:n].copy_(seg.buf[:n], non_blocking=True)  # (the usual case: no stream switch)
+            else:  # a flush from another stream or thread
+                with torch.cuda.stream(self.stream):
+                    host[:n].copy_(seg.buf[:n], non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
         except Exception as e:  # a device fault: every record waiting on it gets the error
             _session.warn_once(f"ring-ship-{type(e).__name__}", f"cannot read device stats back: {e}")
             event = _Failed(e)
-        seg.arrival.ship(event)
+            pool = None
+        seg.arrival.ship(event, host, pool)
 
     def ship(self) -> None:
         """Ship the segment being filled (nothing when it is empty)."""

@@ -36,7 +36,7 @@ from .session import Job, warn_once
 #: The function of the library (``library.cpp``) and the layout of its ``spec``
 #: (``ring_records.h``: kRingLayout, the RingSlot header, kRingRecord numbers a record).
 RECORDS_SYMBOL = "aoti_debug_rt_ring_records"
-LAYOUT = 3
+LAYOUT = 4
 _HEADER = 6
 #: Entry kinds (kRingEntryRecord, kRingEntrySide, kRingEntryLine, kRingEntrySideTaken).
 _RECORD, _SIDE, _LINE, _SIDE_TAKEN = 0, 1, 2, 3
@@ -238,13 +238,16 @@ class RingLines:
         if self.failed or (job.record is not None and not _PLAIN.issuperset(job.record)):
             return False  # (a RingSide's records are plain, or encoded whole here: SidePlan)
         arrival = job.event
-        if arrival is self._ready:
-            return True
         try:
-            arrival.host()
+            if arrival is not self._ready:
+                arrival.host()
+                self._ready = arrival
+            if job.record is None and job.finish.reused:  # the rows it takes, maybe from earlier segments
+                for producer, _at in job.finish.reused:
+                    if producer is not arrival:
+                        producer.host()
         except Exception:
             return False  # not readable (the dict path records the error), or no host copy
-        self._ready = arrival
         return True
 
     def _text(self, rec: dict, key: tuple) -> tuple:
@@ -339,14 +342,17 @@ class RingLines:
                         add((_SIDE, fill.seq, fill.launch, fill.call, stats + 64 * row, sums + 8 * row, found[2],
                              found[3]))
                         count += 1
-                    elif not fill.plan.host and all(a is last for a, _r in fill.reused):
-                        # Its taken rows in its own segment (as a step's usually are): one entry.
-                        taken = array.array("q", [r for _a, r in fill.reused])
+                    elif not fill.plan.host:
+                        # Its taken rows, in its own segment's host copy or an earlier one's: one entry.
+                        taken = array.array("q")
+                        for producer, at in fill.reused:
+                            p_stats, p_sums = (stats, sums) if producer is last else producer.host()
+                            taken.extend((p_stats + 64 * at, p_sums + 8 * at))
                         keep.append(taken)
                         add((_SIDE_TAKEN, fill.seq, fill.launch, fill.call, stats, sums, found[2], found[3], row,
-                             taken.buffer_info()[0], len(taken)))
+                             taken.buffer_info()[0], len(fill.reused)))
                         count += 1
-                    else:  # with host or taken records (this call's CPU stats, producers' rows): an entry per record
+                    else:  # with host records (this call's CPU stats; taken ones too): an entry per record
                         count += self._host_side(fill, found, stats + 64 * row, sums + 8 * row, add, keep)
                 else:
                     found = self._texts_of(rec)

@@ -29,7 +29,7 @@ enum RingSlot : size_t {
   kRingSlotEnd,     // written back: the end of the lines in the buffer (or the bytes needed)
   kRingHeader
 };
-constexpr int64_t kRingLayout = 3;
+constexpr int64_t kRingLayout = 4;
 // Entries follow the header, each starting with its kind:
 // - kRingEntryRecord, one record: seq, launch, kernel call, the address of its stats row
 //   (8 doubles: min, max, mean, std, absmax, nan, inf, count: fused_stats' packed
@@ -44,10 +44,10 @@ constexpr int64_t kRingLayout = 3;
 // - kRingEntryLine, a line made by the caller (a planned side's record whose stats the
 //   Python runtime read on the host): (pointer, length), its newline included;
 // - kRingEntrySideTaken, a call of a planned side some of whose inputs take the row of
-//   the launch that wrote them (SiteArg.reuse), all in one segment: as kRingEntrySide
-//   but with the addresses of the segment's row 0, then the side's first row and
-//   (pointer, count) of the taken records' rows; a template row offset k <= -2 names
-//   taken row -2 - k.
+//   the launch that wrote them (SiteArg.reuse), in this segment or an earlier one: as
+//   kRingEntrySide but with the addresses of its segment's row 0, then the side's first
+//   row and (pointer, count) of the taken rows, each the addresses of its stats and its
+//   checksum (two int64); a template row offset k <= -2 names taken row -2 - k.
 enum RingEntry : int64_t { kRingEntryRecord = 0, kRingEntrySide = 1, kRingEntryLine = 2, kRingEntrySideTaken = 3 };
 constexpr size_t kRingRecord = 10;
 constexpr size_t kRingSide = 8;
@@ -90,7 +90,8 @@ int ring_records(int64_t* spec) {
   };
   // The lines of a side entry `r` (kRingEntrySide, or kRingEntrySideTaken with `takes`):
   // its template's records, a row offset k >= 0 being row `first` + k of the rows at
-  // r[4], r[5], one k <= -2 taken row -2 - k when `takes` (else, as -1, a fixed record).
+  // r[4], r[5], one k <= -2 taken row -2 - k (`taken`: two addresses a row) when `takes`
+  // (else, as -1, a fixed record).
   auto side = [&](const int64_t* r, int64_t first, const int64_t* taken, int64_t n_taken, bool takes) {
     const char* stats = ptr(r[4]);
     const char* sums = ptr(r[5]);
@@ -98,15 +99,17 @@ int ring_records(int64_t* spec) {
     if (!stats || !sums || r[7] < 0 || (!t && r[7]) || first < 0 || n_taken < 0 || (!taken && n_taken)) return false;
     for (int64_t k = 0; k < r[7]; ++k, t += kRingTemplate) {
       if (!texts_ok(ptr(t[2]), t[3], ptr(t[4]), t[5])) return false;
-      int64_t row = -1;
+      const double* stat_row = nullptr;
+      const int64_t* sum = nullptr;
       if (t[1] >= 0) {
-        row = first + t[1];
+        stat_row = reinterpret_cast<const double*>(stats + 64 * (first + t[1]));
+        sum = reinterpret_cast<const int64_t*>(sums + 8 * (first + t[1]));
       } else if (takes && t[1] <= -2) {
-        if (-2 - t[1] >= n_taken || taken[-2 - t[1]] < 0) return false;
-        row = taken[-2 - t[1]];
+        const int64_t j = -2 - t[1];
+        if (j >= n_taken || !taken[2 * j] || !taken[2 * j + 1]) return false;
+        stat_row = reinterpret_cast<const double*>(ptr(taken[2 * j]));
+        sum = reinterpret_cast<const int64_t*>(ptr(taken[2 * j + 1]));
       }
-      const double* stat_row = row < 0 ? nullptr : reinterpret_cast<const double*>(stats + 64 * row);
-      const int64_t* sum = row < 0 ? nullptr : reinterpret_cast<const int64_t*>(sums + 8 * row);
       line(r[1] + t[0], r[2], r[3], ptr(t[2]), t[3], ptr(t[4]), t[5], stat_row, sum);
     }
     return true;
