@@ -68,7 +68,7 @@ def _step(templates: list[dict], lines, step: int, rows_of: int | None = None):
     seg.host[: 8 * n] = rows.flatten()
     seg.host[8 * cap: 8 * cap + n].view(torch.int64)[:] = torch.randint(-2 ** 62, 2 ** 62, (n,), generator=g)
     arrival = device_ring.Arrival(seg)
-    arrival.ship(_Done())
+    arrival.ship(_Done(), seg.host)
     if rows_of is not None:
         return arrival
     jobs = []

@@ -82,7 +82,7 @@ class _HostRing:
 
     def ship(self):
         self.segment.shipped_rows = self.used
-        self.arrival.ship(_Broken() if self.broken else _Done())
+        self.arrival.ship(_Broken() if self.broken else _Done(), self.segment.host)
 
 
 def _arg(name, role="input", kind="tensor", expr=None, unwritten=False, volatile=()):
@@ -331,19 +331,19 @@ def test_the_library_refuses_a_malformed_spec(library):
     taken_template = array.array("q", template)
     taken_template[7] = -2
     rows = array.array("q", [row.buffer_info()[0], checksum.buffer_info()[0]])  # (its stats, its checksum)
-    taking = (3, 7, 3, 2, row.buffer_info()[0], checksum.buffer_info()[0], taken_template.buffer_info()[0], 2, 0,
+    taking = (3, 7, 3, 2, row.buffer_info()[0], checksum.buffer_info()[0], taken_template.buffer_info()[0], 2,
               rows.buffer_info()[0], 1)
     rc, end3 = call([taking])
     stats = b',"stats":{"min":1.0,"max":2.0,"mean":1.5,"std":0.5,"absmax":2.0,"nan":0,"inf":0},"checksum":"00000000000000ff"}'
     assert rc == 0 and bytes(out[:end3]) == expected.replace(b'"arg":"x"}\n', b'"arg":"x"' + stats + b"\n")
-    assert call([taking[:10] + (0,)])[0] == -1  # taken row 0 of none
-    assert call([taking[:9] + (0, 1)])[0] == -1  # no taken rows
+    assert call([taking[:9] + (0,)])[0] == -1  # taken row 0 of none
+    assert call([taking[:8] + (0, 1)])[0] == -1  # no taken rows
     for k in (0, 1):  # a taken row without its stats or its checksum
         broken_rows = array.array("q", rows)
         broken_rows[k] = 0
-        assert call([taking[:9] + (broken_rows.buffer_info()[0], 1)])[0] == -1
-    assert call([taking[:8] + (-1,) + taking[9:]])[0] == -1  # no first row
-    assert call([taking[:10]])[0] == -1  # the entry runs past the spec
+        assert call([taking[:8] + (broken_rows.buffer_info()[0], 1)])[0] == -1
+    assert call([taking[:9] + (-1,)])[0] == -1  # a negative count of taken rows
+    assert call([taking[:9]])[0] == -1  # the entry runs past the spec
 
 
 def test_cuda_graph_replay_values_are_written_alike(library, fresh_session):

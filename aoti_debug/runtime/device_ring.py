@@ -103,11 +103,10 @@ class Arrival:
         self._values: tuple[list, list] | None = None
         self._lock = threading.Lock()
 
-    def ship(self, event: Any, host: torch.Tensor | None = None, pool: Any = None) -> None:
+    def ship(self, event: Any, host: torch.Tensor | None, pool: Any = None) -> None:
         """The values are on their way: ``event`` completes when they are in ``host`` (this
         shipment's own copy, in the segment's layout, given back to ``pool`` when this
-        arrival is gone; None: the segment's ``host``, which stays unchanged until the
-        segment is released)."""
+        arrival is gone; None only with an ``event`` that raises)."""
         self._event = event
         self._host = host
         self._pool = pool
@@ -128,8 +127,8 @@ class Arrival:
         return self._shipped.is_set()
 
     def synchronize(self) -> None:
-        """Wait for the values; the segment may then be filled again (its values are in
-        this shipment's host copy, or copied out of the segment's)."""
+        """Wait for the values; the segment may then be filled again (they are in this
+        shipment's host copy)."""
         if self._rows is not None:
             return
         self._shipped.wait()
@@ -139,12 +138,8 @@ class Arrival:
                 try:
                     self._event.synchronize()
                     used, cap, host = seg.shipped_rows, seg.cap, self._host
-                    own = host is not None
-                    if not own:
-                        host = seg.host
-                    sums = host[8 * cap: 8 * cap + used].view(torch.int64)
-                    rows = host[: 8 * used]
-                    self._rows, self._sums = (rows, sums) if own else (rows.clone(), sums.clone())
+                    self._sums = host[8 * cap: 8 * cap + used].view(torch.int64)
+                    self._rows = host[: 8 * used]  # (last: set means done)
                 finally:
                     seg.release()
 

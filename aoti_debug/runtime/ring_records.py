@@ -36,7 +36,7 @@ from .session import Job, warn_once
 #: The function of the library (``library.cpp``) and the layout of its ``spec``
 #: (``ring_records.h``: kRingLayout, the RingSlot header, kRingRecord numbers a record).
 RECORDS_SYMBOL = "aoti_debug_rt_ring_records"
-LAYOUT = 4
+LAYOUT = 5
 _HEADER = 6
 #: Entry kinds (kRingEntryRecord, kRingEntrySide, kRingEntryLine, kRingEntrySideTaken).
 _RECORD, _SIDE, _LINE, _SIDE_TAKEN = 0, 1, 2, 3
@@ -349,8 +349,8 @@ class RingLines:
                             p_stats, p_sums = (stats, sums) if producer is last else producer.host()
                             taken.extend((p_stats + 64 * at, p_sums + 8 * at))
                         keep.append(taken)
-                        add((_SIDE_TAKEN, fill.seq, fill.launch, fill.call, stats, sums, found[2], found[3], row,
-                             taken.buffer_info()[0], len(fill.reused)))
+                        add((_SIDE_TAKEN, fill.seq, fill.launch, fill.call, stats + 64 * row, sums + 8 * row,
+                             found[2], found[3], taken.buffer_info()[0], len(fill.reused)))
                         count += 1
                     else:  # with host records (this call's CPU stats; taken ones too): an entry per record
                         count += self._host_side(fill, found, stats + 64 * row, sums + 8 * row, add, keep)

@@ -29,7 +29,7 @@ enum RingSlot : size_t {
   kRingSlotEnd,     // written back: the end of the lines in the buffer (or the bytes needed)
   kRingHeader
 };
-constexpr int64_t kRingLayout = 4;
+constexpr int64_t kRingLayout = 5;
 // Entries follow the header, each starting with its kind:
 // - kRingEntryRecord, one record: seq, launch, kernel call, the address of its stats row
 //   (8 doubles: min, max, mean, std, absmax, nan, inf, count: fused_stats' packed
@@ -45,14 +45,14 @@ constexpr int64_t kRingLayout = 4;
 //   Python runtime read on the host): (pointer, length), its newline included;
 // - kRingEntrySideTaken, a call of a planned side some of whose inputs take the row of
 //   the launch that wrote them (SiteArg.reuse), in this segment or an earlier one: as
-//   kRingEntrySide but with the addresses of its segment's row 0, then the side's first
-//   row and (pointer, count) of the taken rows, each the addresses of its stats and its
-//   checksum (two int64); a template row offset k <= -2 names taken row -2 - k.
+//   kRingEntrySide, then (pointer, count) of the taken rows, each the addresses of its
+//   stats and its checksum (two int64); a template row offset k <= -2 names taken row
+//   -2 - k.
 enum RingEntry : int64_t { kRingEntryRecord = 0, kRingEntrySide = 1, kRingEntryLine = 2, kRingEntrySideTaken = 3 };
 constexpr size_t kRingRecord = 10;
 constexpr size_t kRingSide = 8;
 constexpr size_t kRingLine = 3;
-constexpr size_t kRingSideTaken = 11;
+constexpr size_t kRingSideTaken = 10;
 constexpr size_t kRingTemplate = 6;
 
 // Returns 0 and the lines (one per record, in order) in the output buffer; -1 when
@@ -89,21 +89,21 @@ int ring_records(int64_t* spec) {
     return head_len >= 0 && body_len >= 0 && (head || !head_len) && (body || !body_len);
   };
   // The lines of a side entry `r` (kRingEntrySide, or kRingEntrySideTaken with `takes`):
-  // its template's records, a row offset k >= 0 being row `first` + k of the rows at
-  // r[4], r[5], one k <= -2 taken row -2 - k (`taken`: two addresses a row) when `takes`
-  // (else, as -1, a fixed record).
-  auto side = [&](const int64_t* r, int64_t first, const int64_t* taken, int64_t n_taken, bool takes) {
+  // its template's records, a row offset k >= 0 being row k of the rows at r[4], r[5],
+  // one k <= -2 taken row -2 - k (`taken`: two addresses a row) when `takes` (else, as
+  // -1, a fixed record).
+  auto side = [&](const int64_t* r, const int64_t* taken, int64_t n_taken, bool takes) {
     const char* stats = ptr(r[4]);
     const char* sums = ptr(r[5]);
     const int64_t* t = reinterpret_cast<const int64_t*>(ptr(r[6]));
-    if (!stats || !sums || r[7] < 0 || (!t && r[7]) || first < 0 || n_taken < 0 || (!taken && n_taken)) return false;
+    if (!stats || !sums || r[7] < 0 || (!t && r[7]) || n_taken < 0 || (!taken && n_taken)) return false;
     for (int64_t k = 0; k < r[7]; ++k, t += kRingTemplate) {
       if (!texts_ok(ptr(t[2]), t[3], ptr(t[4]), t[5])) return false;
       const double* stat_row = nullptr;
       const int64_t* sum = nullptr;
       if (t[1] >= 0) {
-        stat_row = reinterpret_cast<const double*>(stats + 64 * (first + t[1]));
-        sum = reinterpret_cast<const int64_t*>(sums + 8 * (first + t[1]));
+        stat_row = reinterpret_cast<const double*>(stats + 64 * t[1]);
+        sum = reinterpret_cast<const int64_t*>(sums + 8 * t[1]);
       } else if (takes && t[1] <= -2) {
         const int64_t j = -2 - t[1];
         if (j >= n_taken || !taken[2 * j] || !taken[2 * j + 1]) return false;
@@ -126,10 +126,10 @@ int ring_records(int64_t* spec) {
       line(r[1], r[2], r[3], ptr(r[6]), r[7], ptr(r[8]), r[9], row, sum);
       at += kRingRecord;
     } else if (r[0] == kRingEntrySide) {
-      if (at + kRingSide > spec_len || !side(r, 0, nullptr, 0, false)) return -1;
+      if (at + kRingSide > spec_len || !side(r, nullptr, 0, false)) return -1;
       at += kRingSide;
     } else if (r[0] == kRingEntrySideTaken) {
-      if (at + kRingSideTaken > spec_len || !side(r, r[8], reinterpret_cast<const int64_t*>(ptr(r[9])), r[10], true))
+      if (at + kRingSideTaken > spec_len || !side(r, reinterpret_cast<const int64_t*>(ptr(r[8])), r[9], true))
         return -1;
       at += kRingSideTaken;
     } else if (r[0] == kRingEntryLine) {
