@@ -61,7 +61,8 @@ def built(tmp_path_factory):
 def fake_pack(path, capability=90, leave_out=(12,)) -> str:
     """A pack of every variant but the kinds ``leave_out``, each "cubin" naming its variant
     for the stand-in driver."""
-    images = [device_stats.KernelImage(v, "_stats_kernel", b"\x7fELFFAKE" + struct.pack("<III", v.kind, v.width, v.vec),
+    images = [device_stats.KernelImage(v, v.kernel,
+                                       b"\x7fELFFAKE" + struct.pack("<IIII", v.kind, v.width, v.vec, v.cols),
                                        4, 32, (*device_stats.ARG_TYPES, *SCRATCH))
               for v in device_stats.variants() if v.kind not in leave_out]
     path.write_bytes(device_stats.write_pack(capability, images, device_stats.dtypes()))
@@ -99,8 +100,9 @@ def launches(calls: list[str]) -> list[tuple[dict, list[dict]]]:
 # --------------------------------------------------------------------------- the kernel for sm_90
 @pytest.fixture(scope="module")
 def real_pack(tmp_path_factory):
-    """Two variants compiled for sm_90 by Triton, without a GPU (the rest: the GPU tests)."""
-    chosen = [v for v in device_stats.variants() if (v.kind, v.vec) in ((9, 4), (10, 1))]
+    """Three variants compiled for sm_90 by Triton, without a GPU (the rest: the GPU tests):
+    two of the contiguous kernel, one of the strided one."""
+    chosen = [v for v in device_stats.variants() if (v.kind, v.vec, v.cols) in ((9, 4, 0), (10, 1, 0), (9, 4, 64))]
     logger = logging.getLogger("aoti_debug")
     seen: list[logging.LogRecord] = []
     handler = logging.Handler(logging.INFO)
@@ -121,10 +123,11 @@ def real_pack(tmp_path_factory):
 
 def test_cubins_for_sm90_are_built_without_a_gpu(real_pack):
     images, path = real_pack
-    assert [(im.variant.kind, im.variant.vec) for im in images] == [(9, 4), (10, 1)]
+    assert [(im.variant.kind, im.variant.vec, im.variant.cols) for im in images] == [(9, 4, 0), (9, 4, 64),
+                                                                                      (10, 1, 0)]
     for im in images:
-        assert im.image[:4] == b"\x7fELF" and b"_stats_kernel" in im.image and len(im.image) > 1000
-        assert im.name == "_stats_kernel" and im.num_warps == fused_stats.NUM_WARPS
+        assert im.image[:4] == b"\x7fELF" and im.name.encode() in im.image and len(im.image) > 1000
+        assert im.name == im.variant.kernel and im.num_warps == fused_stats.NUM_WARPS
         assert 0 <= im.shared <= device_stats.MAX_SHARED
         # The PTX entry's parameters: the launcher's seven, then Triton's scratch pointers.
         assert im.params[:7] == device_stats.ARG_TYPES and set(im.params[7:]) <= {"u64"}
@@ -134,6 +137,7 @@ def test_cubins_for_sm90_are_built_without_a_gpu(real_pack):
         fused_stats.BLOCK, fused_stats.PROGRAMS_PER_SM, fused_stats.MIN_TILES)
     assert all(k["offset"] % device_stats.IMAGE_ALIGN == 0 for k in pack["kernels"])
     assert [k["image"] for k in pack["kernels"]] == [im.image for im in images]
+    assert [(k["cols"], k["table_width"]) for k in pack["kernels"]] == [(0, 0), (64, fused_stats._PERM_TW), (0, 0)]
 
 
 def test_the_runtime_accepts_what_triton_built(built, real_pack):
@@ -141,9 +145,9 @@ def test_the_runtime_accepts_what_triton_built(built, real_pack):
     images, path = real_pack
     out = subprocess.run([str(built / "harness"), path, "parse"], capture_output=True, text=True, check=True)
     lines = out.stdout.splitlines()
-    assert lines[0] == f"ok|2|{len(device_stats.dtypes())}", lines
-    assert lines[1:] == [f"{im.variant.kind} {im.variant.vec} {im.num_warps} {im.shared} {im.variant.width} {im.name}"
-                         for im in images], lines
+    assert lines[0] == f"ok|{len(images)}|{len(device_stats.dtypes())}", lines
+    assert lines[1:] == [f"{im.variant.kind} {im.variant.vec} {im.num_warps} {im.shared} {im.variant.width} "
+                         f"{im.variant.cols} {im.name}" for im in images], lines
 
 
 def test_variants_and_dtypes_cover_what_the_python_runtime_launches():
@@ -152,6 +156,11 @@ def test_variants_and_dtypes_cover_what_the_python_runtime_launches():
     for v in device_stats.variants():
         got[(v.kind, v.width, v.is_float)].add(v.vec)
     assert set(got) == kinds and all(vecs == {1, 16 // k[1]} for k, vecs in got.items())
+    # The strided kernel for the floating kinds strided tensors have, at every tile width
+    # unvectorised and vectorised where a tile row holds a vector.
+    perm = {(v.kind, v.vec, v.cols) for v in device_stats.variants() if v.cols}
+    assert perm == {(kind, vec, cols) for kind in device_stats.PERM_KINDS for cols in device_stats.PERM_COLS
+                    for vec in (1, 16 // next(w for k, w, _f in kinds if k == kind)) if cols >= vec}
     names = {n: (kind, units) for n, kind, units in device_stats.dtypes()}
     for dtype, (code, _w, _f) in fused_stats._KINDS.items():
         assert names[str(dtype).replace("torch.", "")] == (code, 1)
@@ -172,15 +181,25 @@ def test_bad_packs_are_refused(built, tmp_path):
 
     assert verdict(good) == "ok"
     bad_sig = good.replace(b"u64 u64 u32 u64 u64 u64 u32 u64 u64", b"u64 u64 u32 u64 u64 u64 u64 u64 u64")
-    first_image = device_stats.read_pack(good)["kernels"][0]["offset"]
+    kernels = device_stats.read_pack(good)["kernels"]
+    first_image = kernels[0]["offset"]
+    strided = 64 + 64 * next(i for i, k in enumerate(kernels) if k["cols"])  # its entry: cols at +24, width at +28
+
+    def entry(at: int, value: int) -> bytes:
+        return good[:strided + at] + struct.pack("<I", value) + good[strided + at + 4:]
+
     cases = {
         "not a stats pack": b"X" + good[1:],
-        "another version": good[:8] + struct.pack("<I", 2) + good[12:],
+        "another version": good[:8] + struct.pack("<I", 1) + good[12:],
         "size is wrong": good[:-1],
         "parameters": bad_sig,
         "malformed": good[:first_image] + b"\0" + good[first_image + 1:],
         "do not fit": good[:16] + struct.pack("<I", 100000) + good[20:],
     }
+    bad_entries = {"tile width not a power of two": entry(24, 48), "tile width above the block": entry(24, 2048),
+                   "another table width": entry(28, 24), "a table width without a tile width": entry(24, 0)}
+    for why, data in bad_entries.items():
+        assert "malformed" in verdict(data), why
     for why, data in cases.items():
         assert why in verdict(data), why
 
@@ -203,8 +222,11 @@ def test_device_records_equal_the_host_path_and_copy_only_results(built, tmp_pat
     # Only the uint16 tensor (no kernel in this pack) is copied: 300 elements, 4 sides.
     assert copied == 300 * 2 * 4 and host_copied > 100 * copied
     found = launches(calls)
-    # 4 sides; per side one launch per kind with a kernel: f32, bf16, f16, i64, bool, f8, f64 (complex64 as f32).
-    assert len(found) == 4 * 7, [f for f, _ in found]
+    # 4 sides; per side one launch per kind with a kernel: f32, bf16, f16, i64, bool, f8, f64 (complex64 as f32),
+    # and the strided kernel's for the transposed float32 one, read in place.
+    assert len(found) == 4 * 8, [f for f, _ in found]
+    assert [int(f["cols"]) for f, _ in found].count(64) == 4
+    found = [(f, rows) for f, rows in found if f["cols"] == "0"]  # (the strided ones: test_strided_tensors_...)
     sms = 132
     for fields, rows in found:
         width = int(fields["width"])
@@ -225,6 +247,7 @@ def test_device_records_equal_the_host_path_and_copy_only_results(built, tmp_pat
             assert all(r["mod16"] == 0 for r in rows if r["n"])
     kinds_vec = {(int(f["kind"]), int(f["vec"])) for f, _ in found}
     assert (9, 1) in kinds_vec and (9, 4) in kinds_vec  # after: the misaligned float32 makes its group unvectorised
+    loaded = {tuple(x.split()[1:]) for x in calls if x.startswith("load ")}
     big = [r for _f, rows in found for r in rows if r["n"] == 3_000_000]
     assert big and all(r["nprog"] > 100 for r in big)
     # Level stats: the results (9 doubles per row) go to a segment of the device ring, copied
@@ -237,11 +260,64 @@ def test_device_records_equal_the_host_path_and_copy_only_results(built, tmp_pat
     assert calls.count("event-record") == 2 and calls.count("sync") == 2
     # Each call in a segment of its own: the before side's rows from 0, the after side's behind them.
     assert [r["row"] for _f, rows in found for r in rows if r["n"] == 3_000_000] == [10, 22, 10, 22]
-    assert sum(1 for x in calls if x.startswith("load ")) == len(kinds_vec)  # modules loaded once, reused
+    assert sum(1 for x in calls if x.startswith("load ")) == len(loaded) == len(kinds_vec) + 1  # once, reused
     # Level print waits for each side (its lines are printed as the side is recorded).
     printed, pcalls, _c, _e = run_harness(built, tmp_path, "print", pack, level="print")
     pdtoh = [int(x.split()[1]) for x in pcalls if x.startswith("dtoh ")]
     assert pdtoh == [9 * 8 * m for m in (12, 13, 12, 13)] and pcalls.count("sync") >= 4
+
+
+#: The strided tensors of the harness's "strided" mode (tests/fake_cuda/harness.cpp), by
+#: numel: shape, strides, and the tile width the runtime picks among device_stats.PERM_COLS.
+_STRIDED = {
+    2 * 4 * 8 * 16: ((2, 4, 8, 16), (1536, 16, 192, 1), 16),  # k of a fused QKV buffer: gaps
+    2 * 3 * 5 * 7: ((2, 3, 5, 7), (105, 1, 21, 3), 4),        # channels_last bfloat16, 3 channels
+    2 * 3 * 4 * 8: ((2, 3, 4, 8), (32, 0, 8, 1), 16),         # float16 with a stride-0 dim
+    40 * 50: ((40, 50), (1, 40), 64),                          # transposed
+    512 * 1024: ((512, 1024), (1, 512), 256),                  # transposed, many programs
+    33 * 20: ((33, 20), (1, 33), 64),                          # transposed, 4 bytes off 16
+}
+
+
+def test_strided_tensors_are_read_in_place_as_the_python_runtime_plans_them(built, tmp_path):
+    """Gapped, channels_last, expanded and transposed tensors of the floating kinds are read
+    in place by the strided kernel (no copy on the device), each launch's table the one
+    fused_stats.plan_permuted makes for them (the tile width the best of the pack's for the
+    inner run, vectorised where aligned); the int64 one, which has no strided kernel, is
+    copied and read as a contiguous tensor; records equal the host path's to the bit."""
+    pack = fake_pack(tmp_path / "pack.bin")
+    dev, calls, _copied, err = run_harness(built, tmp_path, "device", pack, args=("strided",))
+    host, _h, _c, _e = run_harness(built, tmp_path, "host", pack, args=("strided",), AOTI_DEBUG_FUSED_STATS="0")
+    assert "warning" not in err, err
+    assert dev == host
+    assert {tuple(r["stride"]) for r in dev if r["numel"] in _STRIDED} == {v[1] for v in _STRIDED.values()}
+    found = launches(calls)
+    strided = [(f, rows) for f, rows in found if f["cols"] != "0"]
+    # Per side (4): float32 at widths 16, 64 and 256, bfloat16 at 4, float16 at 16.
+    assert sorted((f["kind"], f["cols"]) for f, _ in strided) == sorted(
+        [("9", "16"), ("9", "64"), ("9", "256"), ("7", "4"), ("6", "16")] * 4)
+    read = [r["n"] for _f, rows in strided for r in rows]
+    assert sorted(read) == sorted(list(_STRIDED) * 4)
+    copied = [r for f, rows in found if f["cols"] == "0" for r in rows if r["n"] == 42]
+    assert len(copied) == 4 and all(r["mod16"] == 0 for r in copied)  # the int64 6x7, from its aligned copy
+    vectorised = {}
+    for fields, rows in strided:
+        width, vec, cols = int(fields["width"]), int(fields["vec"]), int(fields["cols"])
+        base = (1 << 20) + int(fields["base"])
+        ptrs = [base + r["q"] * width * vec for r in rows]
+        layouts = [fused_stats._perm_layout(*_STRIDED[r["n"]][:2]) for r in rows]
+        assert all(_STRIDED[r["n"]][2] == cols for r in rows)
+        _b, want_vec, table, programs = fused_stats.plan_permuted(
+            ptrs, [r["n"] for r in rows], layouts, [r["row"] for r in rows], width, fused_stats.BLOCK, cols,
+            fused_stats.PROGRAMS_PER_SM * 132, fused_stats.MIN_TILES)
+        assert vec == want_vec and int(fields["grid"].split(",")[0]) == programs
+        assert table == [x for r in rows for x in (r["q"], r["n"], r["first"], r["nprog"], r["per"], r["row"],
+                                                   *(r[f"t{j}"] for j in range(6, fused_stats._PERM_TW)))]
+        vectorised.update({r["n"]: vec for r in rows})
+    # Vectorised but for the bfloat16 tile (4 elements, under a vector of 8) and the group
+    # holding the tensor 4 bytes off 16; the transposed 512x1024 one takes many programs.
+    assert {n for n, v in vectorised.items() if v == 1} == {2 * 3 * 5 * 7, 40 * 50, 33 * 20}
+    assert max(r["nprog"] for _f, rows in strided for r in rows if r["n"] == 512 * 1024) > 100
 
 
 def _manifest_order(recs):
@@ -365,7 +441,8 @@ def test_the_device_trace_names_each_driver_call(built, tmp_path):
     recs, calls, _copied, err = run_harness(built, tmp_path, "traced", pack, AOTI_DEBUG_TRACE_DEVICE="1")
     assert recs == host
     lines = [x for x in err.splitlines() if x.startswith("[aoti_debug device] ")]
-    for step in ("loading libcuda.so.1", "driver ready", "pack " + pack + ": 28 kernels for sm_90", "sm_90, 132 SMs",
+    kernels = len(device_stats.read_pack(open(pack, "rb").read())["kernels"])
+    for step in ("loading libcuda.so.1", "driver ready", f"pack {pack}: {kernels} kernels for sm_90", "sm_90, 132 SMs",
                  "load kernel", "cuMemAlloc", "launch kernel", "wait for stream",
                  "stream done after"):
         assert any(step in x for x in lines), (step, lines[:20])

@@ -8,7 +8,10 @@ Triton, so the kernel is compiled here, at compile time, for the current GPU's c
 capability: one cubin per element kind (``fused_stats._KINDS``) and vector width (the
 16-byte one and 1, as ``fused_stats._launch`` picks them), specialised as Triton's JIT
 specialises the Python runtime's launches (pointers 16-byte aligned; ``k`` and
-``k_total`` never specialised), so the same code runs.
+``k_total`` never specialised), so the same code runs; and for the floating kinds a
+model's strided tensors have (:data:`PERM_KINDS`: permuted weights, q/k/v slices,
+channels_last activations), the strided kernel (``_stats_kernel_perm``) that reads them
+in place, for the tile widths :data:`PERM_COLS`, so the C++ runtime copies none of them.
 
 The cubins travel as one *pack* (:func:`write_pack`, layout below): a file in
 aoti_debug's folder of Inductor's cache that ``cpp_wrapper`` modules name
@@ -25,8 +28,9 @@ Pack layout (little-endian; ``native/device_stats.h`` reads it): a 64-byte heade
 (magic, version, capability, kernel and dtype counts, the launch constants ``BLOCK``,
 ``PROGRAMS_PER_SM``, ``MIN_TILES`` of ``fused_stats``, the kernel's argument count and
 Triton's scratch-pointer count, the total size, the offset of the PTX parameter types),
-one 64-byte entry per kernel (kind, width, is_float, vec, num_warps, shared memory,
-offsets of its name and cubin), one 16-byte entry per dtype the kernel reads (the torch
+one 64-byte entry per kernel (kind, width, is_float, vec, num_warps, shared memory, the
+strided kernel's tile width and table row width (0, 0: the contiguous kernel), offsets of
+its name and cubin), one 16-byte entry per dtype the kernel reads (the torch
 name, its kind, 1 or 2 values per element: complex as its real view), then the strings
 and the cubins (256-byte aligned).
 """
@@ -53,7 +57,7 @@ from .stats_worker import ARG_TYPES, plain_launch, scratch_pointers
 
 log = logging.getLogger("aoti_debug")
 
-PACK_VERSION = 1
+PACK_VERSION = 2
 MAGIC = b"AOTIDSTS"
 #: The pack's symbol in an AOTInductor package (hidden; the glue's reference is weak).
 SYMBOL = "aoti_debug_stats_pack_v1"
@@ -72,7 +76,7 @@ _POINTER = {"bool": "u8", "uint8": "u8", "int8": "i8", "float8_e4m3fn": "u8", "f
 _OBJECT_RE = re.compile(r"^stats-[0-9a-f]{12}/pack-sm(\d+)-[0-9a-f]{12}\.o$")
 
 #: How long a pack build waits for its worker processes, all together (a cold build of
-#: the 30 variants takes about 10 s with 8 workers), and how long a worker may take
+#: the 30 contiguous variants took about 10 s with 8 workers; the strided ones add 28), and how long a worker may take
 #: before it dumps its stack into its log and exits. A build that times out is one
 #: warning, and the models compiled then take the host path: it is never retried in this
 #: process, where whatever stopped the workers could stop the compile too.
@@ -86,19 +90,39 @@ _failed: dict[str, str] = {}
 _warned: set[str] = set()
 
 
+#: The kinds (float32, bfloat16, float16) and tile widths the strided kernel is compiled
+#: for: the C++ runtime reads a strided tensor of these kinds in place with the width of
+#: these that ``fused_stats._cols`` would rank best for its inner run, and copies the others.
+PERM_KINDS = (9, 7, 6)
+PERM_COLS = (4, 16, 64, 256, 1024)
+
+
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """One compiled form of the kernel: an element kind (``fused_stats._KINDS``) and vector width."""
+    """One compiled form of the kernel: an element kind (``fused_stats._KINDS``) and vector
+    width; ``cols``: the strided kernel's tile width (0: the contiguous kernel)."""
 
     kind: int
     width: int
     is_float: bool
     vec: int
     pointer: str
+    cols: int = 0
 
     @property
     def file(self) -> str:
-        return f"k{self.kind}-v{self.vec}.cubin"
+        return f"k{self.kind}-v{self.vec}.cubin" if not self.cols else f"k{self.kind}-v{self.vec}-c{self.cols}.cubin"
+
+    @property
+    def kernel(self) -> str:
+        return "_stats_kernel_perm" if self.cols else "_stats_kernel"
+
+    @property
+    def table_width(self) -> int:
+        """int64 per tensor in the kernel's table (``fused_stats._PERM_TW``; 0: the contiguous kernel's six)."""
+        from ..runtime import fused_stats as fs
+
+        return fs._PERM_TW if self.cols else 0
 
     def job(self) -> dict:
         from ..runtime import fused_stats as fs
@@ -107,11 +131,14 @@ class Variant:
                      "out": "*fp64", "k_total": "i32"}
         constexprs = {"KIND": self.kind, "WIDTH": self.width, "IS_FLOAT": self.is_float, "VEC": self.vec,
                       "BLOCK": fs.BLOCK, "TBLOCK": fs._TBLOCK, "RBLOCK": fs._RBLOCK}
+        if self.cols:
+            constexprs.update(CB=self.cols, TW=fs._PERM_TW)
         signature.update({name: "constexpr" for name in constexprs})
         # The launcher's own buffers are always aligned; the base is 16-byte aligned exactly
         # when the vectorised form is used (fused_stats._launch), so VEC=1 assumes nothing.
         aligned = [1, 3, 4, 5] + ([0] if self.vec > 1 else [])
-        return {"signature": signature, "constexprs": constexprs, "aligned": sorted(aligned), "file": self.file}
+        return {"kernel": self.kernel, "signature": signature, "constexprs": constexprs, "aligned": sorted(aligned),
+                "file": self.file}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,14 +154,21 @@ class KernelImage:
 
 
 def variants() -> list[Variant]:
-    """Every variant the runtime may launch: each kind, vectorised (16 bytes) and not."""
+    """Every variant the runtime may launch: each kind, vectorised (16 bytes) and not; the
+    strided kernel for :data:`PERM_KINDS` at each of :data:`PERM_COLS`, vectorised where a
+    tile row holds a vector (``fused_stats.plan_permuted``)."""
     from ..runtime.fused_stats import _KINDS
 
     out = {}
     for dtype, (kind, width, is_float) in _KINDS.items():
         name = str(dtype).replace("torch.", "")
         for vec in sorted({16 // width, 1}, reverse=True):
-            out.setdefault((kind, vec), Variant(kind, width, bool(is_float), vec, _POINTER[name]))
+            out.setdefault((kind, vec, 0), Variant(kind, width, bool(is_float), vec, _POINTER[name]))
+            if kind in PERM_KINDS:
+                for cols in PERM_COLS:
+                    if cols >= vec:
+                        out.setdefault((kind, vec, cols), Variant(kind, width, bool(is_float), vec, _POINTER[name],
+                                                                  cols))
     return [out[k] for k in sorted(out)]
 
 
@@ -199,8 +233,8 @@ def write_pack(capability: int, images: list[KernelImage], dtype_rows: list[tupl
     at = _HEADER.size
     for im, name, where in zip(images, names, image_at):
         v = im.variant
-        _KERNEL.pack_into(out, at, v.kind, v.width, int(v.is_float), v.vec, im.num_warps, im.shared, 0, 0,
-                          strings_at + name, where, len(im.image), 0)
+        _KERNEL.pack_into(out, at, v.kind, v.width, int(v.is_float), v.vec, im.num_warps, im.shared, v.cols,
+                          v.table_width, strings_at + name, where, len(im.image), 0)
         at += _KERNEL.size
     for (_name, kind, units), dname in zip(dtype_rows, dnames):
         _DTYPE.pack_into(out, at, strings_at + dname, kind, units)
@@ -228,9 +262,10 @@ def read_pack(data: bytes) -> dict:
     kernels = []
     at = _HEADER.size
     for _ in range(n_kernels):
-        kind, width, is_float, vec, warps, shared, _a, _b, name, image, size, _c = _KERNEL.unpack_from(data, at)
+        kind, width, is_float, vec, warps, shared, cols, tw, name, image, size, _c = _KERNEL.unpack_from(data, at)
         kernels.append({"kind": kind, "width": width, "is_float": bool(is_float), "vec": vec, "num_warps": warps,
-                        "shared": shared, "name": cstr(name), "image": data[image:image + size], "offset": image})
+                        "shared": shared, "cols": cols, "table_width": tw, "name": cstr(name),
+                        "image": data[image:image + size], "offset": image})
         at += _KERNEL.size
     rows = []
     for _ in range(n_dtypes):

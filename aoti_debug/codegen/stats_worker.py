@@ -8,8 +8,9 @@ from its file), so a worker starts in the time Triton takes to import.
 
 The job (JSON): ``kernels`` (path of runtime/fused_stats_kernels.py), ``capability``
 (e.g. 90), ``num_warps``, ``out`` (a folder for the cubins) and ``variants``, each with
-the kernel's ``signature``, ``constexprs``, ``aligned`` (parameter positions specialised
-as 16-byte aligned, as Triton's JIT specialises aligned pointers) and a ``file`` name.
+its ``kernel`` (``_stats_kernel``, or the strided ``_stats_kernel_perm``), the kernel's
+``signature``, ``constexprs``, ``aligned`` (parameter positions specialised as 16-byte
+aligned, as Triton's JIT specialises aligned pointers) and a ``file`` name.
 Writes one JSON list: per variant what the launcher needs from Triton's metadata and the
 PTX parameter types of the entry point. ``timeout`` (seconds): past it the worker writes
 every thread's stack to stderr (its log) and exits, so a stuck compile says where it
@@ -86,7 +87,7 @@ def compile_variants(job: dict) -> list[dict]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    kernel = _kernels(job["kernels"])._stats_kernel
+    kernels = _kernels(job["kernels"])
     target = GPUTarget("cuda", int(job["capability"]), 32)
     out = []
     t0 = time.monotonic()
@@ -95,7 +96,7 @@ def compile_variants(job: dict) -> list[dict]:
             print(f"[aoti_debug stats worker pid={os.getpid()} +{time.monotonic() - t0:.2f}s] compiling {v['file']}",
                   file=sys.stderr, flush=True)
         attrs = {(int(i),): [["tt.divisibility", 16]] for i in v["aligned"]}
-        src = ASTSource(kernel, dict(v["signature"]), dict(v["constexprs"]), attrs)
+        src = ASTSource(getattr(kernels, v["kernel"]), dict(v["signature"]), dict(v["constexprs"]), attrs)
         compiled = triton.compile(src, target=target, options={"num_warps": int(job["num_warps"])})
         md = compiled.metadata
         entry, params = ptx_params(compiled.asm["ptx"])

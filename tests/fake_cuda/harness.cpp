@@ -6,7 +6,9 @@
 //                                      -> the records; "copied=<bytes> unsynced=<copies>"
 //   (finite-inputs: the launch reads only integer tensors, so that its NaN/Inf outputs are
 //   a birth for AOTI_DEBUG_TRIGGER=nonfinite; mixed: each call also launches a CPU kernel
-//   after it, whose records must not overtake the device launch's; unsynced: copies of
+//   after it, whose records must not overtake the device launch's; strided: tensors 0-3,
+//   10 and 15 are strided ones instead (read in place by the strided kernel, but the
+//   int64 one); unsynced: copies of
 //   device values made before any DeviceOps::synchronize)
 //   harness PACK parse                                    -> parse_pack's verdict
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -193,13 +195,14 @@ int main(int argc, char** argv) {
     std::string err = parse_pack(pack, bytes.size(), p);
     std::printf("%s|%zu|%zu\n", err.empty() ? "ok" : err.c_str(), p.kernels.size(), p.dtypes.size());
     for (const PackKernel& k : p.kernels) {
-      std::printf("%u %u %u %u %u %s\n", k.kind, k.vec, k.num_warps, k.shared, k.width, k.name);
+      std::printf("%u %u %u %u %u %u %s\n", k.kind, k.vec, k.num_warps, k.shared, k.width, k.cols, k.name);
     }
     return 0;
   }
   std::string level = argc > 3 ? argv[3] : "stats";
   bool finite_inputs = argc > 4 && std::string(argv[4]) == "finite-inputs";
   bool mixed = argc > 4 && std::string(argv[4]) == "mixed";
+  bool strided = argc > 4 && std::string(argv[4]) == "strided";
   schema::Level lv = level == "print" ? schema::kPrint : level == "save" ? schema::kSave : schema::kStats;
   const int cuda = kDeviceCuda, cpu = kDeviceCpu;
   std::vector<AtenTensorHandle> ts = {
@@ -220,6 +223,14 @@ int main(int argc, char** argv) {
       make(kF32, cuda, {100}, {1}, 4),            // 14: (after) 4 bytes off 16: the float32 group unvectorised
       make(kF64, cuda, {50}, {1}),                // 15
   };
+  if (strided) {
+    ts[0] = make(kF32, cuda, {2, 4, 8, 16}, {1536, 16, 192, 1}, 256);  // k of a fused QKV [2, 8, 3*4*16]: gaps
+    ts[1] = make(kBF16, cuda, {2, 3, 5, 7}, {105, 1, 21, 3});          // channels_last, 3 channels
+    ts[2] = make(kF16, cuda, {2, 3, 4, 8}, {32, 0, 8, 1});             // expanded: a stride-0 dim
+    ts[3] = make(kI64, cuda, {6, 7}, {1, 6});                          // no strided kernel for int64: copied
+    ts[10] = make(kF32, cuda, {512, 1024}, {1, 512});                  // transposed, many programs
+    ts[15] = make(kF32, cuda, {33, 20}, {1, 33}, 4);                   // 4 bytes off 16: with 6, unvectorised
+  }
   for (size_t i = 0; i < ts.size(); ++i) fill(ts[i], i + 1);
   static const char* names[] = {"a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9", "a10", "a11", "a12",
                                 "a13", "a14", "a15"};

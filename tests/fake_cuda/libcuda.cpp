@@ -1,7 +1,8 @@
 // A stand-in for libcuda.so.1 (tests/test_device_stats.py): "device" memory is host
 // memory, a "cubin" is the ELF magic, "FAKE" and its kernel's kind, width and vec, and
 // cuLaunchKernel does what the stats kernel does, with the C++ runtime's own summarize()
-// (stats.h), so that the device path's records equal the host path's to the bit. Every
+// (stats.h), so that the device path's records equal the host path's to the bit (the
+// strided kernel's tensors gathered into logical order first, from its table). Every
 // call is logged (FAKE_CU_LOG) for the test to check the launches against fused_stats.plan.
 // FAKE_CU_SMS, FAKE_CU_CC: the device; FAKE_CU_FAIL=launch|sync|capture-query|load|event:
 // that call (cuLaunchKernel, cuStreamSynchronize, cuStreamIsCapturing, cuModuleLoadData,
@@ -23,8 +24,9 @@ using namespace aoti_debug_rt_1;
 
 namespace {
 struct FakeKernel {
-  uint32_t kind, width, vec;
+  uint32_t kind, width, vec, cols;  // cols: the strided kernel's tile width (0: the contiguous kernel)
 };
+constexpr int kPermTw = 27;  // device_driver.h's kPermTableWidth
 int g_context;
 
 void logf(const char* fmt, ...) {
@@ -108,12 +110,13 @@ int cuModuleLoadData(void** module, const void* image) {
   if (std::memcmp(p, "\177ELFFAKE", 8) != 0) return 200;  // CUDA_ERROR_INVALID_IMAGE
   FakeKernel* k = new FakeKernel;
   std::memcpy(k, p + 8, sizeof(FakeKernel));
-  logf("load %u %u %u\n", k->kind, k->width, k->vec);
+  logf("load %u %u %u %u\n", k->kind, k->width, k->vec, k->cols);
   *module = k;
   return 0;
 }
 int cuModuleGetFunction(void** function, void* module, const char* name) {
-  if (std::strcmp(name, "_stats_kernel") != 0) return 500;  // CUDA_ERROR_NOT_FOUND
+  const FakeKernel* k = static_cast<const FakeKernel*>(module);
+  if (std::strcmp(name, k->cols ? "_stats_kernel_perm" : "_stats_kernel") != 0) return 500;  // CUDA_ERROR_NOT_FOUND
   *function = module;
   return 0;
 }
@@ -129,18 +132,43 @@ int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsign
   double* out = reinterpret_cast<double*>(*static_cast<uint64_t*>(params[5]));
   int32_t k_total = *static_cast<int32_t*>(params[6]);
   uint64_t scratch0 = *static_cast<uint64_t*>(params[7]), scratch1 = *static_cast<uint64_t*>(params[8]);
-  logf("launch kind=%u width=%u vec=%u grid=%u,%u,%u block=%u,%u,%u shared=%u k=%d k_total=%d stream=%p "
-       "scratch=%llu,%llu extra=%p base=%llu aligned=%d\n", k->kind, k->width, k->vec, gx, gy, gz, bx, by, bz, shared,
-       n, k_total, stream, static_cast<unsigned long long>(scratch0), static_cast<unsigned long long>(scratch1),
+  logf("launch kind=%u width=%u vec=%u cols=%u grid=%u,%u,%u block=%u,%u,%u shared=%u k=%d k_total=%d stream=%p "
+       "scratch=%llu,%llu extra=%p base=%llu aligned=%d\n", k->kind, k->width, k->vec, k->cols, gx, gy, gz, bx, by, bz,
+       shared, n, k_total, stream, static_cast<unsigned long long>(scratch0), static_cast<unsigned long long>(scratch1),
        static_cast<void*>(extra), static_cast<unsigned long long>(base % 16), (base % 16) == 0);
   for (uint64_t i = 0; i < static_cast<uint64_t>(gx) * 9; ++i) part[i] = 0.0;  // partials: 9 per program
+  const int tw = k->cols ? kPermTw : 6;
   for (int32_t r = 0; r < n; ++r) {
-    const int64_t* t = tab + 6 * r;
+    const int64_t* t = tab + tw * r;
     uint64_t ptr = base + static_cast<uint64_t>(t[0]) * k->width * k->vec;
-    logf("row q=%lld n=%lld first=%lld nprog=%lld per=%lld row=%lld mod16=%llu counter=%d\n",
-         static_cast<long long>(t[0]), static_cast<long long>(t[1]), static_cast<long long>(t[2]),
-         static_cast<long long>(t[3]), static_cast<long long>(t[4]), static_cast<long long>(t[5]),
-         static_cast<unsigned long long>(ptr % 16), counters[t[5]]);
+    logf("row q=%lld n=%lld first=%lld nprog=%lld per=%lld row=%lld mod16=%llu counter=%d", static_cast<long long>(t[0]),
+         static_cast<long long>(t[1]), static_cast<long long>(t[2]), static_cast<long long>(t[3]),
+         static_cast<long long>(t[4]), static_cast<long long>(t[5]), static_cast<unsigned long long>(ptr % 16),
+         counters[t[5]]);
+    for (int j = 6; j < tw; ++j) logf(" t%d=%lld", j, static_cast<long long>(t[j]));
+    logf("\n");
+    std::vector<unsigned char> gathered;
+    if (k->cols && t[1] > 0) {
+      // The strided kernel's reading, element (row, col) at mem(row) * vec + col of logical
+      // index base(row) + col * inner_stride (fused_stats_kernels._row_bases), into logical order.
+      const int64_t vec = k->vec, inner = t[6] * vec, rows = t[1] / inner, nd = t[8];
+      gathered.resize(static_cast<size_t>(t[1]) * k->width);
+      for (int64_t row = 0; row < rows; ++row) {
+        int64_t rr = row, lb = 0, mb = 0;
+        for (int64_t d = 0; d < nd; ++d) {
+          const int64_t* dim = t + 9 + 3 * d;
+          const int64_t i = d + 1 < nd ? rr % dim[0] : rr;  // the outermost takes the quotient left
+          lb += i * dim[1];
+          mb += i * dim[2];
+          rr = d + 1 < nd ? rr / dim[0] : 0;
+        }
+        for (int64_t c = 0; c < inner; ++c) {
+          std::memcpy(gathered.data() + (lb + c * t[7]) * k->width,
+                      reinterpret_cast<const unsigned char*>(ptr) + (mb * vec + c) * k->width, k->width);
+        }
+      }
+      ptr = reinterpret_cast<uint64_t>(gathered.data());
+    }
     Summary s;
     if (t[1] > 0 && !summarize(reinterpret_cast<const void*>(ptr), t[1], c10_of(k->kind), s)) return 1;
     double* o = out + 8 * t[5];

@@ -113,7 +113,7 @@ inline std::string load(Api& api) {
 
 // ---- the pack (codegen/device_stats.py writes it; the layout is described there)
 constexpr char kPackMagic[8] = {'A', 'O', 'T', 'I', 'D', 'S', 'T', 'S'};
-constexpr uint32_t kPackVersion = 1;
+constexpr uint32_t kPackVersion = 2;
 constexpr uint64_t kPackHeader = 64, kPackKernel = 64, kPackDtype = 16;
 // The kernel's parameters as launch_group passes them (base, tab, k, part, counters, out,
 // k_total), then Triton's scratch pointers (null: the pack holds no kernel that uses them).
@@ -121,9 +121,14 @@ constexpr const char* kKernelArgs = "u64 u64 u32 u64 u64 u64 u32";
 constexpr uint32_t kKernelArgCount = 7;
 constexpr uint32_t kMaxScratch = 4;
 constexpr int kMaxShared = 48 * 1024;
+// The strided kernel's table (fused_stats.plan_permuted): 9 int64 a tensor, then (size,
+// logical stride, memory stride) per row dim, up to kMaxRowDims (fused_stats.MAX_ROW_DIMS).
+constexpr uint32_t kMaxRowDims = 6;
+constexpr uint32_t kPermTableWidth = 9 + 3 * kMaxRowDims;
 
 struct PackKernel {
   uint32_t kind, width, is_float, vec, num_warps, shared;
+  uint32_t cols;  // the strided kernel's tile width (a power of two up to the block), 0: the contiguous kernel
   const char* name;
   const unsigned char* image;
 };
@@ -184,11 +189,16 @@ std::string parse_pack(const unsigned char* p, uint64_t size, Pack& out) {
     k.vec = pack_field<uint32_t>(p, at + 12);
     k.num_warps = pack_field<uint32_t>(p, at + 16);
     k.shared = pack_field<uint32_t>(p, at + 20);
+    k.cols = pack_field<uint32_t>(p, at + 24);
+    const uint32_t table_width = pack_field<uint32_t>(p, at + 28);
+    const bool strided_ok = k.cols == 0 ? table_width == 0
+                                        : table_width == kPermTableWidth && (k.cols & (k.cols - 1)) == 0 &&
+                                              k.cols <= out.block && k.vec <= k.cols;
     k.name = pack_string(p, size, pack_field<uint64_t>(p, at + 32));
     uint64_t image = pack_field<uint64_t>(p, at + 40), bytes = pack_field<uint64_t>(p, at + 48);
     if (!k.name || image >= size || bytes < 4 || bytes > size - image || std::memcmp(p + image, "\177ELF", 4) != 0 ||
         (k.width != 1 && k.width != 2 && k.width != 4 && k.width != 8) || k.vec == 0 || 16 % (k.vec * k.width) != 0 ||
-        k.num_warps == 0 || k.num_warps > 32 || k.shared > static_cast<uint32_t>(kMaxShared)) {
+        k.num_warps == 0 || k.num_warps > 32 || k.shared > static_cast<uint32_t>(kMaxShared) || !strided_ok) {
       return "kernel " + std::to_string(i) + " of the stats pack is malformed";
     }
     k.image = p + image;

@@ -8,8 +8,11 @@
 // tensors). At level stats they go into a ring on the device and the side's records wait
 // in a queue, with no synchronisation (device_ring.h); at level print and with a flight
 // recorder (which judge each side as it is made) they are copied into pinned memory and
-// waited for with one cuStreamSynchronize per side. Non-contiguous or misaligned tensors
-// are first copied on the device (as the Python runtime's .contiguous()). What the pack
+// waited for with one cuStreamSynchronize per side. Strided tensors of the kinds the
+// pack has the strided kernel for are read in place, as the Python runtime reads them
+// (fused_stats._perm_layout, plan_permuted: a launch per kind and tile width); other
+// non-contiguous or misaligned tensors are first copied on the device (as the Python
+// runtime's .contiguous()). What the pack
 // does not cover (other dtypes, other devices) keeps the host path (host_tensor.h); so
 // does everything once the device path failed (one warning), and everything under
 // AOTI_DEBUG_FUSED_STATS=0.
@@ -155,6 +158,84 @@ cu::Handle kernel_function(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceStat
   return ds.functions[i] = fn;
 }
 
+// How the strided kernel reads a tensor in place (fused_stats._Perm): `[rows, inner]`,
+// the inner run of unit memory stride and logical stride `inner_stride`, the rows over
+// `nd` row dims of (size, logical stride, memory stride), innermost first; `cols` the
+// tile width. `cols` 0: the tensor is read as a contiguous one.
+struct PermLayout {
+  uint32_t cols = 0;
+  int64_t inner = 0, inner_stride = 0;
+  uint32_t nd = 0;
+  int64_t dims[kMaxRowDims][3] = {};
+};
+
+// fused_stats._perm_layout: the layout of a non-contiguous tensor with a unit-stride dim
+// of size > 1 (dims adjacent in both logical and memory order merged, size-1 dims
+// ignored), or false (empty, a negative stride, no unit-stride dim, too many row dims).
+bool perm_layout(const HostTensor& t, PermLayout& out) {
+  struct Dim {
+    int64_t ms, ls, n;
+  };
+  Dim dims[64];
+  size_t nd = 0;
+  int64_t logical = 1;
+  for (size_t i = t.shape.size(); i-- > 0;) {
+    const int64_t size = t.shape[i], stride = t.stride[i];
+    if (size != 1) {
+      if (stride < 0) return false;
+      if (nd && stride == dims[nd - 1].ms * dims[nd - 1].n) {
+        dims[nd - 1].n *= size;  // the next dim in memory too
+      } else {
+        if (nd == 64) return false;
+        dims[nd++] = {stride, logical, size};
+      }
+    }
+    logical *= size;
+  }
+  if (logical == 0 || nd < 2 || nd - 1 > kMaxRowDims) return false;
+  size_t best = nd;  // the longest unit-stride dim, the logically innermost of equals
+  for (size_t i = 0; i < nd; ++i) {
+    if (dims[i].ms == 1 && (best == nd || dims[i].n > dims[best].n ||
+                            (dims[i].n == dims[best].n && dims[i].ls < dims[best].ls))) {
+      best = i;
+    }
+  }
+  if (best == nd) return false;
+  out.inner = dims[best].n;
+  out.inner_stride = dims[best].ls;
+  for (size_t i = best + 1; i < nd; ++i) dims[i - 1] = dims[i];
+  --nd;
+  // Row dims in memory order, innermost first (by memory stride, then logical stride, size).
+  std::sort(dims, dims + nd, [](const Dim& a, const Dim& b) {
+    return a.ms != b.ms ? a.ms < b.ms : a.ls != b.ls ? a.ls < b.ls : a.n < b.n;
+  });
+  out.nd = static_cast<uint32_t>(nd);
+  for (size_t i = 0; i < nd; ++i) {
+    out.dims[i][0] = dims[i].n;
+    out.dims[i][1] = dims[i].ls;
+    out.dims[i][2] = dims[i].ms;
+  }
+  return true;
+}
+
+// fused_stats._cols among the strided kernel's tile widths the pack has for `kind` (0: none):
+// the one that reads a row of `inner` elements for the least lanes plus per-row work.
+constexpr int64_t kPermRowCost = 16;  // fused_stats._ROW_COST
+
+uint32_t perm_cols(const Pack& pk, uint32_t kind, int64_t inner) {
+  uint32_t best = 0;
+  int64_t cost = 0;
+  for (const PackKernel& k : pk.kernels) {
+    if (k.kind != kind || k.cols == 0 || k.vec != 1) continue;
+    const int64_t cb = k.cols, c = (inner + cb - 1) / cb * (cb + kPermRowCost);
+    if (best == 0 || c < cost || (c == cost && k.cols < best)) {
+      best = k.cols;
+      cost = c;
+    }
+  }
+  return best;
+}
+
 // One tensor for the device: its position among the side's values, its row in the
 // results, the kernel's element kind and width, its values and where they are.
 struct DeviceItem {
@@ -164,6 +245,7 @@ struct DeviceItem {
   int64_t numel;
   uint64_t ptr;
   bool copy;  // non-contiguous or misaligned: read from a contiguous copy made on the device
+  PermLayout perm;  // read in place by the strided kernel (perm.cols > 0)
 };
 
 // Deletes the device copies made for non-contiguous tensors when the side is done.
@@ -264,26 +346,28 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
   const int64_t block = pk.block;
   const int64_t max_programs = std::max<int64_t>(1, static_cast<int64_t>(pk.per_sm) * ds.sms);
   const int64_t min_tiles = pk.min_tiles;
-  // One group per kind, in order of first appearance.
-  std::vector<uint32_t> kinds;
+  // One group per kind and tile width (0: contiguous tensors), in order of first appearance.
+  std::vector<std::pair<uint32_t, uint32_t>> kinds;
   for (const DeviceItem& it : items) {
-    if (std::find(kinds.begin(), kinds.end(), it.kind) == kinds.end()) kinds.push_back(it.kind);
+    const std::pair<uint32_t, uint32_t> key(it.kind, it.perm.cols);
+    if (std::find(kinds.begin(), kinds.end(), key) == kinds.end()) kinds.push_back(key);
   }
   struct Group {
     size_t kernel;
     uint64_t base;
     int64_t programs;
     uint64_t tab_at;
+    int64_t tw;  // int64 per table row
     std::vector<size_t> members;
   };
   std::vector<Group> groups;
   std::vector<int64_t> table;
   uint64_t tab_bytes = 0;
   int64_t max_group_programs = 0;
-  for (uint32_t kind : kinds) {
+  for (const auto& [kind, cols] : kinds) {
     Group g;
     for (size_t j = 0; j < items.size(); ++j) {
-      if (items[j].kind == kind) g.members.push_back(j);
+      if (items[j].kind == kind && items[j].perm.cols == cols) g.members.push_back(j);
     }
     uint32_t width = 0;
     for (const PackKernel& k : pk.kernels) {
@@ -300,15 +384,28 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
     }
     if (!live) base = ds.buf;  // fused_stats: the output buffer stands in when every tensor is empty
     uint32_t vec = 16 / width;
-    bool aligned = base % 16 == 0;
+    // fused_stats.plan / plan_permuted: 16 bytes of elements when the base and every
+    // tensor's offset from it are 16-byte aligned; read in place, also every inner run and
+    // row stride a multiple of the vector, and a tile row at least one.
+    bool aligned = base % 16 == 0 && (cols == 0 || cols >= vec);
     for (size_t j : g.members) {
-      if (vec > 1 && items[j].numel > 0 && (items[j].ptr - base) % 16 != 0) aligned = false;
+      const DeviceItem& it = items[j];
+      if (vec > 1 && it.numel > 0 && (it.ptr - base) % 16 != 0) aligned = false;
+      if (vec > 1 && cols) {
+        if (it.perm.inner % vec) aligned = false;
+        for (uint32_t d = 0; d < it.perm.nd; ++d) aligned = aligned && it.perm.dims[d][2] % vec == 0;
+      }
     }
     if (!aligned) vec = 1;
-    size_t kernel = pk.kernels.size();
-    for (size_t i = 0; i < pk.kernels.size(); ++i) {
-      if (pk.kernels[i].kind == kind && pk.kernels[i].vec == vec) kernel = i;
-    }
+    auto find = [&](uint32_t v) {
+      size_t found = pk.kernels.size();
+      for (size_t i = 0; i < pk.kernels.size(); ++i) {
+        if (pk.kernels[i].kind == kind && pk.kernels[i].vec == v && pk.kernels[i].cols == cols) found = i;
+      }
+      return found;
+    };
+    size_t kernel = find(vec);
+    if (kernel == pk.kernels.size() && vec > 1) kernel = find(vec = 1);  // (a pack without the vector form)
     if (kernel == pk.kernels.size()) continue;
     std::string fault;
     cu::Handle fn = kernel_function(S, D, lp, ds, kernel, fault);
@@ -319,17 +416,33 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
     g.base = base;
     g.programs = 0;
     g.tab_at = tab_bytes;
+    g.tw = cols ? kPermTableWidth : 6;
     for (size_t j : g.members) {
-      const int64_t n = items[j].numel;
-      const int64_t tiles = (n + block - 1) / block;
+      const DeviceItem& it = items[j];
+      const int64_t n = it.numel;
+      // Tiles of `block` elements; read in place, of [block / cols, cols] over [rows, inner].
+      const int64_t tiles = cols ? (n / it.perm.inner + block / cols - 1) / (block / cols) *
+                                       ((it.perm.inner + cols - 1) / cols)
+                                 : (n + block - 1) / block;
       const int64_t per = std::max(min_tiles, (tiles + max_programs - 1) / max_programs);
       const int64_t nprog = std::max<int64_t>(1, (tiles + per - 1) / per);
-      table.push_back(n ? static_cast<int64_t>((items[j].ptr - base) / unit) : 0);
+      table.push_back(n ? static_cast<int64_t>((it.ptr - base) / unit) : 0);
       table.push_back(n);
       table.push_back(g.programs);
       table.push_back(nprog);
       table.push_back(per);
-      table.push_back(items[j].row);
+      table.push_back(it.row);
+      if (cols) {
+        table.push_back(it.perm.inner / vec);
+        table.push_back(it.perm.inner_stride);
+        table.push_back(it.perm.nd);
+        for (uint32_t d = 0; d < kMaxRowDims; ++d) {
+          const bool used = d < it.perm.nd;
+          table.push_back(used ? it.perm.dims[d][0] : 0);
+          table.push_back(used ? it.perm.dims[d][1] : 0);
+          table.push_back(used ? it.perm.dims[d][2] / vec : 0);
+        }
+      }
       g.programs += nprog;
     }
     table.resize(round_up(table.size() * 8) / 8, 0);  // the next group's table 256-byte aligned
@@ -342,7 +455,7 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
   if (D.broken) return "";  // a wait for a segment failed (warned): the host path
   if (seg) {  // the rows of the segment's next free ones
     for (const Group& g : groups) {
-      for (size_t i = 0; i < g.members.size(); ++i) table[g.tab_at / 8 + 6 * i + 5] += seg->used;
+      for (size_t i = 0; i < g.members.size(); ++i) table[g.tab_at / 8 + g.tw * i + 5] += seg->used;
     }
     for (DeviceItem& it : items) it.row += seg->used;
   }
@@ -471,7 +584,13 @@ void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, con
       if (aoti_torch_get_data_ptr(v[i].handle(), &p) != 0) continue;
       uint64_t ptr = reinterpret_cast<uint64_t>(p);
       bool copy = t.numel > 0 && (!is_contiguous(t) || ptr % width != 0);
-      items.push_back({i, 0, kind->second.first, t.numel * static_cast<int64_t>(kind->second.second), ptr, copy});
+      PermLayout perm;
+      if (copy && ptr % width == 0 && kind->second.second == 1 && perm_layout(t, perm) &&
+          (perm.cols = perm_cols(lp->pack, kind->second.first, perm.inner)) != 0) {
+        copy = false;  // read in place by the strided kernel
+      }
+      items.push_back({i, 0, kind->second.first, t.numel * static_cast<int64_t>(kind->second.second), ptr, copy,
+                       perm});
       metas.push_back(std::move(t));
     }
     if (items.empty()) return;
