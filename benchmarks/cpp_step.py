@@ -1,0 +1,101 @@
+"""A cpp_wrapper step on the GPU and its device time by kind of kernel, one configuration per process.
+
+    python benchmarks/cpp_step.py --model transformer --mode base|stats [--blocks 6] [--steps 10]
+
+Compiles the model (``benchmarks/overhead_row.build_model``) with ``cpp_wrapper=True``,
+uninstrumented (``base``) or at level ``stats``, runs three warm-up steps, then
+``--blocks`` blocks of ``--steps`` steps in lockstep (each step ends when the device is
+done and, at ``stats``, its records are written: ``aoti_debug.flush()``) and prints the
+median of the blocks' median step. At ``stats`` it then profiles ten steps and prints
+the device time per step of the model's kernels, the contiguous stats kernel, the strided
+one and the device copies (``elementwise_kernel``: what the C++ runtime made of strided
+tensors before it read them in place). A process per configuration: Dynamo would
+recompile a base model once aoti_debug is enabled. Compare checkouts by alternating
+their processes in one call of the device tool (absolute times only from the GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from benchmarks.overhead_row import MODELS, build_model  # noqa: E402
+
+
+def _kind(name: str) -> str:
+    if name == "_stats_kernel":
+        return "contiguous stats kernel"
+    if name == "_stats_kernel_perm":
+        return "strided stats kernel"
+    if "elementwise_kernel" in name:
+        return "device copies (elementwise_kernel)"
+    return "model"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=sorted(MODELS), default="transformer")
+    p.add_argument("--mode", choices=["base", "stats"], default="stats")
+    p.add_argument("--blocks", type=int, default=6)
+    p.add_argument("--steps", type=int, default=10)
+    args = p.parse_args()
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import aoti_debug
+
+    if not torch.cuda.is_available():
+        print("cpp_step.py: needs a CUDA device", file=sys.stderr)
+        return 2
+    os.environ.setdefault("AOTI_DEBUG_DIR", tempfile.mkdtemp(prefix="aoti_debug_cpp_step_"))
+    model, x, source = build_model(args.model, "full", "cuda")
+
+    def block(fn) -> float:
+        times = []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            fn(x)
+            torch.cuda.synchronize()
+            aoti_debug.flush()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1e3
+
+    with torch.no_grad(), torch._inductor.config.patch(cpp_wrapper=True):
+        if args.mode == "stats":
+            aoti_debug.enable("stats")
+        fn = torch.compile(model)
+        for _ in range(3):
+            fn(x)
+        torch.cuda.synchronize()
+        aoti_debug.flush()
+        blocks = [block(fn) for _ in range(args.blocks)]
+        print(f"{source}, cpp_wrapper, {args.mode}, {torch.cuda.get_device_name()}, torch {torch.__version__}: "
+              f"{statistics.median(blocks):.3f} ms/step (blocks: {' '.join(f'{b:.2f}' for b in blocks)})")
+        if args.mode == "base":
+            return 0
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(10):
+                fn(x)
+            torch.cuda.synchronize()
+    per_kind: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
+    for e in prof.events():
+        if e.device_type.name == "CUDA":
+            entry = per_kind[_kind(e.name)]
+            entry[0] += e.device_time_total
+            entry[1] += 1
+    for kind, (us, n) in sorted(per_kind.items(), key=lambda kv: -kv[1][0]):
+        print(f"  {us / 10:9.1f} us/step {n / 10:6.1f} launches/step  {kind}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
