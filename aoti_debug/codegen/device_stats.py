@@ -11,7 +11,8 @@ specialises the Python runtime's launches (pointers 16-byte aligned; ``k`` and
 ``k_total`` never specialised), so the same code runs; and for the floating kinds a
 model's strided tensors have (:data:`PERM_KINDS`: permuted weights, q/k/v slices,
 channels_last activations), the strided kernel (``_stats_kernel_perm``) that reads them
-in place, for the tile widths :data:`PERM_COLS`, so the C++ runtime copies none of them.
+in place, for the tile widths :data:`PERM_COLS`, so the C++ runtime no longer copies them
+(it still copies other strided tensors, as ``fused_stats`` does).
 
 The cubins travel as one *pack* (:func:`write_pack`, layout below): a file in
 aoti_debug's folder of Inductor's cache that ``cpp_wrapper`` modules name
@@ -76,8 +77,8 @@ _POINTER = {"bool": "u8", "uint8": "u8", "int8": "i8", "float8_e4m3fn": "u8", "f
 _OBJECT_RE = re.compile(r"^stats-[0-9a-f]{12}/pack-sm(\d+)-[0-9a-f]{12}\.o$")
 
 #: How long a pack build waits for its worker processes, all together (a cold build of
-#: the 30 contiguous variants took about 10 s with 8 workers; the strided ones add 28), and how long a worker may take
-#: before it dumps its stack into its log and exits. A build that times out is one
+#: the 30 contiguous variants took about 10 s with 8 workers; the strided ones add 28),
+#: and how long a worker may take before it dumps its stack into its log and exits. A build that times out is one
 #: warning, and the models compiled then take the host path: it is never retried in this
 #: process, where whatever stopped the workers could stop the compile too.
 WORKERS_TIMEOUT_S = 300

@@ -154,7 +154,7 @@ for label, x in cases.items():
     out = torch.full((9,), float("nan"), dtype=torch.float64, device="cuda")
     base, vec, table, programs = fused_stats.plan([x.data_ptr()], [x.numel()], [0], width, out.data_ptr(),
                                                   pack["block"], pack["programs_per_sm"] * sms, pack["min_tiles"])
-    kern = next(k for k in pack["kernels"] if k["kind"] == code and k["vec"] == vec)
+    kern = next(k for k in pack["kernels"] if k["kind"] == code and k["vec"] == vec and k["cols"] == 0)
     image = ctypes.create_string_buffer(kern["image"], len(kern["image"]))
     keep.append(image)
     module, fn = c_void_p(), c_void_p()
