@@ -36,8 +36,9 @@ def timed_parts():
             (h, "_tensors"), (h, "_label"), (fused_stats, "summarize"), (fused_stats, "_side_key"),
             (fused_stats, "kept_launches"), (fused_stats, "_launch_side"), (fused_stats, "_run"),
             (fused_stats, "_launch_hooks_installed"), (device_ring, "ring_for"), (device_ring.Ring, "reserve"),
-            (s, "submit_side"), (s, "submit_all"), (s, "next_launch"), (s, "next_seq"), (s, "write_site"),
-            (session, "current"), (ring_records.SidePlan, "matches"), (cuda_graphs, "prepare"), (hooks, "_capturing")]
+            (s, "submit_side"), (s, "submit_planned"), (s, "submit_all"), (s, "next_launch"), (s, "next_seq"),
+            (s, "write_site"), (session, "current"), (ring_records.SidePlan, "matches"), (cuda_graphs, "prepare"),
+            (hooks, "_capturing")]
 
 
 def wrap(owner, attr: str, acc: dict) -> None:

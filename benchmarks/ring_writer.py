@@ -6,9 +6,13 @@ encodes them (``Session._encode``). This times that function on realistic record
 segment per step, its rows read back once, constant texts cached as in steady state),
 the dict path (``device_ring.fill`` + ``encode_record``) against the library's
 (``ring_records``: one C call per batch, the GIL released during it), and the same
-records as planned launch sides of three records each (``ring_records.RingSide``: one
-job a side, as most sides of a running model are). No GPU needed: the rows are random
-host values in the fused kernel's layout.
+records as planned launch sides of three records each: one job a side
+(``ring_records.RingSide``), and the sides of a step appended to one job as the model's
+thread appends them (``ring_records.SideRun``: what a running model's planned sides
+are, no Python per side in the writer). It also times what the model's thread spends
+queueing a planned side either way (``RingSide`` + ``Job`` + ``Session.submit_side``
+against ``Session.submit_planned``), on a session with no writer thread. No GPU needed:
+the rows are random host values in the fused kernel's layout.
 
     PYTHONPATH=. python benchmarks/ring_writer.py               # 177 records x 200 steps, 7 rounds
     PYTHONPATH=. python benchmarks/ring_writer.py --records 177 --steps 200 --rounds 7
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import threading
 import time
 import types
 
@@ -101,6 +106,74 @@ def _planned_step(plans: list[ring_records.SidePlan], n: int, step: int) -> list
     return jobs
 
 
+def _run_step(plans: list[ring_records.SidePlan], lines, n: int, step: int) -> list[session.Job]:
+    """:func:`_planned_step`'s sides appended to one run, one job."""
+    arrival = _step([], None, step, n)
+    run, row = lines.run(arrival), 0
+    for k, plan in enumerate(plans):
+        run.add(plan, step * n + row + 1, step * 60 + k + 1, step, row)
+        row += len(plan.records)
+    return [session.Job(None, arrival, run)]
+
+
+def _queue_sides(sess: session.Session, plans: list[ring_records.SidePlan], arrival, step: int) -> None:
+    """One step's planned sides queued one job each, as ``GraphHandle._ring_side`` queues
+    a side with host records."""
+    row = 0
+    for k, plan in enumerate(plans):
+        sess.submit_side(session.Job(None, arrival, ring_records.RingSide(plan, row + 1, k + 1, step, arrival, row)))
+        row += len(plan.records)
+
+
+def _append_sides(sess: session.Session, plans: list[ring_records.SidePlan], arrival, step: int) -> None:
+    """One step's planned sides appended to a run, as ``GraphHandle._ring_side`` queues most."""
+    row = 0
+    for k, plan in enumerate(plans):
+        sess.submit_planned(arrival, plan.lines, plan, row + 1, k + 1, step, row)
+        row += len(plan.records)
+
+
+def _queueing(plans: list[ring_records.SidePlan], n: int, steps: int, rounds: int) -> dict[str, list[float]]:
+    """Microseconds the model's thread spends per planned side queueing it, one job a side
+    or appended to a run, per round (median of the steps' means)."""
+    sess = session.Session(config.RunSettings())
+    sess._thread = threading.current_thread()  # no writer: the queue is timed alone, emptied after each step
+    arrival = _step([], None, 0, n)
+    ways = {"RingSide + Job + submit_side": _queue_sides, "submit_planned (appended to a run)": _append_sides}
+    out: dict[str, list[float]] = {name: [] for name in ways}
+    for _ in range(rounds):
+        for name, queue in ways.items():
+            times = []
+            for step in range(steps):
+                t0 = time.perf_counter()
+                queue(sess, plans, arrival, step)
+                times.append((time.perf_counter() - t0) / len(plans) * 1e6)
+                sess._queue.clear()
+                sess._open_run = None
+            out[name].append(statistics.median(times))
+    return out
+
+
+def _call_alone(lines, jobs: list[session.Job], steps: int) -> float:
+    """Seconds of the library's call for ``jobs`` (the part without the GIL), median of ``steps``."""
+    calls = []
+    fn = lines._fn
+
+    def timed(spec):
+        t0 = time.perf_counter()
+        rc = fn(spec)
+        calls.append(time.perf_counter() - t0)
+        return rc
+
+    lines._fn = timed
+    try:
+        for _ in range(steps):
+            lines.encode(jobs)
+    finally:
+        lines._fn = fn
+    return statistics.median(calls)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=177, help="ring records per step")
@@ -113,10 +186,14 @@ def main() -> None:
     sess = session.Session(config.RunSettings())
     templates = _templates(args.records)
     plans = {None: _plans(templates, None), lines: _plans(templates, lines)}
+    for plan in plans[lines]:
+        lines.template(plan)  # (made at a plan's first planned call, in the model's thread)
     paths = [("dict path", None, False), ("library", lines, False), ("planned sides, dict path", None, True),
-             ("planned sides, library", lines, True)]
+             ("planned sides, library", lines, True), ("planned sides in a run, library", lines, "run")]
 
-    def step(w, planned: bool, s: int) -> list[session.Job]:
+    def step(w, planned: bool | str, s: int) -> list[session.Job]:
+        if planned == "run":
+            return _run_step(plans[w], w, len(templates), s)
         return _planned_step(plans[w], len(templates), s) if planned else _step(templates, w, s)
 
     results: dict[str, list[float]] = {name: [] for name, _w, _p in paths}
@@ -130,29 +207,26 @@ def main() -> None:
             for jobs in batches:
                 sess._encode(jobs)
             results[name].append((time.perf_counter() - t0) / (args.steps * args.records) * 1e6)
-    # the library's call alone (the part without the GIL)
-    jobs = _step(templates, lines, 2)
-    calls = []
-    fn = lines._fn
-
-    def timed(spec):
-        t0 = time.perf_counter()
-        rc = fn(spec)
-        calls.append(time.perf_counter() - t0)
-        return rc
-
-    lines._fn = timed
-    for _ in range(args.steps):
-        lines.encode(jobs)
-    lines._fn = fn
-    print(f"{args.records} ring records per step, {args.steps} steps x {args.rounds} rounds; same bytes: {same}")
-    print("| path | us/record (median) | min | ms per step (median) |")
-    print("|---|---:|---:|---:|")
+    alone = {"records": _call_alone(lines, _step(templates, lines, 2), args.steps) / args.records * 1e6,
+             "a run": _call_alone(lines, _run_step(plans[lines], lines, len(templates), 2), args.steps)
+             / args.records * 1e6}
+    queueing = _queueing(plans[lines], len(templates), args.steps, args.rounds)
+    sides = len(plans[lines])
+    print(f"{args.records} ring records ({sides} sides) per step, {args.steps} steps x {args.rounds} rounds; "
+          f"same bytes: {same}")
+    print("| writer path | us/record (median) | min | us/side (median) | ms per step (median) |")
+    print("|---|---:|---:|---:|---:|")
     for name, v in results.items():
         m = statistics.median(v)
-        print(f"| {name} | {m:.2f} | {min(v):.2f} | {m * args.records / 1e3:.3f} |")
-    c = statistics.median(calls) / args.records * 1e6
-    print(f"| library: the C call alone (GIL released) | {c:.2f} | | {c * args.records / 1e3:.3f} |")
+        print(f"| {name} | {m:.2f} | {min(v):.2f} | {m * args.records / sides:.2f} | {m * args.records / 1e3:.3f} |")
+    for name, c in alone.items():
+        print(f"| library: the C call alone (GIL released), {name} | {c:.2f} | | {c * args.records / sides:.2f} | "
+              f"{c * args.records / 1e3:.3f} |")
+    print()
+    print("| model's thread, queueing a planned side | us/side (median) | min |")
+    print("|---|---:|---:|")
+    for name, v in queueing.items():
+        print(f"| {name} | {statistics.median(v):.2f} | {min(v):.2f} |")
 
 
 if __name__ == "__main__":

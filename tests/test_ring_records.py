@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import types
 
 import pytest
@@ -187,13 +188,22 @@ def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None
     return data
 
 
+def _records_of(job) -> int:
+    """The records of a writer job: one, a planned side's, or those of a run of sides."""
+    if job.record is not None:
+        return 1
+    if type(job.finish) is ring_records.SideRun:
+        return sum(len(plan.records) for plan in job.finish.plans)
+    return len(job.finish.plan.records)
+
+
 def _count_native(monkeypatch) -> list[int]:
     """Records given to the library to write (a planned side's job holds all of its records)."""
     calls = [0]
     encode = ring_records.RingLines.encode
 
     def counted(self, jobs):
-        calls[0] += sum(1 if j.record is not None else len(j.finish.plan.records) for j in jobs)
+        calls[0] += sum(map(_records_of, jobs))
         return encode(self, jobs)
 
     monkeypatch.setattr(ring_records.RingLines, "encode", counted)
@@ -285,7 +295,8 @@ def test_the_library_refuses_a_malformed_spec(library):
     """aoti_debug_rt_ring_records checks what it is given (ring_records.h): another layout
     -5, an entry past the spec's end, an unknown entry kind or a null pointer -1, a buffer
     too small -3 with the bytes needed; a side entry writes its template's records, fixed
-    ones without stats; a line entry is copied as it is."""
+    ones without stats; a line entry is copied as it is; a run's side entries name rows
+    of the last base entry's segment, and a row outside it is malformed."""
     import array
     import ctypes
 
@@ -344,6 +355,39 @@ def test_the_library_refuses_a_malformed_spec(library):
         assert call([taking[:8] + (broken_rows.buffer_info()[0], 1)])[0] == -1
     assert call([taking[:9] + (-1,)])[0] == -1  # a negative count of taken rows
     assert call([taking[:9]])[0] == -1  # the entry runs past the spec
+    taken_lines = bytes(out[:end3])
+    # A run of planned sides (ring_records.SideRun): a base entry (a segment's host copy,
+    # here two rows, row 1 the one above), then side entries naming rows by number in it.
+    two = array.array("d", [9.0] * 8 + list(row))
+    sums = array.array("q", [9, 255])
+    base = (4, two.buffer_info()[0], sums.buffer_info()[0], 2)
+    in_base = (5, 7, 3, 2, 1, template.buffer_info()[0], 2, 0)  # first row 1, no taken rows
+    rc, end4 = call([base, in_base])
+    assert rc == 0 and bytes(out[:end4]) == expected
+    taking_in_base = (5, 7, 3, 2, 1, taken_template.buffer_info()[0], 2, 1, 1)  # taken row 0: row 1
+    rc, end5 = call([base, taking_in_base, in_base])
+    assert rc == 0 and bytes(out[:end5]) == taken_lines + expected
+    # A later base applies to the entries after it: row 0 of a segment of one row.
+    one = (4, row.buffer_info()[0], checksum.buffer_info()[0], 1)
+    rc, end6 = call([base, in_base, one, (*in_base[:4], 0, *in_base[5:])])
+    assert rc == 0 and bytes(out[:end6]) == expected + expected
+    assert call([in_base])[0] == -1  # no base before it
+    assert call([(4, 0, *base[2:]), in_base])[0] == -1  # a base without its stats rows
+    assert call([(*base[:2], 0, 2), in_base])[0] == -1  # ... without its checksums
+    assert call([(*base[:3], -1), in_base])[0] == -1  # ... with a negative number of rows
+    assert call([base[:3]])[0] == -1  # the base runs past the spec
+    assert call([base, in_base], count=3)[0] == -1
+    assert call([base, in_base[:7]])[0] == -1  # the side runs past the spec
+    assert call([base, taking_in_base[:8]])[0] == -1  # ... its taken row too
+    assert call([base, (*in_base[:7], -1)])[0] == -1  # a negative count of taken rows
+    assert call([base, (*in_base[:4], -1, *in_base[5:])])[0] == -1  # a negative first row
+    assert call([base, (*in_base[:4], 2, *in_base[5:])])[0] == -1  # a first row past the segment's
+    assert call([one, in_base])[0] == -1  # row 1 of a segment of one row
+    assert call([base, (*taking_in_base[:8], 2)])[0] == -1  # a taken row past the segment's
+    assert call([base, (*taking_in_base[:8], -1)])[0] == -1  # a negative taken row
+    assert call([base, (*taking_in_base[:7], 0)])[0] == -1  # taken row 0 of none
+    assert call([base, (*in_base[:5], 0, *in_base[6:])])[0] == -1  # no template
+    assert call([base, (*in_base[:6], -1, *in_base[7:])])[0] == -1  # a negative number of records
 
 
 def test_cuda_graph_replay_values_are_written_alike(library, fresh_session):
@@ -744,3 +788,169 @@ def test_no_input_is_taken_under_a_flight_recorder(library, fresh_session, monke
         g.launch(site, before)
         g.done(site, after)
     assert len(submitted) == 9 and not any("reused" in j.record for j in submitted)
+
+
+# --------------------------------------------------------------------------- runs of planned sides
+def _count_runs(monkeypatch) -> list[tuple[object, int]]:
+    """``(arrival, sides)`` of each run of planned sides (``ring_records.SideRun``) given
+    to the library, its sides counted when the library is given it."""
+    runs = []
+    encode = ring_records.RingLines.encode
+
+    def counted(self, jobs):
+        runs.extend((j.event, len(j.finish.plans)) for j in jobs if type(j.finish) is ring_records.SideRun)
+        return encode(self, jobs)
+
+    monkeypatch.setattr(ring_records.RingLines, "encode", counted)
+    return runs
+
+
+@pytest.mark.parametrize("ship_every", [0, 16], ids=["one-segment", "segments"])
+@pytest.mark.parametrize("reuse", [False, True], ids=["sides", "taking"])
+def test_the_planned_sides_of_a_segment_are_one_writer_job(library, fresh_session, monkeypatch, ship_every, reuse):
+    """The model's thread appends planned sides to one queued job (``SideRun``) while the
+    writer waits for their segment: with one segment, steps 2-4's 18 sides are one job;
+    with segments shipped as they fill, a run holds sides of one segment, at most two runs
+    a segment. The same bytes as sides queued one job each (``RingSide``), as the dict path's
+    and as the full path's."""
+    sides = _reuse_sides(True) if reuse else _sides
+    planned = _count_planned(monkeypatch)
+    runs = _count_runs(monkeypatch)
+    with_runs = _run(library, True, steps=4, cpu_side=False, sides=sides, ship_every=ship_every)
+    assert len(planned) == 18
+    if not ship_every:
+        assert [n for _a, n in runs] == [18]
+    else:
+        # Each segment's sides: those queued before the writer took their run (and waited
+        # for the segment), then the others (the writer takes them once it is shipped).
+        segments = len({id(a) for a, _n in runs})
+        assert sum(n for _a, n in runs) == 18 and segments > 1 and len(runs) <= 2 * segments
+    runs.clear()
+
+    def one_job(self, arrival, lines, plan, seq, launch, call, row, taken=()):
+        reused = [(arrival, r) for r in taken] if plan.reused else None
+        self.submit_side(session.Job(None, arrival, ring_records.RingSide(plan, seq, launch, call, arrival, row, None,
+                                                                          reused)))
+
+    monkeypatch.setattr(session.Session, "submit_planned", one_job)
+    one_job_a_side = _run(library, True, steps=4, cpu_side=False, sides=sides, ship_every=ship_every)
+    assert not runs and with_runs == one_job_a_side
+    assert with_runs == _run(library, False, steps=4, cpu_side=False, sides=sides, ship_every=ship_every)
+    assert with_runs == _run(library, True, steps=4, cpu_side=False, sides=sides, ship_every=ship_every, plans=False)
+
+
+def _side_plan(lines, k: int) -> ring_records.SidePlan:
+    """A planned side of two CPU tensors' records (kernel ``k<k>``) written by ``lines``."""
+    from aoti_debug.format.protocol import record
+
+    recs = []
+    for i in range(2):
+        rec = record(seq=0, launch=0, graph="graph0", wrapper="python", kernel=f"k{k}", op="k", kernel_call=0,
+                     phase="after", arg=f"buf{i}", role="output", index=i, expr=None, volatile=None, site=k)
+        rec.update(kind="tensor", dtype="float32", shape=[2, 3], stride=[3, 1], device="cpu", numel=6)
+        recs.append(rec)
+    return ring_records.SidePlan(object(), recs, [torch.empty(2, 3)] * 2, [True, True], lines)
+
+
+def test_sides_queued_while_the_writer_holds_their_run_start_another(library, fresh_session, monkeypatch):
+    """The writer seals the run it takes: sides queued while it waits for their segment go
+    to a new run, a CPU side's lines queued behind them end that run, and the manifest
+    holds every side, in the order they were queued."""
+    lines = ring_records.for_library(library)
+    sess = session.current()
+    sess.writer("stats")
+    runs = _count_runs(monkeypatch)
+    plans = [_side_plan(lines, k) for k in range(5)]
+    for plan in plans:
+        lines.template(plan)
+    segment = _HostRing(cap=16)
+    segment.rows(None, None, [torch.randn(2, 3, generator=torch.Generator().manual_seed(i)) for i in range(10)])
+    arrival = segment.arrival  # not shipped: the writer waits for it
+
+    def side(k: int) -> None:
+        sess.submit_planned(arrival, lines, plans[k], 1 + 2 * k, 1 + k, 0, 2 * k)
+
+    cpu = b'{"seq":9,"arg":"cpu"}\n'
+    try:
+        with sess._cond:  # the writer takes nothing before both are queued
+            side(0)
+            side(1)
+        for _ in range(1000):  # until the writer took the run (and waits for the segment)
+            if sess._open_run is None:
+                break
+            threading.Event().wait(0.01)
+        assert sess._open_run is None and len(sess._queue) == 1
+        side(2)
+        side(3)
+        assert len(sess._queue) == 2
+        sess.write_lines(cpu)
+        side(4)
+        assert len(sess._queue) == 4
+    finally:
+        segment.ship()  # (a failed assertion too: the writer then finishes)
+    aoti_debug.flush()
+    assert [(a is arrival, n) for a, n in runs] == [(True, 2), (True, 2), (True, 1)]
+    expected = []
+    for k in range(5):
+        jobs = ring_records.RingSide(plans[k], 1 + 2 * k, 1 + k, 0, arrival, 2 * k).jobs()
+        expected.append(writer.encode_lines([sess._finish(j) for j in jobs]))
+        if k == 3:
+            expected.append(cpu)
+    with open(os.path.join(session.dump_path(), schema.MANIFEST_FILE), "rb") as f:
+        assert f.read() == b"".join(expected)
+
+
+@pytest.mark.parametrize("reuse", [False, True], ids=["sides", "taking"])
+def test_a_failing_library_writes_runs_through_the_dict_path(library, fresh_session, monkeypatch, capfd, reuse):
+    """A run's sides, expanded into their records (``SideRun.jobs``), are what the dict
+    path writes for sides queued one job each."""
+    lines = ring_records.for_library(library)
+    monkeypatch.setattr(lines, "_fn", lambda spec: -2)
+    monkeypatch.setattr(lines, "failed", False)
+    expanded = []
+    jobs = ring_records.SideRun.jobs
+    monkeypatch.setattr(ring_records.SideRun, "jobs", lambda self: expanded.append(len(self.plans)) or jobs(self))
+    sides = _reuse_sides(True) if reuse else _sides
+    with_runs = _run(library, True, steps=4, cpu_side=False, sides=sides)
+    assert capfd.readouterr().err.count("could not write device-ring records") == 1
+    assert lines.failed and expanded == [18]
+    assert with_runs == _run(library, False, steps=4, cpu_side=False, sides=sides)
+    assert with_runs == _run(library, False, steps=4, cpu_side=False, sides=sides, plans=False)
+
+
+def test_a_run_whose_ring_cannot_be_read_records_the_error(library, fresh_session, monkeypatch):
+    expanded = []
+    jobs = ring_records.SideRun.jobs
+    monkeypatch.setattr(ring_records.SideRun, "jobs", lambda self: expanded.append(len(self.plans)) or jobs(self))
+    broken = _run(library, True, steps=4, broken=True, cpu_side=False)
+    assert expanded == [18]
+    assert broken == _run(library, True, steps=4, broken=True, cpu_side=False, plans=False)
+    assert broken.count(b"illegal memory access") == broken.count(b'"kind":"tensor"') - broken.count(b"uninitialised")
+
+
+def test_runs_point_into_templates_their_plans_hold(library, fresh_session, monkeypatch):
+    """The constant texts' cache, cleared at every new text, frees none a queued run's
+    template points into (the plan holds them)."""
+    monkeypatch.setattr(ring_records, "_MAX_TEXTS", 1)
+    runs = _count_runs(monkeypatch)
+    with_runs = _run(library, True, steps=4, cpu_side=False)
+    assert [n for _a, n in runs] == [18]
+    assert with_runs == _run(library, False, steps=4, cpu_side=False)
+
+
+def test_a_template_that_cannot_be_made_takes_the_dict_path(library, fresh_session, monkeypatch, capfd):
+    """The model's thread queues the side alone (``RingSide``); the writer's attempt fails
+    too, warns once, and the dict path writes what it always writes."""
+    lines = ring_records.for_library(library)
+    monkeypatch.setattr(lines, "failed", False)
+
+    def failing(self, plan):
+        raise ValueError("records start otherwise")
+
+    monkeypatch.setattr(ring_records.RingLines, "_plan_texts", failing)
+    runs = _count_runs(monkeypatch)
+    planned = _count_planned(monkeypatch)
+    data = _run(library, True, steps=4, cpu_side=False)
+    assert capfd.readouterr().err.count("could not write device-ring records") == 1
+    assert len(planned) == 18 and not runs and lines.failed
+    assert data == _run(library, False, steps=4, cpu_side=False)

@@ -149,6 +149,11 @@ class Arrival:
         self.synchronize()
         return self._rows.data_ptr(), self._sums.data_ptr()
 
+    def row_count(self) -> int:
+        """The number of rows in the host copy (those :meth:`host` addresses)."""
+        self.synchronize()
+        return self._rows.numel() >> 3
+
     def values(self) -> tuple[list, list]:
         """``(stats rows, checksums)`` of the segment as Python lists (made once)."""
         v = self._values

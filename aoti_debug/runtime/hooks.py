@@ -587,7 +587,9 @@ class GraphHandle:
     def _ring_side(self, sess, site: Site, plan: ring_records.SidePlan, values: Sequence[Any], launch: int,
                    call: int) -> bool:
         """A planned side (``SidePlan``; ``values`` flattened, in record order): its stats
-        into the ring and its records as one writer job, with no record dict made here;
+        into the ring and its records queued with no record dict made here: its numbers
+        appended to the writer's run of planned sides of its segment (``SideRun``: no host
+        records, taken rows in the same segment), else one writer job (``RingSide``);
         False: the side takes the full path (the ring failed, that path tries again and
         warns; or an input it takes from its producer is not in the ring this call)."""
         if not device_ring.ENABLED:
@@ -612,11 +614,28 @@ class GraphHandle:
                 warn_once(f"ring-plan-{type(e).__name__}", f"a planned launch side failed, recording it in full: {e}")
                 self._ring_plans.clear()
                 return False
-        side = ring_records.RingSide(plan, sess.next_seq(len(plan.records)), launch, call, arrival, first, host,
-                                     reused)
-        sess.submit_side(Job(None, arrival, side))
+        seq = sess.next_seq(len(plan.records))
+        lines = plan.lines
+        if lines is not None and host is None and (reused is None or all([a is arrival for a, _r in reused])) and \
+                (plan.texts is not None or self._template(lines, plan)):
+            sess.submit_planned(arrival, lines, plan, seq, launch, call, first,
+                                () if reused is None else tuple([r for _a, r in reused]))
+        else:
+            sess.submit_side(Job(None, arrival, ring_records.RingSide(plan, seq, launch, call, arrival, first, host,
+                                                                      reused)))
         if plan.after and site.id in self._producers and plan.structure is None and plan.device is not None:
             self._made_rows()[site.id] = (arrival, first, plan.rows)
+        return True
+
+    @staticmethod
+    def _template(lines: ring_records.RingLines, plan: ring_records.SidePlan) -> bool:
+        """Whether the library's template of ``plan`` could be made (``RingLines.template``,
+        here at its first planned call); False where it cannot be: the side is then a
+        ``RingSide`` job, and the writer's own attempt warns and takes the dict path."""
+        try:
+            lines.template(plan)
+        except Exception:
+            return False
         return True
 
     def _capture(self, sess, label: str, site: Site, args: Sequence[SiteArg], values: Sequence[Any],

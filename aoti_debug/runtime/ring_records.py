@@ -12,6 +12,12 @@ the C++ runtime's own), in a ``ctypes.CDLL`` call that releases the GIL: the mod
 thread runs while they are formatted. ``tests/test_ring_records.py`` compares the lines
 with the dict path's byte for byte.
 
+Most records come from planned launch sides (:class:`SidePlan`). The model's thread
+appends the numbers of consecutive planned sides of one segment to one queued job
+(:class:`SideRun`, ``Session.submit_planned``) as int64 entries the library reads as
+they are: the writer gives it a run with one entry naming the segment's host copy and
+one copy of the run's array, and runs no Python per side.
+
 The dict path stays for what needs the record as a dict: level print (its lines are
 printed from the records), the flight recorder (records pass through its ring), a
 record with any other field (the eager reference's ``extra``, an ``error``), a segment
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import array
 import ctypes
+import struct
 import threading
 from math import copysign
 from typing import Any
@@ -36,10 +43,15 @@ from .session import Job, warn_once
 #: The function of the library (``library.cpp``) and the layout of its ``spec``
 #: (``ring_records.h``: kRingLayout, the RingSlot header, kRingRecord numbers a record).
 RECORDS_SYMBOL = "aoti_debug_rt_ring_records"
-LAYOUT = 5
+LAYOUT = 6
 _HEADER = 6
-#: Entry kinds (kRingEntryRecord, kRingEntrySide, kRingEntryLine, kRingEntrySideTaken).
-_RECORD, _SIDE, _LINE, _SIDE_TAKEN = 0, 1, 2, 3
+#: Entry kinds (kRingEntryRecord, kRingEntrySide, kRingEntryLine, kRingEntrySideTaken,
+#: kRingEntryBase, kRingEntryBaseSide).
+_RECORD, _SIDE, _LINE, _SIDE_TAKEN, _BASE, _BASE_SIDE = 0, 1, 2, 3, 4, 5
+#: The int64 of a kRingEntryBaseSide before its taken rows (kRingBaseSide), and their
+#: bytes from its numbers (``array.frombytes`` of them: a third of ``array.extend``'s time).
+_BASE_SIDE_LEN = 8
+_PACK_BASE_SIDE = struct.Struct(f"={_BASE_SIDE_LEN}q").pack
 #: Bytes of a line besides its constant texts: numbers, stats (7 values of at most 24
 #: characters and their keys), checksum.
 _LINE_BYTES = 400
@@ -132,8 +144,8 @@ class SidePlan:
         from its producer's row)."""
         self.lines = lines
         self.texts: tuple | None = None
-        """The library's template of its records (``RingLines._plan_texts``): set by the
-        writer thread."""
+        """The library's template of its records (:meth:`RingLines.template`): made once,
+        and kept while the plan lives (queued :class:`SideRun` entries point into it)."""
         self.kept: tuple = (None, None, None)
         """``(ring, tensor addresses, launches)``, set as one value (threads running the
         graph on other streams replace it): the stats kernel's kept launches
@@ -218,6 +230,62 @@ class RingSide:
         return {k: found for (k, _p, _at), found in zip(self.plan.reused, self.reused)}
 
 
+class SideRun:
+    """Consecutive planned sides of one arrival as one writer job's ``finish``
+    (``Session.submit_planned``): sides of plans of one :class:`RingLines` with no host
+    records whose taken rows, if any, are rows of that arrival too. The model's thread
+    appends each side's numbers (:meth:`add`) until the writer takes the job; later sides
+    start another run. The writer hands the library ``entries`` as they are, after one
+    kRingEntryBase naming the arrival's host copy (:meth:`RingLines.encode`)."""
+
+    __slots__ = ("arrival", "lines", "entries", "plans", "size")
+
+    def __init__(self, arrival: Any, lines: "RingLines"):
+        self.arrival = arrival
+        self.lines = lines
+        self.entries = array.array("q")
+        """A kRingEntryBaseSide per side (``ring_records.h``): its first seq, launch, kernel
+        call, first row, its plan's template (address, records), the number of its taken
+        rows and their rows."""
+        self.plans: list[SidePlan] = []
+        """Each side's plan, in order: they hold the templates ``entries`` point into."""
+        self.size = 0
+        """Bytes the sides' lines may take."""
+
+    def add(self, plan: SidePlan, seq: int, launch: int, call: int, row: int, taken: tuple[int, ...] = ()) -> None:
+        """One call of ``plan``, whose template :meth:`RingLines.template` made: its first
+        record number, launch, kernel call, first row and the rows its taken records take
+        (in the plan's ``reused`` order), all in this run's arrival."""
+        texts = plan.texts
+        if taken:
+            self.entries.frombytes(struct.pack(f"={_BASE_SIDE_LEN + len(taken)}q", _BASE_SIDE, seq, launch, call, row,
+                                               texts[2], texts[3], len(taken), *taken))
+        else:
+            self.entries.frombytes(_PACK_BASE_SIDE(_BASE_SIDE, seq, launch, call, row, texts[2], texts[3], 0))
+        self.plans.append(plan)
+        self.size += texts[4]
+
+    def sides(self) -> list[RingSide]:
+        """The run's sides as the :class:`RingSide` each would have been queued as."""
+        out = []
+        e = self.entries
+        at = 0
+        arrival = self.arrival
+        for plan in self.plans:
+            n = e[at + 7]
+            taken = [(arrival, row) for row in e[at + _BASE_SIDE_LEN: at + _BASE_SIDE_LEN + n]] if plan.reused else None
+            out.append(RingSide(plan, e[at + 1], e[at + 2], e[at + 3], arrival, e[at + 4], None, taken))
+            at += _BASE_SIDE_LEN + n
+        return out
+
+    def jobs(self) -> list[Job]:
+        """The run's records as the dict path's jobs, in order (:meth:`RingSide.jobs`)."""
+        return [job for side in self.sides() for job in side.jobs()]
+
+
+_template_lock = threading.Lock()
+
+
 class RingLines:
     """One runtime library's ring-record function and the constant texts it was given."""
 
@@ -236,13 +304,13 @@ class RingLines:
         """Whether the library may write ``job``'s line: a plain record whose values are on
         the host (this waits for them, as the dict path's ``synchronize`` does)."""
         if self.failed or (job.record is not None and not _PLAIN.issuperset(job.record)):
-            return False  # (a RingSide's records are plain, or encoded whole here: SidePlan)
+            return False  # (a RingSide's or SideRun's records are plain, or encoded whole here: SidePlan)
         arrival = job.event
         try:
             if arrival is not self._ready:
                 arrival.host()
                 self._ready = arrival
-            if job.record is None and job.finish.reused:  # the rows it takes, maybe from earlier segments
+            if type(job.finish) is RingSide and job.finish.reused:  # the rows it takes, maybe from earlier segments
                 for producer, _at in job.finish.reused:
                     if producer is not arrival:
                         producer.host()
@@ -267,10 +335,26 @@ class RingLines:
                rec.get("reused", _ABSENT))
         return self._texts.get(key) or self._text(rec, key)
 
+    def run(self, arrival: Any) -> SideRun:
+        """A new, empty run of planned sides of ``arrival`` written by this library."""
+        return SideRun(arrival, self)
+
+    def template(self, plan: SidePlan) -> tuple:
+        """``plan.texts`` (:meth:`_plan_texts`), made at its first use, by the model's
+        thread (a planned side appended to a :class:`SideRun`) or the writer's (a
+        :class:`RingSide`), and never replaced: queued runs hold its template's address."""
+        found = plan.texts
+        if found is None or found[0] is not self:
+            with _template_lock:  # (two threads running one graph: one template)
+                found = plan.texts
+                if found is None or found[0] is not self:
+                    found = plan.texts = self._plan_texts(plan)
+        return found
+
     def _plan_texts(self, plan: SidePlan) -> tuple:
         """A planned side's records as the library's template (``ring_records.h``,
         kRingEntrySide): ``(self, template, its address, records, bytes a call may take,
-        the texts it points into)``, made once per plan by the writer thread."""
+        the texts it points into)``."""
         template = array.array("q")
         texts = []
         size = 0
@@ -332,11 +416,15 @@ class RingLines:
                 if fill.arrival is not last:
                     last = fill.arrival
                     stats, sums = last.host()
+                if type(fill) is SideRun:  # planned sides of one segment: its host copy, then their entries
+                    add((_BASE, stats, sums, last.row_count()))
+                    add(fill.entries)
+                    count += 1 + len(fill.plans)
+                    size += fill.size
+                    continue
                 row = fill.row
                 if rec is None:  # a planned side: one entry, its records' texts the plan's template
-                    found = fill.plan.texts
-                    if found is None or found[0] is not self:
-                        found = fill.plan.texts = self._plan_texts(fill.plan)
+                    found = self.template(fill.plan)
                     size += found[4]
                     if not fill.plan.host and not fill.plan.reused:
                         add((_SIDE, fill.seq, fill.launch, fill.call, stats + 64 * row, sums + 8 * row, found[2],

@@ -246,7 +246,8 @@ class Job:
     def __init__(self, record: dict | None, event: Any = None, finish: Callable[[dict], None] | None = None,
                  nbytes: int = 0):
         self.record = record
-        """None for a planned ring side's records, made by the writer (``Session._finished``)."""
+        """None for the records of planned ring sides (one side, or a run of them), made by
+        the writer (``Session._finished``)."""
         self.event = event
         self.finish = finish
         self.nbytes = nbytes
@@ -274,7 +275,14 @@ class Session:
         self._writer: RunWriter | None = None
         self._writer_failed = False
         self._queue: collections.deque[Job] = collections.deque()
-        self._cond = threading.Condition()
+        self._queue_lock = threading.RLock()
+        """The lock of ``_cond``, taken alone where nothing is notified (a Condition's
+        ``with`` is Python code)."""
+        self._cond = threading.Condition(self._queue_lock)
+        self._open_run: Job | None = None
+        """The run of planned sides (``ring_records.SideRun``) that later sides of its
+        arrival may join while it is the queue's last job (:meth:`submit_planned`); None
+        once the writer took it (sealed)."""
         self._in_flight = 0
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -435,10 +443,30 @@ class Session:
 
     def submit_side(self, job: Job) -> None:
         """Queue a planned ring side's one job (``ring_records.RingSide``; no flight
-        recorder, nothing to save): :meth:`submit_all` for one job that always waits."""
+        recorder, nothing to save): :meth:`submit_all` for one job that always waits.
+        Sides that can be part of a run take :meth:`submit_planned`."""
         with self._cond:
             self._queue.append(job)
             self._cond.notify_all()
+        if self._thread is None:
+            self._start()
+
+    def submit_planned(self, arrival: Any, lines: Any, plan: Any, seq: int, launch: int, call: int, row: int,
+                       taken: tuple[int, ...] = ()) -> None:
+        """Queue a planned ring side with no host records whose taken rows are rows of
+        its own ``arrival`` (``ring_records.SideRun.add``'s arguments): appended to the run
+        of such sides that is the queue's last job, when it is of ``arrival`` and
+        ``lines`` and the writer has not taken it, else to a new run (``lines.run``),
+        queued. The writer then finishes a run of sides in one step."""
+        with self._queue_lock:
+            job = self._open_run
+            queue = self._queue
+            if job is None or job.event is not arrival or job.finish.lines is not lines or \
+                    not queue or queue[-1] is not job:
+                job = self._open_run = Job(None, arrival, lines.run(arrival))
+                queue.append(job)
+                self._cond.notify_all()
+            job.finish.add(plan, seq, launch, call, row, taken)
         if self._thread is None:
             self._start()
 
@@ -481,6 +509,11 @@ class Session:
                         # device ring not shipped): what is finished is written now
                         del batch[n:]
                         break
+                run = self._open_run
+                if run is not None and (batch[-1] is run or self._queue[-1] is not run):
+                    # Sealed: the writer encodes the run it took, or a later job was queued
+                    # behind it; the next planned side starts a new run.
+                    self._open_run = None
             if self.flight is None:
                 text = self._encode(batch)
                 if text:
@@ -564,9 +597,9 @@ class Session:
         return b"".join(parts)
 
     def _finished(self, job: Job) -> list[dict]:
-        """The complete records of ``job`` (no flight recorder): its one record, or a
-        planned ring side's (``ring_records.RingSide``: ``record`` None), each finished
-        as one record of the dict path."""
+        """The complete records of ``job`` (no flight recorder): its one record, or those
+        of planned ring sides (``ring_records.RingSide`` or ``SideRun``: ``record`` None),
+        each finished as one record of the dict path."""
         jobs = [job] if job.record is not None else job.finish.jobs()
         return [r for r in map(self._finish, jobs) if r is not None]
 

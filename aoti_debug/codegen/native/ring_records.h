@@ -29,7 +29,7 @@ enum RingSlot : size_t {
   kRingSlotEnd,     // written back: the end of the lines in the buffer (or the bytes needed)
   kRingHeader
 };
-constexpr int64_t kRingLayout = 5;
+constexpr int64_t kRingLayout = 6;
 // Entries follow the header, each starting with its kind:
 // - kRingEntryRecord, one record: seq, launch, kernel call, the address of its stats row
 //   (8 doubles: min, max, mean, std, absmax, nan, inf, count: fused_stats' packed
@@ -47,12 +47,30 @@ constexpr int64_t kRingLayout = 5;
 //   the launch that wrote them (SiteArg.reuse), in this segment or an earlier one: as
 //   kRingEntrySide, then (pointer, count) of the taken rows, each the addresses of its
 //   stats and its checksum (two int64); a template row offset k <= -2 names taken row
-//   -2 - k.
-enum RingEntry : int64_t { kRingEntryRecord = 0, kRingEntrySide = 1, kRingEntryLine = 2, kRingEntrySideTaken = 3 };
+//   -2 - k;
+// - kRingEntryBase, the host copy of one segment that the kRingEntryBaseSide entries
+//   after it (up to the next kRingEntryBase) name rows of: the addresses of its stats
+//   rows and its checksums, and its number of rows;
+// - kRingEntryBaseSide, a call of a planned side whose rows, taken ones included, are
+//   all in the last kRingEntryBase's segment (ring_records.SideRun): its first seq,
+//   launch, kernel call, first ring row, (pointer, count) of its template (as
+//   kRingEntrySide's), the number n of its taken rows, then those n row numbers; a
+//   template row offset k >= 0 names row first + k, one k <= -2 taken row -2 - k. A row
+//   outside the segment is malformed.
+enum RingEntry : int64_t {
+  kRingEntryRecord = 0,
+  kRingEntrySide = 1,
+  kRingEntryLine = 2,
+  kRingEntrySideTaken = 3,
+  kRingEntryBase = 4,
+  kRingEntryBaseSide = 5
+};
 constexpr size_t kRingRecord = 10;
 constexpr size_t kRingSide = 8;
 constexpr size_t kRingLine = 3;
 constexpr size_t kRingSideTaken = 10;
+constexpr size_t kRingBase = 4;
+constexpr size_t kRingBaseSide = 8;  // and its taken rows
 constexpr size_t kRingTemplate = 6;
 
 // Returns 0 and the lines (one per record, in order) in the output buffer; -1 when
@@ -88,32 +106,39 @@ int ring_records(int64_t* spec) {
   auto texts_ok = [](const char* head, int64_t head_len, const char* body, int64_t body_len) {
     return head_len >= 0 && body_len >= 0 && (head || !head_len) && (body || !body_len);
   };
-  // The lines of a side entry `r` (kRingEntrySide, or kRingEntrySideTaken with `takes`):
-  // its template's records, a row offset k >= 0 being row k of the rows at r[4], r[5],
-  // one k <= -2 taken row -2 - k (`taken`: two addresses a row) when `takes` (else, as
-  // -1, a fixed record).
-  auto side = [&](const int64_t* r, const int64_t* taken, int64_t n_taken, bool takes) {
-    const char* stats = ptr(r[4]);
-    const char* sums = ptr(r[5]);
-    const int64_t* t = reinterpret_cast<const int64_t*>(ptr(r[6]));
-    if (!stats || !sums || r[7] < 0 || (!t && r[7]) || n_taken < 0 || (!taken && n_taken)) return false;
-    for (int64_t k = 0; k < r[7]; ++k, t += kRingTemplate) {
+  // The stats row and checksum at a row's two addresses (null, null: none).
+  struct Row {
+    const double* stats;
+    const int64_t* sum;
+  };
+  auto at_addresses = [&](int64_t stats, int64_t sum) {
+    return Row{reinterpret_cast<const double*>(ptr(stats)), reinterpret_cast<const int64_t*>(ptr(sum))};
+  };
+  // The lines of one call of a planned side from seq `seq`: the `n` records of its
+  // template at address `tmpl`, a row offset k >= 0 being `ring(k)`, one k <= -2
+  // `taken(-2 - k)` (the side entries without taken rows give none: a fixed record, as
+  // -1). False when a record's texts or a row it names are not there.
+  auto side = [&](int64_t seq, int64_t launch, int64_t call, int64_t tmpl, int64_t n, auto&& ring, auto&& taken) {
+    const int64_t* t = reinterpret_cast<const int64_t*>(ptr(tmpl));
+    if (n < 0 || (!t && n)) return false;
+    for (int64_t k = 0; k < n; ++k, t += kRingTemplate) {
       if (!texts_ok(ptr(t[2]), t[3], ptr(t[4]), t[5])) return false;
-      const double* stat_row = nullptr;
-      const int64_t* sum = nullptr;
+      Row row{nullptr, nullptr};
       if (t[1] >= 0) {
-        stat_row = reinterpret_cast<const double*>(stats + 64 * t[1]);
-        sum = reinterpret_cast<const int64_t*>(sums + 8 * t[1]);
-      } else if (takes && t[1] <= -2) {
-        const int64_t j = -2 - t[1];
-        if (j >= n_taken || !taken[2 * j] || !taken[2 * j + 1]) return false;
-        stat_row = reinterpret_cast<const double*>(ptr(taken[2 * j]));
-        sum = reinterpret_cast<const int64_t*>(ptr(taken[2 * j + 1]));
+        row = ring(t[1]);
+        if (!row.stats || !row.sum) return false;
+      } else if (t[1] <= -2) {
+        bool ok = true;
+        row = taken(-2 - t[1], ok);
+        if (!ok) return false;
       }
-      line(r[1] + t[0], r[2], r[3], ptr(t[2]), t[3], ptr(t[4]), t[5], stat_row, sum);
+      line(seq + t[0], launch, call, ptr(t[2]), t[3], ptr(t[4]), t[5], row.stats, row.sum);
     }
     return true;
   };
+  auto fixed = [](int64_t, bool&) { return Row{nullptr, nullptr}; };
+  // The segment of the last kRingEntryBase: its rows' addresses and their number.
+  int64_t base_stats = 0, base_sums = 0, base_rows = -1;
   size_t at = kRingHeader;
   for (int64_t i = 0; i < count; ++i) {
     if (at >= spec_len) return -1;
@@ -125,13 +150,51 @@ int ring_records(int64_t* spec) {
       if (!row || !sum || !texts_ok(ptr(r[6]), r[7], ptr(r[8]), r[9])) return -1;
       line(r[1], r[2], r[3], ptr(r[6]), r[7], ptr(r[8]), r[9], row, sum);
       at += kRingRecord;
-    } else if (r[0] == kRingEntrySide) {
-      if (at + kRingSide > spec_len || !side(r, nullptr, 0, false)) return -1;
-      at += kRingSide;
-    } else if (r[0] == kRingEntrySideTaken) {
-      if (at + kRingSideTaken > spec_len || !side(r, reinterpret_cast<const int64_t*>(ptr(r[8])), r[9], true))
+    } else if (r[0] == kRingEntrySide || r[0] == kRingEntrySideTaken) {
+      const bool takes = r[0] == kRingEntrySideTaken;
+      if (at + (takes ? kRingSideTaken : kRingSide) > spec_len || !ptr(r[4]) || !ptr(r[5])) return -1;
+      // Row offset k of the side's first row, in the segment's host copy.
+      auto ring = [&](int64_t k) { return at_addresses(r[4] + 64 * k, r[5] + 8 * k); };
+      if (takes) {
+        const int64_t* rows = reinterpret_cast<const int64_t*>(ptr(r[8]));
+        const int64_t n_taken = r[9];
+        if (n_taken < 0 || (!rows && n_taken)) return -1;
+        auto taken = [&](int64_t j, bool& ok) {
+          Row row = j < n_taken ? at_addresses(rows[2 * j], rows[2 * j + 1]) : Row{nullptr, nullptr};
+          ok = row.stats && row.sum;
+          return row;
+        };
+        if (!side(r[1], r[2], r[3], r[6], r[7], ring, taken)) return -1;
+        at += kRingSideTaken;
+      } else {
+        if (!side(r[1], r[2], r[3], r[6], r[7], ring, fixed)) return -1;
+        at += kRingSide;
+      }
+    } else if (r[0] == kRingEntryBase) {
+      if (at + kRingBase > spec_len || !ptr(r[1]) || !ptr(r[2]) || r[3] < 0) return -1;
+      base_stats = r[1];
+      base_sums = r[2];
+      base_rows = r[3];
+      at += kRingBase;
+    } else if (r[0] == kRingEntryBaseSide) {
+      if (at + kRingBaseSide > spec_len || base_rows < 0 || r[4] < 0 || r[7] < 0 ||
+          static_cast<uint64_t>(r[7]) > spec_len - at - kRingBaseSide)
         return -1;
-      at += kRingSideTaken;
+      const int64_t first = r[4], n_taken = r[7];
+      const int64_t* rows = r + kRingBaseSide;
+      // Row `row` of the base's segment (null, null: it has no such row).
+      auto in_base = [&](int64_t row) {
+        return row >= 0 && row < base_rows ? at_addresses(base_stats + 64 * row, base_sums + 8 * row)
+                                           : Row{nullptr, nullptr};
+      };
+      auto ring = [&](int64_t k) { return k < base_rows - first ? in_base(first + k) : Row{nullptr, nullptr}; };
+      auto taken = [&](int64_t j, bool& ok) {
+        Row row = j < n_taken ? in_base(rows[j]) : Row{nullptr, nullptr};
+        ok = row.stats && row.sum;
+        return row;
+      };
+      if (!side(r[1], r[2], r[3], r[5], r[6], ring, taken)) return -1;
+      at += kRingBaseSide + static_cast<size_t>(n_taken);
     } else if (r[0] == kRingEntryLine) {
       if (at + kRingLine > spec_len || !texts_ok(ptr(r[1]), r[2], nullptr, 0)) return -1;
       lines.append(ptr(r[1]), static_cast<size_t>(r[2]));
