@@ -10,7 +10,8 @@ median of the blocks' median step. At ``stats`` it then profiles ten steps and p
 the device time per step of the model's kernels, the contiguous stats kernel, the strided
 one and the device copies (``elementwise_kernel``: what the C++ runtime made of strided
 tensors before it read them in place). A process per configuration: Dynamo would
-recompile a base model once aoti_debug is enabled. Compare checkouts by alternating
+recompile a base model once aoti_debug is enabled. It also prints the median parts of a lockstep step: the
+call's return (the host's issue time), the wait for the device, and the flush. Compare checkouts by alternating
 their processes in one call of the device tool (absolute times only from the GPU).
 """
 
@@ -59,14 +60,22 @@ def main() -> int:
     os.environ.setdefault("AOTI_DEBUG_DIR", tempfile.mkdtemp(prefix="aoti_debug_cpp_step_"))
     model, x, source = build_model(args.model, "full", "cuda")
 
+    parts: dict[str, list[float]] = collections.defaultdict(list)
+
     def block(fn) -> float:
         times = []
         for _ in range(args.steps):
             t0 = time.perf_counter()
             fn(x)
+            t1 = time.perf_counter()
             torch.cuda.synchronize()
+            t2 = time.perf_counter()
             aoti_debug.flush()
-            times.append(time.perf_counter() - t0)
+            t3 = time.perf_counter()
+            times.append(t3 - t0)
+            parts["issue"].append(t1 - t0)
+            parts["wait"].append(t2 - t1)
+            parts["flush"].append(t3 - t2)
         return statistics.median(times) * 1e3
 
     with torch.no_grad(), torch._inductor.config.patch(cpp_wrapper=True):
@@ -80,6 +89,7 @@ def main() -> int:
         blocks = [block(fn) for _ in range(args.blocks)]
         print(f"{source}, cpp_wrapper, {args.mode}, {torch.cuda.get_device_name()}, torch {torch.__version__}: "
               f"{statistics.median(blocks):.3f} ms/step (blocks: {' '.join(f'{b:.2f}' for b in blocks)})")
+        print("  step parts, median ms: " + ", ".join(f"{k} {statistics.median(v) * 1e3:.3f}" for k, v in parts.items()))
         if args.mode == "base":
             return 0
         with profile(activities=[ProfilerActivity.CUDA]) as prof:

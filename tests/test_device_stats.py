@@ -254,17 +254,44 @@ def test_device_records_equal_the_host_path_and_copy_only_results(built, tmp_pat
     # back once per graph call (shipped when the next call starts, and at exit), not per
     # side: the used rows only (their stats, then their checksums), and no stream
     # synchronisation but the two when the buffers are first made.
-    # Rows: before, 12 of the 15 values (not the CPU, uint16 and uninitialised ones); after, 13.
+    # Rows: before, 12 of the 15 values (not the CPU, uint16 and uninitialised ones); after, 13,
+    # from row 16 (a side's rows start at a multiple of 8).
     dtoh = [int(x.split()[1]) for x in calls if x.startswith("dtoh ")]
-    assert dtoh == [25 * 64, 25 * 8] * 2
+    assert dtoh == [29 * 64, 29 * 8] * 2
     assert calls.count("event-record") == 2 and calls.count("sync") == 2
-    # Each call in a segment of its own: the before side's rows from 0, the after side's behind them.
-    assert [r["row"] for _f, rows in found for r in rows if r["n"] == 3_000_000] == [10, 22, 10, 22]
+    # Each call in a segment of its own: the before side's rows from 0, the after side's from 16. A
+    # table's rows count from its side's first (the same table call after call): the launch moves
+    # `out` by 16 rows and passes a k_total 7 * 16 / 8 lower, so that the checksums, at
+    # out + 8 * k_total + row, stay where the segment has them.
+    assert [(int(f["k_total"]), r["row"]) for f, rows in found for r in rows
+            if r["n"] == 3_000_000] == [(2048, 10), (2034, 10)] * 2
     assert sum(1 for x in calls if x.startswith("load ")) == len(loaded) == len(kinds_vec) + 1  # once, reused
     # Level print waits for each side (its lines are printed as the side is recorded).
     printed, pcalls, _c, _e = run_harness(built, tmp_path, "print", pack, level="print")
     pdtoh = [int(x.split()[1]) for x in pcalls if x.startswith("dtoh ")]
     assert pdtoh == [9 * 8 * m for m in (12, 13, 12, 13)] and pcalls.count("sync") >= 4
+
+
+def test_a_side_whose_tensors_stay_put_copies_its_table_once(built, tmp_path):
+    """A side's table goes to the device at its first call, and not again while its tensors
+    are where they were (kept on the device, as the Python runtime keeps launches); a side
+    whose tensor moved copies its table again, to the same place. The records are the host
+    path's either way. (In the harness's default mode the misaligned int64 tensor is copied
+    on the device, to a new address at each call: its side's table changes.)"""
+    pack = fake_pack(tmp_path / "pack.bin")
+    for mode, tables in (("steady", []), ("moved", ["htod 2048", "htod 2048"])):
+        dev, calls, _c, err = run_harness(built, tmp_path, f"device-{mode}", pack, args=(mode,))
+        host, _h, _c, _e = run_harness(built, tmp_path, f"host-{mode}", pack, args=(mode,),
+                                       AOTI_DEBUG_FUSED_STATS="0")
+        assert "warning" not in err and dev == host
+        first = calls[:calls.index("event-record")]  # the first call's sides, until its segment shipped
+        second = calls[calls.index("event-record") + 1:]
+        assert len(launches(first)) == len(launches(second)) == 2 * 8
+        assert [x for x in first if x.startswith("htod ")][-2:] == ["htod 2048", "htod 2048"]
+        assert [x for x in second if x.startswith("htod ")] == tables, mode
+        # The same launches, each reading its table where the first call left it.
+        assert [r for _f, rows in launches(first) for r in rows if r["n"] != 3_000_000] == \
+            [r for _f, rows in launches(second) for r in rows if r["n"] != 3_000_000]
 
 
 #: The strided tensors of the harness's "strided" mode (tests/fake_cuda/harness.cpp), by

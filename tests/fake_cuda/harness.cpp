@@ -8,7 +8,9 @@
 //   a birth for AOTI_DEBUG_TRIGGER=nonfinite; mixed: each call also launches a CPU kernel
 //   after it, whose records must not overtake the device launch's; strided: tensors 0-3,
 //   10 and 15 are strided ones instead (read in place by the strided kernel, but the
-//   int64 one); unsynced: copies of
+//   int64 one); steady: no tensor needs a device copy (the misaligned int64 one is aligned), so
+//   that each side's table is the same at both calls; moved: steady, and the second call reads
+//   the 3,000,000 floats at another address (the same values); unsynced: copies of
 //   device values made before any DeviceOps::synchronize)
 //   harness PACK parse                                    -> parse_pack's verdict
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -203,6 +205,8 @@ int main(int argc, char** argv) {
   bool finite_inputs = argc > 4 && std::string(argv[4]) == "finite-inputs";
   bool mixed = argc > 4 && std::string(argv[4]) == "mixed";
   bool strided = argc > 4 && std::string(argv[4]) == "strided";
+  bool moved = argc > 4 && std::string(argv[4]) == "moved";
+  bool steady = moved || (argc > 4 && std::string(argv[4]) == "steady");
   schema::Level lv = level == "print" ? schema::kPrint : level == "save" ? schema::kSave : schema::kStats;
   const int cuda = kDeviceCuda, cpu = kDeviceCpu;
   std::vector<AtenTensorHandle> ts = {
@@ -231,6 +235,7 @@ int main(int argc, char** argv) {
     ts[10] = make(kF32, cuda, {512, 1024}, {1, 512});                  // transposed, many programs
     ts[15] = make(kF32, cuda, {33, 20}, {1, 33}, 4);                   // 4 bytes off 16: with 6, unvectorised
   }
+  if (steady) ts[7] = make(kI64, cuda, {77}, {1});  // aligned: no tensor is copied on the device
   for (size_t i = 0; i < ts.size(); ++i) fill(ts[i], i + 1);
   static const char* names[] = {"a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9", "a10", "a11", "a12",
                                 "a13", "a14", "a15"};
@@ -266,6 +271,12 @@ int main(int argc, char** argv) {
   cpu_after.args = cpu_args + 1;
   cpu_after.index_base = 1;
   for (int call = 0; call < 2; ++call) {
+    if (moved && call == 1) {  // the 3,000,000 floats at another address, the same values
+      AtenTensorHandle m = make(kF32, cuda, {3000000}, {1});
+      fill(m, 12);
+      for (Value& v : before_vals) v = v.handle() == ts[11] ? Value(m) : v;
+      for (Value& v : after_vals) v = v.handle() == ts[11] ? Value(m) : v;
+    }
     entry_launch(&graph, &token, &before, before_vals.data(), before_vals.size());
     entry_done(&graph, &token, &after, after_vals.data(), after_vals.size());
     if (mixed) {

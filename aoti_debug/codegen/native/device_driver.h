@@ -16,6 +16,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -217,6 +218,20 @@ std::string parse_pack(const unsigned char* p, uint64_t size, Pack& out) {
 // ---- the launcher's state: one per runtime copy (.so), used under shared().mu
 struct Ring;
 
+// A launch side's table as it was last copied to the device (the Python runtime's kept
+// launches, fused_stats._sides): rows counted from the side's first, so that the same
+// tensors at the same addresses give the same bytes call after call, and the side
+// launches without copying its table again. Only this side's launches read `dev`, on
+// `stream`, in order: rewriting it there is safe.
+struct KeptTable {
+  cu::DevPtr dev = 0;
+  uint64_t cap = 0;              // bytes at `dev`
+  std::vector<int64_t> table;    // what `dev` holds (empty: nothing valid)
+};
+
+// Kept tables by site, phase (true: before the launch) and stream.
+using KeptKey = std::tuple<const void*, bool, cu::Handle>;
+
 struct DeviceState {  // one pack on one device
   bool checked = false, usable = false;
   cu::Handle ctx = nullptr;
@@ -226,6 +241,9 @@ struct DeviceState {  // one pack on one device
   cu::DevPtr buf = 0;  // out | partials | tables | counters
   uint64_t cap = 0, out_bytes = 0, part_bytes = 0, tab_bytes = 0, counter_bytes = 0;
   Ring* ring = nullptr;  // level stats: where the kernels' results wait for the host (never freed)
+  std::map<KeptKey, KeptTable> kept;
+  cu::DevPtr kept_at = 0, kept_end = 0;  // the free part of the kept tables' current chunk
+  uint64_t kept_total = 0;               // bytes of device memory taken for kept tables (never freed)
 };
 
 struct LoadedPack {

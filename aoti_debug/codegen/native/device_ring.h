@@ -283,9 +283,10 @@ std::string filled(const QueuedSide& q, const Segment& g) {
   return o;
 }
 
-// Writes the first queued side if it can be: false when it waits for its segment (and
-// `wait` is false). Caller holds S.mu.
-bool drain_one(Shared& S, bool wait) {
+// Writes the first queued side if it can be (or appends its lines to `batch`, for the
+// caller to write): false when it waits for its segment (and `wait` is false). Caller
+// holds S.mu.
+bool drain_one(Shared& S, bool wait, std::string* batch = nullptr) {
   DeviceQueue& Q = device_queue();
   if (Q.sides.empty()) return false;
   QueuedSide& q = Q.sides.front();
@@ -297,7 +298,9 @@ bool drain_one(Shared& S, bool wait) {
       ship(S, D, g);
     }
     if (!settle(S, D, g, wait)) return false;
-    q.lines = filled(q, g);
+    q.lines = filled(q, g);  // (std::bad_alloc: nothing changed)
+    q.holes.clear();
+    q.segment = nullptr;
     if (--g.sides == 0) {
       g.state = Segment::kFree;
       g.used = 0;
@@ -305,13 +308,20 @@ bool drain_one(Shared& S, bool wait) {
       g.error.clear();
     }
   }
-  if (Q.append) Q.append(S, q.lines);
+  if (batch) {
+    *batch += q.lines;  // (std::bad_alloc: the side stays queued, its lines filled)
+  } else if (Q.append) {
+    Q.append(S, q.lines);
+  }
   Q.sides.pop_front();
   return true;
 }
 
-// Writes the queued sides that are ready, in order; with `wait` all of them (bounded:
-// settle). Caller holds S.mu. Never throws.
+// Writes the queued sides that are ready, in order, a write for all of them (or for each
+// kDrainBatch bytes); with `wait` all of them (bounded: settle). Caller holds S.mu. Never
+// throws.
+constexpr size_t kDrainBatch = size_t{4} << 20;
+
 void drain_queue(Shared& S, bool wait) {
   DeviceQueue& Q = device_queue();
   if (Q.pid != static_cast<long>(::getpid())) {  // a forked child: the parent's sides are the parent's
@@ -319,11 +329,17 @@ void drain_queue(Shared& S, bool wait) {
     Q.pid = static_cast<long>(::getpid());
     return;
   }
+  std::string batch;
   try {
-    while (drain_one(S, wait)) {
+    while (drain_one(S, wait, &batch)) {
+      if (batch.size() >= kDrainBatch) {
+        if (Q.append) Q.append(S, batch);
+        batch.clear();
+      }
     }
   } catch (...) {  // std::bad_alloc: what is left stays queued
   }
+  if (Q.append) Q.append(S, batch);
 }
 
 // At exit: everything queued goes to the manifest (waiting for the lock at most 10 s, as
@@ -335,8 +351,8 @@ void drain_at_exit() {
   if (lock.owns_lock()) drain_queue(S, true);
 }
 
-// Rows for a side of `m` tensors whose tables take `tab_bytes`: the current segment of
-// `R` or the next one (shipping the current one, waiting for the next to be free); null
+// Rows for a side of `m` tensors whose tables take `tab_bytes`, from `used` (a multiple of
+// 8) on: the current segment of `R` or the next one (shipping the current one, waiting for the next to be free); null
 // when none can be had (the side then waits for its results as level print does).
 Segment* take_rows(Shared& S, DeviceStats& D, Ring& R, cu::Handle stream, const char* after, uint32_t m,
                    uint64_t tab_bytes) {
@@ -349,8 +365,11 @@ Segment* take_rows(Shared& S, DeviceStats& D, Ring& R, cu::Handle stream, const 
     R.stream = stream;
   }
   Segment* g = R.current >= 0 ? &R.seg[R.current] : nullptr;
-  if (g && g->state == Segment::kFilling && g->used + m <= kSegmentRows && g->tab_used + tab_bytes <= kSegmentTables)
+  const uint32_t at = g ? (g->used + 7) / 8 * 8 : 0;  // a side's rows start at a multiple of 8 (launch_side)
+  if (g && g->state == Segment::kFilling && at + m <= kSegmentRows && g->tab_used + tab_bytes <= kSegmentTables) {
+    g->used = at;
     return g;
+  }
   if (g) ship(S, D, *g);
   const int next = (R.current + 1) % kSegments;
   Segment& n = R.seg[next];

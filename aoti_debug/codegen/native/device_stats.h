@@ -282,7 +282,9 @@ std::string reserve(Shared& S, DeviceStats& D, DeviceState& ds, cu::Handle strea
                     uint64_t out_bytes, uint64_t part_bytes, uint64_t tab_bytes, uint64_t counter_bytes) {
   const bool grow = out_bytes > ds.out_bytes || part_bytes > ds.part_bytes || tab_bytes > ds.tab_bytes ||
                     counter_bytes > ds.counter_bytes;
-  DeviceState want = ds;
+  struct Sizes {
+    uint64_t out_bytes, part_bytes, tab_bytes, counter_bytes;
+  } want = {ds.out_bytes, ds.part_bytes, ds.tab_bytes, ds.counter_bytes};
   if (grow) {
     want.out_bytes = round_up(std::max(out_bytes, ds.out_bytes) * 2);
     want.part_bytes = round_up(std::max(part_bytes, ds.part_bytes) * 2);
@@ -330,6 +332,33 @@ std::string reserve(Shared& S, DeviceStats& D, DeviceState& ds, cu::Handle strea
   return "";
 }
 
+// Room on the device for `k`'s table of `bytes` (its slot, or a new one from the kept
+// tables' chunks); false when the kept tables already took kKeptLimit bytes or the
+// allocation failed (the side's table then goes where an unkept one goes).
+constexpr uint64_t kKeptChunk = uint64_t{1} << 20, kKeptLimit = uint64_t{64} << 20;
+
+bool kept_slot(DeviceStats& D, DeviceState& ds, KeptTable& k, uint64_t bytes) {
+  if (k.dev && k.cap >= bytes) return true;
+  const uint64_t want = round_up(bytes);
+  if (ds.kept_end - ds.kept_at < want) {
+    const uint64_t chunk = std::max(kKeptChunk, want);
+    if (ds.kept_total + chunk > kKeptLimit) return false;
+    cu::DevPtr p = 0;
+    cu::Result r = D.api.mem_alloc(&p, static_cast<size_t>(chunk));
+    trace(D, "cuMemAlloc " + std::to_string(chunk) + " bytes for kept tables: " +
+                 (r == 0 ? hex(p) : cu_error(D, "cuMemAlloc", r)));
+    if (r != 0) return false;
+    ds.kept_total += chunk;
+    ds.kept_at = p;
+    ds.kept_end = p + chunk;
+  }
+  k.dev = ds.kept_at;
+  k.cap = want;
+  k.table.clear();
+  ds.kept_at += want;
+  return true;
+}
+
 // The device's summaries of `items` (all on the current context's device), launched on
 // `stream` as fused_stats._launch launches them; "" or the failing call. Items whose
 // kind the pack has no kernel for are left out (`launched` says which were done).
@@ -337,9 +366,11 @@ std::string reserve(Shared& S, DeviceStats& D, DeviceState& ds, cu::Handle strea
 // `seg` then names, `items`' rows are those rows, and nothing is waited for; without one
 // (or when no segment has room for the side), into the side's own buffer, copied and
 // waited for here, and `results` holds them.
+// With `kept` (the side's table as last copied, KeptTable), a table equal to it is not
+// copied again.
 std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& ds, cu::Handle stream,
                         const char* after, std::vector<DeviceItem>& items, std::vector<Summary>& results,
-                        std::vector<char>& launched, Ring* R, Segment*& seg) {
+                        std::vector<char>& launched, Ring* R, Segment*& seg, KeptTable* kept) {
   seg = nullptr;
   const Pack& pk = lp.pack;
   const int64_t m = static_cast<int64_t>(items.size());
@@ -453,11 +484,12 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
   if (groups.empty()) return "";
   if (R) seg = take_rows(S, D, *R, stream, after, static_cast<uint32_t>(m), tab_bytes);
   if (D.broken) return "";  // a wait for a segment failed (warned): the host path
-  if (seg) {  // the rows of the segment's next free ones
-    for (const Group& g : groups) {
-      for (size_t i = 0; i < g.members.size(); ++i) table[g.tab_at / 8 + g.tw * i + 5] += seg->used;
-    }
-    for (DeviceItem& it : items) it.row += seg->used;
+  // The table's rows count from the side's first: a segment's rows from `first` (a
+  // multiple of 8, take_rows) are rows from 0 of `out` moved by `first` rows, whose
+  // checksums (at out + 8 * k_total + row) stay in place with k_total less 7/8 of `first`.
+  const uint32_t first = seg ? seg->used : 0;
+  if (seg) {
+    for (DeviceItem& it : items) it.row += first;
   }
   const uint64_t out_bytes = seg ? 0 : static_cast<uint64_t>(9 * m) * 8;
   // Growing the buffers frees the old ones: queued kernels of earlier sides may still read them.
@@ -470,22 +502,29 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
   // An all-empty group's base was chosen before the buffer may have moved: it stands on the new one.
   cu::DevPtr d_out = ds.buf, d_part = ds.buf + ds.out_bytes, d_tab = d_part + ds.part_bytes,
              d_counters = d_tab + ds.tab_bytes;
-  // The table is staged in pinned memory that no later side writes before the copy ran:
-  // the segment's (reused after its event), else the side's own (waited for below).
-  unsigned char* staged = D.host;
   if (seg) {
-    staged = seg->host + kSegmentResults + seg->tab_used;
-    d_out = seg->dev;
+    d_out = seg->dev + uint64_t{first} * 64;
     d_counters = R->counters;
   }
-  std::memcpy(staged, table.data(), static_cast<size_t>(tab_bytes));
-  cu::Result r = D.api.copy_htod_async(d_tab, staged, static_cast<size_t>(tab_bytes), stream);
-  if (r != 0) return cu_error(D, "cuMemcpyHtoDAsync", r);
-  if (seg) {
-    seg->tab_used += tab_bytes;
-    seg->used += static_cast<uint32_t>(m);
+  const size_t tab_count = static_cast<size_t>(tab_bytes / 8);
+  if (kept && kept->table.size() == tab_count && std::memcmp(kept->table.data(), table.data(), tab_bytes) == 0) {
+    d_tab = kept->dev;  // on the device already
+  } else {
+    if (kept && kept_slot(D, ds, *kept, tab_bytes)) {
+      d_tab = kept->dev;
+      kept->table.clear();  // valid again once the copy is queued
+    }
+    // The table is staged in pinned memory that no later side writes before the copy ran:
+    // the segment's (reused after its event), else the side's own (waited for below).
+    unsigned char* staged = seg ? seg->host + kSegmentResults + seg->tab_used : D.host;
+    std::memcpy(staged, table.data(), static_cast<size_t>(tab_bytes));
+    cu::Result r = D.api.copy_htod_async(d_tab, staged, static_cast<size_t>(tab_bytes), stream);
+    if (r != 0) return cu_error(D, "cuMemcpyHtoDAsync", r);
+    if (seg) seg->tab_used += tab_bytes;
+    if (kept && d_tab == kept->dev) kept->table.assign(table.begin(), table.begin() + tab_count);
   }
-  int32_t k_total = static_cast<int32_t>(seg ? kSegmentRows : m);
+  if (seg) seg->used += static_cast<uint32_t>(m);
+  int32_t k_total = static_cast<int32_t>(seg ? kSegmentRows - first / 8 * 7 : m);
   cu::DevPtr scratch[kMaxScratch] = {0, 0, 0, 0};
   for (Group& g : groups) {
     bool empty = true;
@@ -500,8 +539,8 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
                  ", block " + std::to_string(32 * pkk.num_warps) + ", shared " + std::to_string(pkk.shared) + ", k " +
                  std::to_string(k) + ", k_total " + std::to_string(k_total) + ", base " + hex(base) + ", stream " +
                  hex(reinterpret_cast<uint64_t>(stream)));
-    r = D.api.launch_kernel(ds.functions[g.kernel], static_cast<unsigned>(g.programs), 1, 1, 32 * pkk.num_warps, 1,
-                            1, pkk.shared, stream, params, nullptr);
+    cu::Result r = D.api.launch_kernel(ds.functions[g.kernel], static_cast<unsigned>(g.programs), 1, 1,
+                                       32 * pkk.num_warps, 1, 1, pkk.shared, stream, params, nullptr);
     if (r != 0) return cu_error(D, "cuLaunchKernel", r);
   }
   if (seg) {  // the results come with the segment's
@@ -510,7 +549,7 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
     }
     return "";
   }
-  r = D.api.copy_dtoh_async(D.host, d_out, static_cast<size_t>(out_bytes), stream);
+  cu::Result r = D.api.copy_dtoh_async(D.host, d_out, static_cast<size_t>(out_bytes), stream);
   if (r != 0) return cu_error(D, "cuMemcpyDtoHAsync", r);
   r = wait_stream(S, D, stream, after);
   if (r != 0) return cu_error(D, "cuStreamSynchronize", r);
@@ -629,7 +668,8 @@ void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, con
         out.assign(n, Summary());
         done.assign(n, 0);
         Segment* seg = nullptr;
-        err = launch_side(S, D, *lp, *ds, stream, site.kernel, items, out, done, R, seg);
+        KeptTable& kept = ds->kept[KeptKey(&site, before, stream)];
+        err = launch_side(S, D, *lp, *ds, stream, site.kernel, items, out, done, R, seg, &kept);
         if (err.empty() && seg) {
           deferred.segment = seg;
           deferred.owner = &D;
