@@ -9,10 +9,11 @@ done and, at ``stats``, its records are written: ``aoti_debug.flush()``) and pri
 median of the blocks' median step. At ``stats`` it then profiles ten steps and prints
 the device time per step of the model's kernels, the contiguous stats kernel, the strided
 one and the device copies (``elementwise_kernel``: what the C++ runtime made of strided
-tensors before it read them in place). A process per configuration: Dynamo would
-recompile a base model once aoti_debug is enabled. It also prints the median parts of a lockstep step: the
-call's return (the host's issue time), the wait for the device, and the flush. Compare checkouts by alternating
-their processes in one call of the device tool (absolute times only from the GPU).
+tensors before it read them in place). It also prints the median parts of a lockstep
+step: the call's return (the host's issue time), the wait for the device, the flush. A
+process per configuration: Dynamo would recompile a base model once aoti_debug is
+enabled. Compare checkouts by alternating their processes in one call of the device tool
+(absolute times only from the GPU).
 """
 
 from __future__ import annotations

@@ -351,9 +351,10 @@ void drain_at_exit() {
   if (lock.owns_lock()) drain_queue(S, true);
 }
 
-// Rows for a side of `m` tensors whose tables take `tab_bytes`, from `used` (a multiple of
-// 8) on: the current segment of `R` or the next one (shipping the current one, waiting for the next to be free); null
-// when none can be had (the side then waits for its results as level print does).
+// Rows for a side of `m` tensors whose tables take `tab_bytes`, from the segment's `used`
+// (made a multiple of 8) on: the current segment of `R` or the next one (shipping the
+// current one, waiting for the next to be free); null when none can be had (the side
+// then waits for its results as level print does).
 Segment* take_rows(Shared& S, DeviceStats& D, Ring& R, cu::Handle stream, const char* after, uint32_t m,
                    uint64_t tab_bytes) {
   if (m > kSegmentRows || tab_bytes > kSegmentTables) return nullptr;
