@@ -13,8 +13,10 @@
 //   the 3,000,000 floats at another address (the same values); unsynced: copies of
 //   device values made before any DeviceOps::synchronize)
 //   harness PACK parse                                    -> parse_pack's verdict
+//   harness PACK bench [CALLS]                            -> "us_per_side=" (benchmarks/cpp_side_cost.py)
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -185,6 +187,45 @@ const DeviceOps* ops(const std::string& mode, const unsigned char* pack) {
 }
 }  // namespace
 
+// benchmarks/cpp_side_cost.py: the runtime's host time per launch side at level stats,
+// a graph call of 40 launches of a small float32 kernel (an input its previous launch
+// wrote, a weight, transposed at every fourth; one output), `calls` times.
+int bench(int calls) {
+  constexpr int kSites = 40;
+  std::vector<AtenTensorHandle> bufs;
+  for (int i = 0; i <= kSites; ++i) bufs.push_back(make(kF32, kDeviceCuda, {8, 128}, {128, 1}));
+  AtenTensorHandle wt = make(kF32, kDeviceCuda, {128, 8}, {1, 128}), w = make(kF32, kDeviceCuda, {8, 128}, {128, 1});
+  for (AtenTensorHandle t : bufs) fill(t, 1);
+  fill(wt, 2);
+  fill(w, 3);
+  static Arg in[] = {{"buf0", "input", "tensor", "buf0", 0, 0, ""}, {"w", "input", "tensor", "w", 1, 0, ""}};
+  static Arg out[] = {{"buf1", "output", "tensor", "buf1", 0, 0, ""}};
+  std::vector<std::string> names;
+  for (int s = 0; s < kSites; ++s) names.push_back("triton_poi_fused_" + std::to_string(s));
+  std::vector<Site> before(kSites), after(kSites);
+  for (int s = 0; s < kSites; ++s) {
+    before[s] = {"", names[s].c_str(), names[s].c_str(), schema::kStats, 0, 2, 2, in, "", "before,after", __FILE__,
+                 __LINE__, "", "inference", "", s, ""};
+    after[s] = before[s];
+    after[s].n = 1;
+    after[s].args = out;
+  }
+  Graph graph = {nullptr, ops("file", nullptr)};
+  Token token = {0, 0};
+  auto t0 = std::chrono::steady_clock::now();
+  for (int c = 0; c < calls; ++c) {
+    for (int s = 0; s < kSites; ++s) {
+      Value bv[2] = {Value(bufs[s]), Value(s % 4 == 0 ? wt : w)};
+      entry_launch(&graph, &token, &before[s], bv, 2);
+      Value av[1] = {Value(bufs[s + 1])};
+      entry_done(&graph, &token, &after[s], av, 1);
+    }
+  }
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("sides=%d us_per_side=%.3f\n", 2 * kSites * calls, us / (2.0 * kSites * calls));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   g_pack_file = argv[1];
   std::string mode = argv[2];
@@ -201,6 +242,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (mode == "bench") return bench(argc > 3 ? std::atoi(argv[3]) : 200);
   std::string level = argc > 3 ? argv[3] : "stats";
   bool finite_inputs = argc > 4 && std::string(argv[4]) == "finite-inputs";
   bool mixed = argc > 4 && std::string(argv[4]) == "mixed";
