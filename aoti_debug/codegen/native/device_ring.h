@@ -190,8 +190,11 @@ void ship(Shared& S, DeviceStats& D, Segment& g) {
     call = "cuEventRecord";
     r = D.api.event_record(g.event, g.stream);
   }
-  trace(D, "ship segment of " + std::to_string(g.used) + " rows (first after " + g.after + ") on stream " +
-               hex(reinterpret_cast<uint64_t>(g.stream)) + ": " + (r == 0 ? std::string("ok") : cu_error(D, call, r)));
+  if (D.trace) {
+    trace(D, "ship segment of " + std::to_string(g.used) + " rows (first after " + g.after + ") on stream " +
+                 hex(reinterpret_cast<uint64_t>(g.stream)) + ": " +
+                 (r == 0 ? std::string("ok") : cu_error(D, call, r)));
+  }
   g.state = Segment::kShipped;
   if (r != 0) {
     g.state = Segment::kDone;
@@ -207,7 +210,7 @@ bool settle(Shared& S, DeviceStats& D, Segment& g, bool wait) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   bool told = false;
-  if (wait) trace(D, "wait for segment (first after " + g.after + ")");
+  if (wait && D.trace) trace(D, "wait for segment (first after " + g.after + ")");
   for (int polls = 0;; ++polls) {
     cu::Result r = D.api.event_query(g.event);
     if (r == 0) break;
@@ -240,7 +243,7 @@ bool settle(Shared& S, DeviceStats& D, Segment& g, bool wait) {
       return true;
     }
   }
-  if (wait) {
+  if (wait && D.trace) {
     trace(D, "segment done after " +
                  std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count()) +
                  " us");

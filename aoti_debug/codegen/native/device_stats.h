@@ -535,10 +535,12 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
     void* params[kKernelArgCount + kMaxScratch] = {&base, &tab, &k, &d_part, &d_counters, &d_out, &k_total};
     for (uint32_t i = 0; i < pk.scratch; ++i) params[kKernelArgCount + i] = &scratch[i];
     const PackKernel& pkk = pk.kernels[g.kernel];
-    trace(D, "launch kernel " + std::to_string(g.kernel) + " after " + after + ": grid " + std::to_string(g.programs) +
-                 ", block " + std::to_string(32 * pkk.num_warps) + ", shared " + std::to_string(pkk.shared) + ", k " +
-                 std::to_string(k) + ", k_total " + std::to_string(k_total) + ", base " + hex(base) + ", stream " +
-                 hex(reinterpret_cast<uint64_t>(stream)));
+    if (D.trace) {  // (the line is not made otherwise: a launch side's hot path)
+      trace(D, "launch kernel " + std::to_string(g.kernel) + " after " + after + ": grid " +
+                   std::to_string(g.programs) + ", block " + std::to_string(32 * pkk.num_warps) + ", shared " +
+                   std::to_string(pkk.shared) + ", k " + std::to_string(k) + ", k_total " + std::to_string(k_total) +
+                   ", base " + hex(base) + ", stream " + hex(reinterpret_cast<uint64_t>(stream)));
+    }
     cu::Result r = D.api.launch_kernel(ds.functions[g.kernel], static_cast<unsigned>(g.programs), 1, 1,
                                        32 * pkk.num_warps, 1, 1, pkk.shared, stream, params, nullptr);
     if (r != 0) return cu_error(D, "cuLaunchKernel", r);

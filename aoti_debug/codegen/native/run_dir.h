@@ -206,10 +206,13 @@ bool claim_run(Shared& S, const std::string& root, const std::string& id, std::s
 // dump directory / run id in the environment changed since the last record.
 void ensure_run(Shared& S, const Site& site, const DeviceOps* dev) {
   long pid = static_cast<long>(::getpid());
-  std::string dir = env_str(schema::env::kDir);
-  if (dir.empty()) dir = schema::kDefaultDumpDir;
-  std::string rid = env_str(schema::env::kRunId);
-  if (S.pid == pid && S.opened && dir == S.env_dir && rid == S.env_run_id) return;
+  const char* env_dir = std::getenv(schema::env::kDir);
+  const char* env_rid = std::getenv(schema::env::kRunId);
+  if (!env_dir || !*env_dir) env_dir = schema::kDefaultDumpDir;
+  if (!env_rid) env_rid = "";
+  // (compared in place: a launch's check makes no string)
+  if (S.pid == pid && S.opened && S.env_dir == env_dir && S.env_run_id == env_rid) return;
+  std::string dir = env_dir, rid = env_rid;
   flush_records(S);                 // queued records (device_stats.h) go to the run that made them
   flight_end_run(S, S.pid == pid);  // the ring goes to the run that recorded it
   Claims& C = claims();
