@@ -8,10 +8,10 @@
 //   a birth for AOTI_DEBUG_TRIGGER=nonfinite; mixed: each call also launches a CPU kernel
 //   after it, whose records must not overtake the device launch's; strided: tensors 0-3,
 //   10 and 15 are strided ones instead (read in place by the strided kernel, but the
-//   int64 one); steady: no tensor needs a device copy (the misaligned int64 one is aligned), so
-//   that each side's table is the same at both calls; moved: steady, and the second call reads
-//   the 3,000,000 floats at another address (the same values); unsynced: copies of
-//   device values made before any DeviceOps::synchronize)
+//   int64 one); steady: no tensor needs a device copy (the misaligned int64 one is
+//   aligned), so that each side's table is the same at both calls; moved: steady, and the
+//   second call reads the 3,000,000 floats at another address (the same values);
+//   unsynced: copies of device values made before any DeviceOps::synchronize)
 //   harness PACK parse                                    -> parse_pack's verdict
 //   harness PACK bench [CALLS]                            -> "us_per_side=" (benchmarks/cpp_side_cost.py)
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -244,11 +244,12 @@ int main(int argc, char** argv) {
   }
   if (mode == "bench") return bench(argc > 3 ? std::atoi(argv[3]) : 200);
   std::string level = argc > 3 ? argv[3] : "stats";
-  bool finite_inputs = argc > 4 && std::string(argv[4]) == "finite-inputs";
-  bool mixed = argc > 4 && std::string(argv[4]) == "mixed";
-  bool strided = argc > 4 && std::string(argv[4]) == "strided";
-  bool moved = argc > 4 && std::string(argv[4]) == "moved";
-  bool steady = moved || (argc > 4 && std::string(argv[4]) == "steady");
+  const std::string variant = argc > 4 ? argv[4] : "";
+  bool finite_inputs = variant == "finite-inputs";
+  bool mixed = variant == "mixed";
+  bool strided = variant == "strided";
+  bool moved = variant == "moved";
+  bool steady = moved || variant == "steady";
   schema::Level lv = level == "print" ? schema::kPrint : level == "save" ? schema::kSave : schema::kStats;
   const int cuda = kDeviceCuda, cpu = kDeviceCpu;
   std::vector<AtenTensorHandle> ts = {

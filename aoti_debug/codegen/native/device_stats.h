@@ -333,8 +333,9 @@ std::string reserve(Shared& S, DeviceStats& D, DeviceState& ds, cu::Handle strea
 }
 
 // Room on the device for `k`'s table of `bytes` (its slot, or a new one from the kept
-// tables' chunks); false when the kept tables already took kKeptLimit bytes or the
-// allocation failed (the side's table then goes where an unkept one goes).
+// tables' chunks; the caller clears `k.table` before writing there); false when the
+// kept tables already took kKeptLimit bytes or the allocation failed (the side's table
+// then goes where an unkept one goes, and `k` still describes its slot).
 constexpr uint64_t kKeptChunk = uint64_t{1} << 20, kKeptLimit = uint64_t{64} << 20;
 
 bool kept_slot(DeviceStats& D, DeviceState& ds, KeptTable& k, uint64_t bytes) {
@@ -354,7 +355,6 @@ bool kept_slot(DeviceStats& D, DeviceState& ds, KeptTable& k, uint64_t bytes) {
   }
   k.dev = ds.kept_at;
   k.cap = want;
-  k.table.clear();
   ds.kept_at += want;
   return true;
 }
