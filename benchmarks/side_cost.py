@@ -62,13 +62,15 @@ def main() -> int:
     native = native_library.stats_library_path()  # as a wrapper at level stats passes it (CPU tensors)
     handle = hooks.graph(None, "stats", False, info=(), protocol=hooks.PROTOCOL_VERSION, native=native)
     site = handle.site(("", "k_side_cost", "k_side_cost",
-                        (("a", "input", "tensor", "a", False, ()), ("b", "input", "tensor", "b", False, ())),
-                        (("out", "output", "tensor", "out", False, ()),), None, 0, ""))
+                        (("a", "input", "tensor", "a", False, (), ()), ("b", "input", "tensor", "b", False, (), ())),
+                        (("out", "output", "tensor", "out", False, (), ()),), None, 0, ""))
 
     seeds = (("[2]", "RNG seed"), ("[3]", "RNG offset"))
     attention = handle.site(("", "k_side_cost_attention", "aten._scaled_dot_product_efficient_attention.default",
-                             tuple((x, "input", "tensor", x, False, ()) for x in ("q", "k", "v")),
-                             (("buf5", "output", "unknown", "buf5", False, seeds),), None, 1, ""))
+                             tuple((x, "input", "tensor", x, False, (), ()) for x in ("q", "k", "v")),
+                             (("buf5", "output", "unknown", "buf5", False, seeds, ()),), None, 1, ""))
+    if site is None or attention is None:  # the site literal's layout moved on: fix it here
+        raise SystemExit("side_cost.py: a site literal is malformed (see the warning above)")
     heads = torch.randn(n // rows, rows, device=dev)
     attended = (torch.randn(n // rows, rows, device=dev), torch.randn(n // rows, device=dev),
                 torch.empty((), dtype=torch.int64), torch.empty((), dtype=torch.int64))
