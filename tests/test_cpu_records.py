@@ -1,7 +1,10 @@
 """CPU launch sides written as text by the runtime library (runtime/cpu_records.py,
 native/cpu_records.h): the same manifest lines, byte for byte, and the same print
 lines as the record dicts' path; sides with anything else go down that path; the lines
-keep their place behind records still queued; a library that fails warns once."""
+keep their place behind records still queued; a library that fails warns once. The
+tests marked with the ``packer`` fixture run twice: the side's values read by the
+library's C function (native/cpu_values.h) and packed in Python (a library built without
+Python's headers)."""
 
 from __future__ import annotations
 
@@ -18,6 +21,22 @@ from aoti_debug.format.protocol import PROTOCOL_VERSION, Site, SiteArg
 from aoti_debug.runtime import cpu_records, hooks, session
 from aoti_debug.runtime.session import Job
 from tests.conftest import only_run, records, run_threads
+
+
+@pytest.fixture(params=["c", "python"])
+def packer(request, monkeypatch):
+    """Which code reads a side's values: the library's C function, or Python."""
+    if request.param == "python":
+        monkeypatch.setattr(cpu_records, "VALUES_SYMBOL", "aoti_debug_rt_no_such_function")
+    return request.param
+
+
+def test_the_library_reads_a_sides_values_itself_where_pythons_headers_are(library):
+    from aoti_debug.codegen import native_library
+
+    records_obj = cpu_records.for_library(library)
+    assert (records_obj._side is not None) == bool(native_library._python_flags())
+    assert native_library._python_flags(), "this interpreter has no Python.h: Inductor's CPU kernels need it too"
 
 
 def _arg(name: str, role: str = "input", kind: str = "tensor", expr: str | None = None, unwritten: bool = False,
@@ -72,7 +91,8 @@ def _run(library, level: str, text: bool, site: Site, calls: int = 3, values=Non
 
 @pytest.mark.parametrize("level", ["stats", "print"])
 @pytest.mark.parametrize("subgraph,site_id", [("", 4), ("cond_true_0", -1)])
-def test_library_lines_are_the_dict_paths_byte_for_byte(library, fresh_session, capfd, level, subgraph, site_id):
+def test_library_lines_are_the_dict_paths_byte_for_byte(library, fresh_session, capfd, level, subgraph, site_id,
+                                                         packer):
     site = _site(subgraph=subgraph, site_id=site_id)
     path_a, text = _run(library, level, True, site)
     err_text = capfd.readouterr().err
@@ -103,7 +123,7 @@ class _Sub(torch.Tensor):
 @pytest.mark.parametrize("odd", [1.5, True, 2 ** 63, "text", torch.ones(2, dtype=torch.complex64).conj(), torch.ones(2).as_subclass(_Sub),
                                  torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)],
                          ids=["float", "bool", "big-int", "str", "conj-view", "subclass", "quantized"])
-def test_a_side_with_a_value_the_library_does_not_write_takes_the_dict_path(library, fresh_session, odd):
+def test_a_side_with_a_value_the_library_does_not_write_takes_the_dict_path(library, fresh_session, odd, packer):
     site = Site("", "k", "k", (_arg("x"), _arg("odd", kind="unknown")), (), None, 0, "")
     values = ([torch.arange(3.0), odd], [])
     _, text = _run(library, "stats", True, site, 2, values)
@@ -112,7 +132,7 @@ def test_a_side_with_a_value_the_library_does_not_write_takes_the_dict_path(libr
 
 
 @pytest.mark.parametrize("dicts", [False, True], ids=["library", "dicts"])
-def test_a_value_that_is_a_tensor_in_one_call_and_a_list_in_the_next(library, fresh_session, dicts):
+def test_a_value_that_is_a_tensor_in_one_call_and_a_list_in_the_next(library, fresh_session, dicts, packer):
     """The values packed by position (Records.values_side) and the flattened path share
     one plan: a side whose value turns into a list, and back, names and summarises each
     value; so does the record dicts' path (its templates of the first call are not used
@@ -213,11 +233,14 @@ def test_print_lines_wait_for_sides_queued_before_them(library, fresh_session, c
     assert [r["kernel"] for r in recs] == ["k", "slow", "k"] and [r["seq"] for r in recs] == [1, 2, 3]
 
 
-def test_a_failing_library_warns_once_and_the_dict_path_records(library, fresh_session, capfd):
+def test_a_failing_library_warns_once_and_the_dict_path_records(library, fresh_session, capfd, packer):
     g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
     site = Site("", "k", "k", (_arg("x"),), (), None, 0, "")
     g.launch(site, [torch.ones(2)])
+    assert (g._records._side is not None) == (packer == "c")
     g._records._fn = lambda *args: -1
+    if packer == "c":
+        g._records._side = lambda *args: -1
     g.launch(site, [torch.ones(3)])
     g.launch(site, [torch.ones(4)])
     aoti_debug.flush()
@@ -226,7 +249,7 @@ def test_a_failing_library_warns_once_and_the_dict_path_records(library, fresh_s
     assert capfd.readouterr().err.count("could not write CPU records") == 1
 
 
-def test_a_side_larger_than_the_buffer(library, fresh_session):
+def test_a_side_larger_than_the_buffer(library, fresh_session, packer):
     """More text than the output buffer holds: it grows, and the lines are whole."""
     n = 160
     site = Site("", "k", "k", tuple(_arg(f"t{i}") for i in range(n)), (), None, 0, "")
@@ -241,7 +264,7 @@ def test_a_side_larger_than_the_buffer(library, fresh_session):
     assert os.path.getsize(os.path.join(run, schema.MANIFEST_FILE)) / 2 > cpu_records._START_BYTES
 
 
-def test_threads_running_one_graph_at_once(library, fresh_session):
+def test_threads_running_one_graph_at_once(library, fresh_session, packer):
     """Several threads record sides of one site at once (its texts made while others read
     them): every record is whole, numbered once, and names its own value."""
     n, threads, calls = 24, 4, 25
@@ -260,7 +283,7 @@ def test_threads_running_one_graph_at_once(library, fresh_session):
     assert {r["stats"]["mean"] for r in recs} == {float(k) for k in range(threads)}
 
 
-def test_a_manifest_that_cannot_be_written_warns_once(library, fresh_session, monkeypatch, capfd):
+def test_a_manifest_that_cannot_be_written_warns_once(library, fresh_session, monkeypatch, capfd, packer):
     """The library's write fails (here: a descriptor open for reading): one warning, the
     model runs on, nothing else is written in its place."""
     from aoti_debug.format.writer import RunWriter

@@ -57,7 +57,8 @@ PARTS = sorted(n for n in os.listdir(cpp_runtime.NATIVE_DIR) if n.endswith(".h")
 def test_every_part_is_listed():
     listed = {n for n, _ in cpp_runtime.PARTS} | {cpp_runtime.INTERFACE, cpp_runtime.CPU_SUMMARY, cpp_runtime.CPU_RECORDS,
                                                    cpp_runtime.RING_RECORDS, cpp_runtime.GLUE_CUDA, cpp_runtime.GLUE_INLINE,
-                                                   cpp_runtime.GLUE_LIBRARY, cpp_runtime.GLUE_LINKED}
+                                                   cpp_runtime.GLUE_LIBRARY, cpp_runtime.GLUE_LINKED,
+                                                   cpp_runtime.CPU_VALUES}
     assert listed == set(PARTS)
 
 
@@ -65,8 +66,9 @@ def test_every_part_is_listed():
 def test_part_builds_alone(gen, part):
     """Each part includes what it uses: a translation unit of that part alone compiles
     without a warning (its helpers may be unused there)."""
+    python = native_library._python_flags()[1:] if part == cpp_runtime.CPU_VALUES else ()  # -I <Python.h's folder>
     proc = compile_cpp(gen, f'#include "{part}"\n', "alone_" + part.replace(".", "_"), "-fsyntax-only",
-                       "-Wno-unused-function")
+                       "-Wno-unused-function", *python)
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr[-3000:]
 
 
@@ -317,8 +319,10 @@ def test_library_exports_its_entry_points_and_shares_state(library):
         # process-wide state as STB_GNU_UNIQUE objects (shared with AOTI .so files of the same sources)
         assert any("6sharedEvE1s" in s for s in unique) and any("6claimsEvE1c" in s for s in unique), unique
         c_names = sorted(s for s in ours if not s.startswith("_Z"))
+        # the Python runtime's CPU side function: built in where Python's headers are (here)
+        assert native_library._python_flags()
         assert c_names == ["aoti_debug_rt_abi", "aoti_debug_rt_cpu_records", "aoti_debug_rt_cpu_summaries",
-                           "aoti_debug_rt_done", "aoti_debug_rt_dtype_name", "aoti_debug_rt_kept_launches",
+                           "aoti_debug_rt_cpu_values_function", "aoti_debug_rt_done", "aoti_debug_rt_dtype_name", "aoti_debug_rt_kept_launches",
                            "aoti_debug_rt_launch", "aoti_debug_rt_ring_records", "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush",
                            "aoti_debug_runtime_warnings"]
 

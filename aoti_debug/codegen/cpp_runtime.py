@@ -83,6 +83,8 @@ INTERFACE = "interface.h"
 #: and its writer of device-ring records (runtime/ring_records.py).
 CPU_SUMMARY = "cpu_summary.h"
 CPU_RECORDS = "cpu_records.h"
+#: ... and, where Python's headers are, the Python runtime's CPU side as one C function.
+CPU_VALUES = "cpu_values.h"
 RING_RECORDS = "ring_records.h"
 GLUE_CUDA = "glue_cuda.h"
 GLUE_INLINE = "glue_inline.h"

@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -172,9 +173,21 @@ def build_spec() -> Build:
     # loads RTLD_LOCAL): link it, by the path of the torch that is already loaded.
     lib = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "lib")
     libs = ("-L", lib, "-ltorch_cpu", f"-Wl,-rpath,{lib}")
+    flags = (*flags, *_python_flags())
     key = build_key(cxx, flags, libs)
     directory = os.path.join(cache_folder(), f"{cpp_runtime.abi_namespace()}-{key}")
     return Build(cxx, flags, ("-fopenmp",), libs, directory)
+
+
+def _python_flags() -> tuple[str, ...]:
+    """What builds the Python runtime's CPU side function into the library
+    (``native/cpu_values.h``): this interpreter's headers, where it has them (Inductor's
+    CPU kernels for the Python wrapper need them too); none elsewhere, and the Python
+    runtime packs its CPU sides in Python."""
+    include = sysconfig.get_paths().get("include") or ""
+    if not include or not os.path.exists(os.path.join(include, "Python.h")):
+        return ()
+    return ("-DAOTI_DEBUG_WITH_PYTHON=1", "-I", include)
 
 
 def library_path() -> str | None:

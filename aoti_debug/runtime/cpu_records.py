@@ -38,6 +38,11 @@ ITEM_TENSOR, ITEM_UNWRITTEN, ITEM_INT, ITEM_SYMINT, ITEM_NONE = range(5)
 #: the library writes back (where the lines and print lines end, errno).
 _OUT, _RESULTS = struct.Struct("2q"), struct.Struct("3q")
 _OUT_AT, _RESULTS_AT = 12 * 8, 14 * 8
+_LENGTH, _LENGTH_AT = struct.Struct("q"), 8
+#: The library's maker of its C function for a side's values (``cpu_values.h``), and what
+#: that function returns besides the record function's codes.
+VALUES_SYMBOL = "aoti_debug_rt_cpu_values_function"
+VALUES_NOT_HERE, VALUES_FLATTEN, VALUES_SPEC_SMALL = -100, -101, -102
 
 _TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
 _STRIDED = torch.strided
@@ -79,6 +84,8 @@ class SidePlan:
         #: The entry of each arg by position, for a side whose values hold no list or
         #: tuple (:meth:`Records.values_side`); made at its first such call.
         self.slots: tuple[tuple[int, int, int], ...] | None = None
+        #: ``slots`` flattened, for the library's C function (cpu_values.h).
+        self.slot_table = array.array("q")
 
     def _record(self, a: SiteArg, name: str, i: int) -> dict:
         return record(seq=0, launch=0, graph=self.label, wrapper=self.wrapper, kernel=self.site.kernel,
@@ -122,6 +129,7 @@ class SidePlan:
     def make_slots(self, args: Sequence[SiteArg]) -> tuple[tuple[int, int, int], ...]:
         """The entry of each arg by position (each value named by its arg)."""
         slots = tuple(self.entry(i, a, a.arg) for i, a in enumerate(args))
+        self.slot_table = array.array("q", [x for slot in slots for x in slot])  # before `slots`: read after it
         self.slots = slots
         return slots
 
@@ -147,6 +155,17 @@ class Records:
                      ctypes.cast(api.PyEval_RestoreThread, ctypes.c_void_p).value, NOGIL_BYTES)
         self._tls = threading.local()
         self._structs: dict[int, struct.Struct] = {}
+        #: The library's C function for a side's values (``cpu_values.h``), or None where
+        #: the library was built without Python's headers (the values are packed here).
+        self._side: Any = None
+        try:
+            make = ctypes.PyDLL(library.path, mode=ctypes.RTLD_LOCAL, handle=library._lib._handle)[VALUES_SYMBOL]
+        except AttributeError:
+            make = None
+        if make is not None:
+            make.restype = ctypes.py_object
+            make.argtypes = [ctypes.py_object]
+            self._side = make((self.codes, _TENSOR, _PARAMETER, _STRIDED, NOGIL_BYTES))
 
     def values_side(self, plan: SidePlan, args: Sequence[SiteArg], values: Sequence[Any], launch: int, call: int,
                     next_seq: Any, fd: int) -> tuple[memoryview | None, str] | None:
@@ -155,6 +174,8 @@ class Records:
         flattened list to build, each value's texts found by position. :data:`FLATTEN`
         where a value is a list or tuple (the caller flattens the side for :meth:`side`)."""
         slots = plan.slots or plan.make_slots(args)
+        if self._side is not None:
+            return self._values_side_c(plan, values, launch, call, next_seq, fd)
         n = min(len(slots), len(values))
         if not n:
             return None
@@ -184,6 +205,29 @@ class Records:
         except RuntimeError:  # a tensor without strides or storage (another layout)
             return None
         return self._write(plan, spec, n, next_seq, fd, out)
+
+    def _values_side_c(self, plan: SidePlan, values: Sequence[Any], launch: int, call: int, next_seq: Any,
+                       fd: int) -> tuple[memoryview | None, str] | None:
+        """:meth:`values_side` by the library's C function: the same values read in the same
+        order, the spec packed, the records numbered and written in one call."""
+        tls = self._tls
+        out = getattr(tls, "out", None) or self._grow(_START_BYTES)
+        packed = getattr(tls, "spec", None)
+        if packed is None:
+            packed = self._spec_buffer(0)
+        table = plan.slot_table  # held here while the library reads it
+        texts = plan.texts.buffer_info()
+        rc = self._side(tls.spec_address, len(packed) // 8, values, table.buffer_info()[0], len(table) // 3,
+                        texts[0], texts[1], launch, call, fd, out[0], out[1], next_seq)
+        if rc == VALUES_SPEC_SMALL:  # nothing numbered yet: again with room for the whole spec
+            packed = self._spec_buffer(_LENGTH.unpack_from(packed, _LENGTH_AT)[0])
+            rc = self._side(tls.spec_address, len(packed) // 8, values, table.buffer_info()[0], len(table) // 3,
+                            texts[0], texts[1], launch, call, fd, out[0], out[1], next_seq)
+        if rc == VALUES_NOT_HERE:
+            return None
+        if rc == VALUES_FLATTEN:
+            return FLATTEN
+        return self._result(plan, rc, fd, out, packed)
 
     def side(self, plan: SidePlan, flat: Sequence[tuple[int, SiteArg, str, Any]], launch: int, call: int,
              next_seq: Any, fd: int) -> tuple[memoryview | None, str] | None:
@@ -239,7 +283,13 @@ class Records:
         if layout is None:
             layout = self._structs[n] = struct.Struct(f"{n}q")
         layout.pack_into(packed, 0, *spec)
-        rc = self._fn(tls.spec_address)
+        return self._result(plan, self._fn(tls.spec_address), fd, out, packed)
+
+    def _result(self, plan: SidePlan, rc: int, fd: int, out: tuple[int, int],
+                packed: bytearray) -> tuple[memoryview | None, str]:
+        """What the library's call (``rc``, the spec in ``packed``) gave: ``(lines or None,
+        print text)``; a second call where the output buffer was too small."""
+        tls = self._tls
         if rc == 0 and fd >= 0 and not plan.printing:
             return None, ""  # written, nothing to print
         if rc == -3:  # a larger buffer, kept for the next sides

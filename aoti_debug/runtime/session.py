@@ -84,6 +84,9 @@ CPP_FLUSH_SYMBOL = "aoti_debug_runtime_flush"
 _no_cpp_runtime: set[tuple[str, str]] = set()  # (symbol, loaded library) known not to export it
 # symbol -> (load generation, the libraries that exported it then): see _load_generation
 _cpp_runtime_paths: dict[str, tuple[tuple[int, int], list[str]]] = {}
+# (symbol, path) -> its function in the runtime library (native_library.LIBRARY_FILE), whose
+# handle is kept: nothing unloads that library (its glue and the Python runtime load it once)
+_held_functions: dict[tuple[str, str], Any] = {}
 
 
 def failures() -> list[tuple[str, str]]:
@@ -156,9 +159,16 @@ def _cpp_runtimes(symbol: str) -> Iterator[Any]:
         paths = [p for p in sorted(found) if (symbol, p) not in _no_cpp_runtime and not p.endswith(" (deleted)")]
     import _ctypes
 
+    from ..codegen.native_library import LIBRARY_FILE
+
     exporting: list[str] = []
     for path in paths:
         if (symbol, path) in _no_cpp_runtime:
+            continue
+        fn = _held_functions.get((symbol, path))
+        if fn is not None:  # no dlopen by name (~10 us with torch's libraries loaded)
+            exporting.append(path)
+            yield fn
             continue
         try:  # a handle and an address, no ctypes.CDLL (which makes a class per library: ~25 us)
             handle = _ctypes.dlopen(path, nolo | os.RTLD_LOCAL)
@@ -171,6 +181,10 @@ def _cpp_runtimes(symbol: str) -> Iterator[Any]:
             _dlclose_handle(handle)
             continue
         exporting.append(path)
+        if os.path.basename(path) == LIBRARY_FILE:
+            _held_functions[(symbol, path)] = fn  # and its handle, for good
+            yield fn
+            continue
         try:
             yield fn
         finally:
@@ -205,18 +219,22 @@ def _load_generation() -> tuple[int, int] | None:
         _dl_iterate_phdr = fn
     if not _dl_iterate_phdr:
         return None
-    seen: list[tuple[int, int]] = []
+    with _generation_lock:  # one reader of _seen at a time
+        _seen.clear()
+        _dl_iterate_phdr(_first_phdr, None)
+        return _seen[0] if _seen else None
 
-    def first(info: Any, size: int, _data: Any) -> int:
-        if size >= _PhdrInfo.subs.offset + ctypes.sizeof(ctypes.c_ulonglong):
-            seen.append((info.contents.adds, info.contents.subs))
-        return 1  # the counters are the same in every entry: stop at the first
 
-    _dl_iterate_phdr(_PHDR_CALLBACK(first), None)
-    return seen[0] if seen else None
+def _first_phdr_entry(info: Any, size: int, _data: Any) -> int:
+    if size >= _PhdrInfo.subs.offset + ctypes.sizeof(ctypes.c_ulonglong):
+        _seen.append((info.contents.adds, info.contents.subs))
+    return 1  # the counters are the same in every entry: stop at the first
 
 
 _dl_iterate_phdr: Any = None  # the libc function once looked up, False where there is none
+_first_phdr = _PHDR_CALLBACK(_first_phdr_entry)  # made once: a new C callback costs microseconds
+_seen: list[tuple[int, int]] = []
+_generation_lock = threading.Lock()
 
 
 #: The type of a C++ runtime's function as :func:`_cpp_runtimes` hands it out (callers set
@@ -717,9 +735,7 @@ def _flush_cpp_runtimes() -> None:
     """The C++ runtimes of this process (cpp_wrapper, AOTInductor) write what they queued."""
     try:
         for fn in _cpp_runtimes(CPP_FLUSH_SYMBOL):
-            fn.restype = None
-            fn.argtypes = []
-            fn()
+            fn()  # void(void): _FUNCTION's own restype and argtypes
     except Exception:
         pass
 

@@ -4,7 +4,12 @@
 // (runtime/native_stats.py, runtime/cpu_records.py): every part, every level. Exports the
 // two entry points, the ABI check, the CPU stats, the CPU records, the device-ring
 // records, the kept launches of the stats kernel and the dtype names,
-// and (state.h) aoti_debug_runtime_warnings; everything else is internal.
+// and (state.h) aoti_debug_runtime_warnings; everything else is internal. Built with
+// AOTI_DEBUG_WITH_PYTHON (where Python's headers are), it also makes the Python runtime's
+// CPU side function (cpu_values.h).
+#if AOTI_DEBUG_WITH_PYTHON
+#include "cpu_values.h"  // first: Python.h ahead of the standard headers
+#endif
 #include "cpu_records.h"
 #include "cpu_summary.h"
 #include "entry.h"
@@ -48,6 +53,19 @@ AOTI_DEBUG_EXPORT int aoti_debug_rt_cpu_records(int64_t* spec) {
     return -2;
   }
 }
+
+#if AOTI_DEBUG_WITH_PYTHON
+// The Python runtime's CPU launch side as one C function (cpu_values.h), configured with
+// `config`: a new reference, or null with an exception set. Called with the GIL held
+// (ctypes.PyDLL).
+AOTI_DEBUG_EXPORT PyObject* aoti_debug_rt_cpu_values_function(PyObject* config) {
+  try {
+    return AOTI_DEBUG_NS::cpu_values_function(config);
+  } catch (...) {  // std::bad_alloc
+    return PyErr_NoMemory();
+  }
+}
+#endif
 
 // The manifest lines of device-ring records for the Python runtime's writer thread
 // (runtime/ring_records.py); the layout of `spec`: ring_records.h. Never throws.
