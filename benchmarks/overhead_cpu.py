@@ -21,6 +21,11 @@ as a ratio to ``base`` of the same wrapper, and ours against the built-in.
     python benchmarks/overhead_cpu.py                  # transformer preset "small", cpp_wrapper
     python benchmarks/overhead_cpu.py --preset tiny --rounds 20
     python benchmarks/overhead_cpu.py --model gpt2 --wrapper python,cpp
+    python benchmarks/overhead_cpu.py --model gpt2 --configs base,ours:stats --checkout /tmp/old
+
+``--checkout DIR`` runs every configuration of another checkout too (``git archive REV |
+tar -x -C DIR``), its processes in the same lockstep rounds, so that a change is judged
+against its parent under the same load (rows ``this`` and ``other``).
 
 stdout and stderr of the timed steps go to /dev/null: the terminal is not the cost.
 Each step gets a new input (identical steps would let our content dedup skip every
@@ -114,9 +119,10 @@ print(json.dumps(dict(bytes=nbytes, steps=step + 1)), file=out, flush=True)
 class Child:
     """One configuration in its own process, driven over stdin/stdout."""
 
-    def __init__(self, cfg: str, preset: dict, model: str, wrapper: str):
+    def __init__(self, cfg: str, preset: dict, model: str, wrapper: str, repo: str = REPO, checkout: str = "this"):
         self.cfg = cfg
         self.wrapper = wrapper
+        self.checkout = checkout
         self.work = tempfile.mkdtemp(prefix="aoti_debug_bench_")
         env = dict(os.environ)
         env.pop("AOTI_DEBUG_LEVEL", None)
@@ -128,7 +134,7 @@ class Child:
             # The built-in bakes cwd/tmp/jit_inductor/ into its wrapper as an absolute path:
             # one from Inductor's cache names an earlier process's (deleted) directory.
             env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = env["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
-        code = _CHILD.format(repo=REPO, cfg=cfg, preset=preset, model=model, cpp=wrapper == "cpp")
+        code = _CHILD.format(repo=repo, cfg=cfg, preset=preset, model=model, cpp=wrapper == "cpp")
         self.log = open(os.path.join(self.work, "child.log"), "w")
         self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=self.work, env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
@@ -165,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=3, help="steps per configuration per round")
     ap.add_argument("--configs", default=",".join(CONFIGS),
                     help="comma-separated subset of " + ", ".join(CONFIGS + FLIGHT_CONFIGS))
+    ap.add_argument("--checkout", default=None,
+                    help="another checkout whose configurations run in the same lockstep rounds (rows 'other')")
     args = ap.parse_args(argv)
+    if args.checkout is not None and not os.path.isdir(os.path.join(args.checkout, "aoti_debug")):
+        ap.error(f"--checkout: {args.checkout!r} holds no aoti_debug package")
     unknown = set(args.configs.split(",")) - set(CONFIGS + FLIGHT_CONFIGS)
     if unknown:
         ap.error(f"--configs: unknown {', '.join(sorted(unknown))}")
@@ -178,41 +188,45 @@ def main(argv: list[str] | None = None) -> int:
     what = "GPT-2 (transformers, 2 layers)" if args.model == "gpt2" else f"transformer {preset}"
     print(f"torch {torch.__version__}, wrappers {', '.join(wrappers)}, CPU ({os.cpu_count()} cores), {what}, "
           f"{args.rounds} rounds x {args.steps} steps, one warm-up round", flush=True)
+    checkouts = [("this", REPO)] + ([("other", os.path.abspath(args.checkout))] if args.checkout else [])
     children = []
     try:
         for wrapper in wrappers:
             for cfg in args.configs.split(","):
-                child = Child(cfg, preset, args.model, wrapper)
-                info = child.read()  # compiles one at a time
-                print(f"  compiled {wrapper:<6} {cfg:<18} in {info['compile_s']:6.1f} s", flush=True)
-                children.append(child)
+                for label, repo in checkouts:
+                    child = Child(cfg, preset, args.model, wrapper, repo, label)
+                    info = child.read()  # compiles one at a time
+                    name = f"{cfg} ({label})" if args.checkout else cfg
+                    print(f"  compiled {wrapper:<6} {name:<18} in {info['compile_s']:6.1f} s", flush=True)
+                    children.append(child)
         for c in children:  # warm-up round, not timed
             c.run(args.steps)
             c.times.clear()
         for _ in range(args.rounds):
             for c in children:
                 c.run(args.steps)
-        results: dict[tuple[str, str], dict] = {}
+        results: dict[tuple[str, str, str], dict] = {}
         for c in children:
             info = c.finish()
-            results[c.wrapper, c.cfg] = dict(median=statistics.median(c.times), bytes=info["bytes"],
-                                             steps=info["steps"])
+            results[c.checkout, c.wrapper, c.cfg] = dict(median=statistics.median(c.times), bytes=info["bytes"],
+                                                         steps=info["steps"])
     finally:
         for c in children:
             if c.proc.poll() is None:
                 c.proc.kill()
     print()
-    print(f"{'wrapper':<8} {'config':<18} {'ms/step':>9} {'x base':>8} {'MB/step':>9}")
-    for (wrapper, cfg), r in results.items():
-        base = results.get((wrapper, "base"))
+    print(f"{'wrapper':<8} {'config':<18} {'checkout':<9} {'ms/step':>9} {'x base':>8} {'MB/step':>9}")
+    for (label, wrapper, cfg), r in results.items():
+        base = results.get((label, wrapper, "base"))
         ratio = r["median"] / base["median"] if base else float("nan")
-        print(f"{wrapper:<8} {cfg:<18} {r['median'] * 1e3:9.3f} {ratio:8.2f} {r['bytes'] / r['steps'] / 1e6:9.2f}")
+        print(f"{wrapper:<8} {cfg:<18} {label:<9} {r['median'] * 1e3:9.3f} {ratio:8.2f} "
+              f"{r['bytes'] / r['steps'] / 1e6:9.2f}")
     print()
     pairs = [("ours:save", "builtin:1"), ("ours:print", "builtin:2"), ("ours:stats", "builtin:2"),
              ("ours:names", "builtin:3")]
     for wrapper in wrappers:
         for ours, theirs in pairs:
-            a, b = results.get((wrapper, ours)), results.get((wrapper, theirs))
+            a, b = results.get(("this", wrapper, ours)), results.get(("this", wrapper, theirs))
             if a and b:
                 print(f"{wrapper:<8} {ours:<11} is {b['median'] / a['median']:6.2f}x the speed of {theirs}")
     return 0
