@@ -106,6 +106,7 @@ def main() -> int:
     row("torch.cuda.is_current_stream_capturing" if dev.type == "cuda" else "hooks._capturing",
         hooks._capturing)
     row("hooks._device_label", hooks._device_label)
+    row("aoti_debug.flush() with nothing queued", aoti_debug.flush)
     sess = session.current()
     row("session.next_launch", lambda: sess.next_launch("graph0", "k_side_cost"))
     row("session.next_seq(3)", lambda: sess.next_seq(3))
