@@ -23,20 +23,39 @@ from aoti_debug.runtime.session import Job
 from tests.conftest import only_run, records, run_threads
 
 
-@pytest.fixture(params=["c", "python"])
+@pytest.fixture(params=["c", "c-attributes", "python"])
 def packer(request, monkeypatch):
-    """Which code reads a side's values: the library's C function, or Python."""
+    """Which code reads a side's values: the library's C function (tensors from their
+    TensorImpl, or through their Python attributes), or Python."""
     if request.param == "python":
         monkeypatch.setattr(cpu_records, "VALUES_SYMBOL", "aoti_debug_rt_no_such_function")
+    if request.param == "c-attributes":
+        monkeypatch.setattr(cpu_records, "DIRECT_READS", False)
     return request.param
 
 
-def test_the_library_reads_a_sides_values_itself_where_pythons_headers_are(library):
+def test_the_library_reads_a_sides_values_itself_where_pythons_headers_are(library, monkeypatch):
     from aoti_debug.codegen import native_library
 
     records_obj = cpu_records.for_library(library)
     assert (records_obj._side is not None) == bool(native_library._python_flags())
     assert native_library._python_flags(), "this interpreter has no Python.h: Inductor's CPU kernels need it too"
+    # this torch's tensor object is one the build knows, and the probe read agrees
+    assert native_library.tensor_object_layout() in (1, 2) and records_obj.direct_reads
+    monkeypatch.setattr(cpu_records, "DIRECT_READS", False)
+    assert not cpu_records.for_library(library).direct_reads
+
+
+@pytest.mark.parametrize("header,layout", [
+    ("struct THPVariable {\n  PyObject_HEAD\n  // Payload\n  at::Tensor cdata;\n  PyObject* backward_hooks = nullptr;", 1),
+    ("struct THPVariable {\n  PyObject_HEAD\n  // Payload\n  c10::MaybeOwned<at::Tensor> cdata;\n", 2),
+    ("struct THPVariable {\n  PyObject_HEAD\n  PyObject* extra;\n  at::Tensor cdata;\n", 0),
+    ("struct THPVariable {\n  PyObject_HEAD\n  c10::intrusive_ptr<c10::TensorImpl> cdata;\n", 0)],
+    ids=["tensor", "maybe-owned", "another-member-first", "another-type"])
+def test_the_tensor_object_layout_read_from_torchs_header(header, layout):
+    from aoti_debug.codegen import native_library
+
+    assert native_library.tensor_object_layout(header) == layout
 
 
 def _arg(name: str, role: str = "input", kind: str = "tensor", expr: str | None = None, unwritten: bool = False,
@@ -237,9 +256,10 @@ def test_a_failing_library_warns_once_and_the_dict_path_records(library, fresh_s
     g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
     site = Site("", "k", "k", (_arg("x"),), (), None, 0, "")
     g.launch(site, [torch.ones(2)])
-    assert (g._records._side is not None) == (packer == "c")
+    assert (g._records._side is not None) == (packer != "python")
+    assert g._records.direct_reads == (packer == "c")
     g._records._fn = lambda *args: -1
-    if packer == "c":
+    if packer != "python":
         g._records._side = lambda *args: -1
     g.launch(site, [torch.ones(3)])
     g.launch(site, [torch.ones(4)])

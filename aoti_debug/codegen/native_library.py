@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -172,7 +173,7 @@ def build_spec() -> Build:
     # The aoti_torch_* shim lives in libtorch_cpu (a dependency of torch._C, which Python
     # loads RTLD_LOCAL): link it, by the path of the torch that is already loaded.
     lib = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "lib")
-    libs = ("-L", lib, "-ltorch_cpu", f"-Wl,-rpath,{lib}")
+    libs = ("-L", lib, "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{lib}")
     flags = (*flags, *_python_flags())
     key = build_key(cxx, flags, libs)
     directory = os.path.join(cache_folder(), f"{cpp_runtime.abi_namespace()}-{key}")
@@ -187,7 +188,37 @@ def _python_flags() -> tuple[str, ...]:
     include = sysconfig.get_paths().get("include") or ""
     if not include or not os.path.exists(os.path.join(include, "Python.h")):
         return ()
-    return ("-DAOTI_DEBUG_WITH_PYTHON=1", "-I", include)
+    layout = tensor_object_layout()
+    return ("-DAOTI_DEBUG_WITH_PYTHON=1", "-I", include, *((f"-DAOTI_DEBUG_THPVARIABLE={layout}",) if layout else ()))
+
+
+#: How torch's Python tensor object (``THPVariable``) holds its tensor, right after the
+#: object's head: torch 2.13 an ``at::Tensor``, earlier versions a
+#: ``c10::MaybeOwned<at::Tensor>``. Both are read as a ``TensorImpl`` pointer.
+_THPVARIABLE = re.compile(r"struct THPVariable\s*\{\s*PyObject_HEAD\s*(?://[^\n]*\n\s*)*"
+                          r"(at::Tensor|c10::MaybeOwned<at::Tensor>)\s+cdata;")
+
+
+def tensor_object_layout(header: str | None = None) -> int:
+    """1 where torch's ``python_variable.h`` (``header``: its text; None: the installed
+    torch's) declares ``THPVariable`` with an ``at::Tensor`` after ``PyObject_HEAD``, 2
+    with a ``c10::MaybeOwned<at::Tensor>``, 0 otherwise: the C side function
+    (``native/cpu_values.h``) then reads tensors' metadata through their Python
+    attributes. The library checks the layout again on a tensor when it is loaded."""
+    if header is None:
+        import torch
+
+        path = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "include", "torch", "csrc", "autograd",
+                            "python_variable.h")
+        try:
+            with open(path, encoding="utf-8") as f:
+                header = f.read()
+        except OSError:
+            return 0
+    m = _THPVARIABLE.search(header)
+    if m is None:
+        return 0
+    return 1 if m.group(1) == "at::Tensor" else 2
 
 
 def library_path() -> str | None:

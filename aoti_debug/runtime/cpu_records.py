@@ -43,6 +43,9 @@ _LENGTH, _LENGTH_AT = struct.Struct("q"), 8
 #: that function returns besides the record function's codes.
 VALUES_SYMBOL = "aoti_debug_rt_cpu_values_function"
 VALUES_NOT_HERE, VALUES_FLATTEN, VALUES_SPEC_SMALL = -100, -101, -102
+#: Let that function read a tensor's metadata from its TensorImpl where the library was
+#: built knowing torch's tensor object and a probe tensor agrees (False: its attributes).
+DIRECT_READS = True
 
 _TENSOR, _PARAMETER = torch.Tensor, torch.nn.Parameter
 _STRIDED = torch.strided
@@ -158,6 +161,8 @@ class Records:
         #: The library's C function for a side's values (``cpu_values.h``), or None where
         #: the library was built without Python's headers (the values are packed here).
         self._side: Any = None
+        #: Whether it reads a tensor's metadata from its TensorImpl (not its attributes).
+        self.direct_reads = False
         try:
             make = ctypes.PyDLL(library.path, mode=ctypes.RTLD_LOCAL, handle=library._lib._handle)[VALUES_SYMBOL]
         except AttributeError:
@@ -165,7 +170,9 @@ class Records:
         if make is not None:
             make.restype = ctypes.py_object
             make.argtypes = [ctypes.py_object]
-            self._side = make((self.codes, _TENSOR, _PARAMETER, _STRIDED, NOGIL_BYTES))
+            # strided, offset: read both ways when the function is made (None: attributes only)
+            probe = torch.arange(12.0).reshape(3, 4)[:, 1:] if DIRECT_READS else None
+            self._side, self.direct_reads = make((self.codes, _TENSOR, _PARAMETER, _STRIDED, NOGIL_BYTES, probe))
 
     def values_side(self, plan: SidePlan, args: Sequence[SiteArg], values: Sequence[Any], launch: int, call: int,
                     next_seq: Any, fd: int) -> tuple[memoryview | None, str] | None:

@@ -5,6 +5,10 @@
 // by value and in the same order, without the interpreter between the values: ~1 us a
 // side instead of ~3. Compiled into the library where Python's headers are
 // (AOTI_DEBUG_WITH_PYTHON, native_library.py); the Python path stays for the others.
+// Where the build found how torch's Python tensor object holds its tensor
+// (AOTI_DEBUG_THPVARIABLE: native_library.tensor_object_layout) and a probe tensor reads
+// the same both ways when the function is made, a tensor's metadata is read from its
+// TensorImpl instead of through seven Python attributes.
 #ifndef AOTI_DEBUG_PART_CPU_VALUES_H
 #define AOTI_DEBUG_PART_CPU_VALUES_H
 
@@ -12,6 +16,17 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+
+#if AOTI_DEBUG_THPVARIABLE
+// torch 2.13's c10 headers use C++20 bit-field initialisers; the runtime is C++17.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpragmas"
+#pragma GCC diagnostic ignored "-Wc++20-extensions"
+#include <c10/core/TensorImpl.h>
+#include <c10/core/UndefinedTensorImpl.h>
+#pragma GCC diagnostic pop
+#endif
 
 #include "cpu_records.h"
 
@@ -29,6 +44,7 @@ struct CpuValuesConfig {
   PyTypeObject* parameter = nullptr;
   PyObject* strided = nullptr;
   int64_t nogil_bytes = 0;
+  bool direct = false;  // tensors' metadata read from their TensorImpl (tensor_item_direct)
   PyObject *dtype = nullptr, *layout = nullptr, *is_cpu = nullptr, *is_neg = nullptr, *is_conj = nullptr,
            *shape = nullptr, *stride = nullptr, *data_ptr = nullptr;
 };
@@ -129,6 +145,61 @@ done:
   return ok ? 1 : -1;
 }
 
+#if AOTI_DEBUG_THPVARIABLE
+// torch's Python tensor object (python_variable.h's THPVariable), up to its tensor: an
+// at::Tensor (1) or a c10::MaybeOwned<at::Tensor> (2), each an intrusive pointer to the
+// TensorImpl (after MaybeOwned's flag).
+struct TensorObject {
+  PyObject_HEAD
+#if AOTI_DEBUG_THPVARIABLE == 2
+  bool borrowed;
+#endif
+  c10::TensorImpl* impl;
+};
+
+// tensor_item from the TensorImpl: the same answers, in the same order. 1: written; 0:
+// not one this path writes; 2: read it through its attributes instead (an undefined
+// tensor, or the TensorImpl threw: the attributes raise what Python would).
+int tensor_item_direct(SpecOut& s, PyObject* v, const int64_t* slot) {
+  c10::TensorImpl* impl = reinterpret_cast<TensorObject*>(v)->impl;
+  if (!impl || impl == c10::UndefinedTensorImpl::singleton()) return 2;
+  try {
+    const int32_t code = static_cast<int32_t>(impl->dtype().toScalarType());
+    const TypeInfo* ti = type_info(code);
+    if (!ti) return 0;
+    if (impl->layout() != c10::kStrided || !impl->is_cpu() || impl->is_neg()) return 0;
+    if (ti->units == 2 && impl->is_conj()) return 0;
+    const c10::IntArrayRef sizes = impl->sizes();
+    const c10::IntArrayRef strides = impl->strides();
+    const int64_t data = static_cast<int64_t>(reinterpret_cast<intptr_t>(impl->mutable_data()));  // as data_ptr()
+    s.put(slot[0]);
+    s.put(slot[2]);
+    s.put(data);
+    s.put(code);
+    s.put(static_cast<int64_t>(sizes.size()));
+    for (int64_t x : sizes) s.put(x);
+    for (int64_t x : strides) s.put(x);
+    return 1;
+  } catch (...) {  // c10::Error
+    return 2;
+  }
+}
+
+// Whether `probe` (a plain CPU tensor) reads the same from its TensorImpl as through its
+// attributes: the layout the build assumed is this torch's. Clears any exception.
+bool direct_reads_agree(const CpuValuesConfig& c, PyObject* probe) {
+  if (Py_TYPE(probe) != c.tensor) return false;
+  const int64_t slot[3] = {0, 0, 0};
+  int64_t a[64] = {}, b[64] = {};
+  SpecOut by_attributes{a, 64}, by_impl{b, 64};
+  const int ra = tensor_item(c, by_attributes, probe, slot);
+  if (ra < 0) PyErr_Clear();
+  const int rb = tensor_item_direct(by_impl, probe, slot);
+  return ra == 1 && rb == 1 && by_attributes.at == by_impl.at && by_attributes.at <= 64 &&
+         std::memcmp(a, b, sizeof(int64_t) * by_attributes.at) == 0;
+}
+#endif
+
 bool as_int64(PyObject* o, int64_t* out) {
   long long x = PyLong_AsLongLong(o);
   if (x == -1 && PyErr_Occurred()) return false;
@@ -165,7 +236,12 @@ PyObject* cpu_values_side(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     const int64_t* slot = slots + 3 * i;
     PyTypeObject* type = Py_TYPE(v);
     if (type == c.tensor || type == c.parameter) {
+#if AOTI_DEBUG_THPVARIABLE
+      int r = c.direct ? tensor_item_direct(s, v, slot) : 2;
+      if (r == 2) r = tensor_item(c, s, v, slot);
+#else
       int r = tensor_item(c, s, v, slot);
+#endif
       if (r == 0) return PyLong_FromLong(kValuesNotHere);
       if (r < 0) {
         if (!PyErr_ExceptionMatches(PyExc_RuntimeError)) return nullptr;
@@ -230,12 +306,16 @@ PyMethodDef cpu_values_def = {"cpu_values_side", reinterpret_cast<PyCFunction>(r
                                   &cpu_values_side)), METH_FASTCALL, "One CPU launch side's records (cpu_values.h)."};
 
 // The function, configured with (codes, torch.Tensor, torch.nn.Parameter, torch.strided,
-// nogil bytes); a new reference, or null with an exception set. Called with the GIL held.
+// nogil bytes, a probe tensor: non-contiguous, on the CPU), with whether it reads
+// tensors from their TensorImpl: (function, bool), a new reference, or null with an
+// exception set. Called with the GIL held.
 PyObject* cpu_values_function(PyObject* config) {
   CpuValuesConfig& c = cpu_values_config();
-  PyObject *codes, *tensor, *parameter, *strided;
+  PyObject *codes, *tensor, *parameter, *strided, *probe;
   long long nogil = 0;
-  if (!PyArg_ParseTuple(config, "O!OOOL", &PyDict_Type, &codes, &tensor, &parameter, &strided, &nogil)) return nullptr;
+  if (!PyArg_ParseTuple(config, "O!OOOLO", &PyDict_Type, &codes, &tensor, &parameter, &strided, &nogil, &probe)) {
+    return nullptr;
+  }
   if (!PyType_Check(tensor) || !PyType_Check(parameter)) {
     PyErr_SetString(PyExc_TypeError, "cpu values: the tensor types are not types");
     return nullptr;
@@ -268,7 +348,14 @@ PyObject* cpu_values_function(PyObject* config) {
   c.parameter = reinterpret_cast<PyTypeObject*>(parameter);
   c.strided = strided;
   c.nogil_bytes = nogil;
-  return PyCFunction_New(&cpu_values_def, nullptr);
+#if AOTI_DEBUG_THPVARIABLE
+  c.direct = direct_reads_agree(c, probe);
+#else
+  (void)probe;
+#endif
+  PyObject* fn = PyCFunction_New(&cpu_values_def, nullptr);
+  if (!fn) return nullptr;
+  return Py_BuildValue("(NO)", fn, c.direct ? Py_True : Py_False);
 }
 
 }  // namespace

@@ -56,8 +56,8 @@ AOTI_DEBUG_EXPORT int aoti_debug_rt_cpu_records(int64_t* spec) {
 
 #if AOTI_DEBUG_WITH_PYTHON
 // The Python runtime's CPU launch side as one C function (cpu_values.h), configured with
-// `config`: a new reference, or null with an exception set. Called with the GIL held
-// (ctypes.PyDLL).
+// `config`: (function, whether it reads tensors from their TensorImpl), a new reference,
+// or null with an exception set. Called with the GIL held (ctypes.PyDLL).
 AOTI_DEBUG_EXPORT PyObject* aoti_debug_rt_cpu_values_function(PyObject* config) {
   try {
     return AOTI_DEBUG_NS::cpu_values_function(config);
