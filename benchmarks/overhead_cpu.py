@@ -27,6 +27,11 @@ as a ratio to ``base`` of the same wrapper, and ours against the built-in.
 tar -x -C DIR``), its processes in the same lockstep rounds, so that a change is judged
 against its parent under the same load (rows ``this`` and ``other``).
 
+Every process is pinned to one CPU (``--cpu``, default the first this process may use):
+on a shared machine each core has its own neighbours, and a process the scheduler keeps
+on the busier one is slower by up to half, whatever code it runs (seen on the 2-core CI
+machine: two processes of the same base configuration 0.565 and 0.860 ms a step).
+
 stdout and stderr of the timed steps go to /dev/null: the terminal is not the cost.
 Each step gets a new input (identical steps would let our content dedup skip every
 write). A step ends when its records are written: the C++ runtime and the built-in
@@ -171,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=3, help="steps per configuration per round")
     ap.add_argument("--configs", default=",".join(CONFIGS),
                     help="comma-separated subset of " + ", ".join(CONFIGS + FLIGHT_CONFIGS))
+    ap.add_argument("--cpu", type=int, default=None,
+                    help="the CPU every process runs on (default: the first this process may use; -1: not pinned)")
     ap.add_argument("--checkout", default=None,
                     help="another checkout whose configurations run in the same lockstep rounds (rows 'other')")
     args = ap.parse_args(argv)
@@ -180,13 +187,21 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"--configs: unknown {', '.join(sorted(unknown))}")
     preset = PRESETS[args.preset]
+    if args.cpu != -1 and hasattr(os, "sched_setaffinity"):
+        cpu = min(os.sched_getaffinity(0)) if args.cpu is None else args.cpu
+        try:
+            os.sched_setaffinity(0, {cpu})  # the children inherit it
+        except OSError as e:
+            ap.error(f"--cpu {cpu}: {e}")
     wrappers = args.wrapper.split(",")
     if not set(wrappers) <= {"cpp", "python"}:
         ap.error(f"--wrapper: cpp and/or python, not {args.wrapper!r}")
     import torch
 
     what = "GPT-2 (transformers, 2 layers)" if args.model == "gpt2" else f"transformer {preset}"
-    print(f"torch {torch.__version__}, wrappers {', '.join(wrappers)}, CPU ({os.cpu_count()} cores), {what}, "
+    pinned = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    print(f"torch {torch.__version__}, wrappers {', '.join(wrappers)}, CPU ({os.cpu_count()} cores; runs on {pinned}), "
+          f"{what}, "
           f"{args.rounds} rounds x {args.steps} steps, one warm-up round", flush=True)
     checkouts = [("this", REPO)] + ([("other", os.path.abspath(args.checkout))] if args.checkout else [])
     children = []
