@@ -172,7 +172,10 @@ class Records:
             make.argtypes = [ctypes.py_object]
             # strided, offset: read both ways when the function is made (None: attributes only)
             probe = torch.arange(12.0).reshape(3, 4)[:, 1:] if DIRECT_READS else None
-            self._side, self.direct_reads = make((self.codes, _TENSOR, _PARAMETER, _STRIDED, NOGIL_BYTES, probe))
+            try:
+                self._side, self.direct_reads = make((self.codes, _TENSOR, _PARAMETER, _STRIDED, NOGIL_BYTES, probe))
+            except Exception:  # a library that refuses its configuration: the values are packed here
+                self._side, self.direct_reads = None, False
 
     def values_side(self, plan: SidePlan, args: Sequence[SiteArg], values: Sequence[Any], launch: int, call: int,
                     next_seq: Any, fd: int) -> tuple[memoryview | None, str] | None:
