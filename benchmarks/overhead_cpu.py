@@ -29,8 +29,8 @@ against its parent under the same load (rows ``this`` and ``other``).
 
 Every process is pinned to one CPU (``--cpu``, default the first this process may use):
 on a shared machine each core has its own neighbours, and a process the scheduler keeps
-on the busier one is slower by up to half, whatever code it runs (seen on the 2-core CI
-machine: two processes of the same base configuration 0.565 and 0.860 ms a step).
+on the busier one is slower by up to half, whatever code it runs (seen on a 2-core VM
+like CI's: two processes of the same base configuration 0.565 and 0.860 ms a step).
 
 stdout and stderr of the timed steps go to /dev/null: the terminal is not the cost.
 Each step gets a new input (identical steps would let our content dedup skip every
@@ -201,8 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     what = "GPT-2 (transformers, 2 layers)" if args.model == "gpt2" else f"transformer {preset}"
     pinned = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     print(f"torch {torch.__version__}, wrappers {', '.join(wrappers)}, CPU ({os.cpu_count()} cores; runs on {pinned}), "
-          f"{what}, "
-          f"{args.rounds} rounds x {args.steps} steps, one warm-up round", flush=True)
+          f"{what}, {args.rounds} rounds x {args.steps} steps, one warm-up round", flush=True)
     checkouts = [("this", REPO)] + ([("other", os.path.abspath(args.checkout))] if args.checkout else [])
     children = []
     try:

@@ -49,9 +49,10 @@ def test_the_library_reads_a_sides_values_itself_where_pythons_headers_are(libra
 @pytest.mark.parametrize("header,layout", [
     ("struct THPVariable {\n  PyObject_HEAD\n  // Payload\n  at::Tensor cdata;\n  PyObject* backward_hooks = nullptr;", 1),
     ("struct THPVariable {\n  PyObject_HEAD\n  // Payload\n  c10::MaybeOwned<at::Tensor> cdata;\n", 2),
+    ("struct THPVariable {\n  PyObject_HEAD;\n  // Payload\n  c10::MaybeOwned<at::Tensor> cdata;\n", 2),
     ("struct THPVariable {\n  PyObject_HEAD\n  PyObject* extra;\n  at::Tensor cdata;\n", 0),
     ("struct THPVariable {\n  PyObject_HEAD\n  c10::intrusive_ptr<c10::TensorImpl> cdata;\n", 0)],
-    ids=["tensor", "maybe-owned", "another-member-first", "another-type"])
+    ids=["tensor", "maybe-owned", "maybe-owned-head-with-semicolon", "another-member-first", "another-type"])
 def test_the_tensor_object_layout_read_from_torchs_header(header, layout):
     from aoti_debug.codegen import native_library
 

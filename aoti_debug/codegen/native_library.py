@@ -193,9 +193,10 @@ def _python_flags() -> tuple[str, ...]:
 
 
 #: How torch's Python tensor object (``THPVariable``) holds its tensor, right after the
-#: object's head: torch 2.13 an ``at::Tensor``, earlier versions a
-#: ``c10::MaybeOwned<at::Tensor>``. Both are read as a ``TensorImpl`` pointer.
-_THPVARIABLE = re.compile(r"struct THPVariable\s*\{\s*PyObject_HEAD\s*(?://[^\n]*\n\s*)*"
+#: object's head (written ``PyObject_HEAD`` or ``PyObject_HEAD;``): torch 2.11 and 2.13 an
+#: ``at::Tensor``, older versions a ``c10::MaybeOwned<at::Tensor>``. Both are read as a
+#: ``TensorImpl`` pointer.
+_THPVARIABLE = re.compile(r"struct THPVariable\s*\{\s*PyObject_HEAD\s*;?\s*(?://[^\n]*\n\s*)*"
                           r"(at::Tensor|c10::MaybeOwned<at::Tensor>)\s+cdata;")
 
 
