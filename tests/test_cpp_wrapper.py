@@ -153,6 +153,27 @@ def test_emitted_code_has_one_runtime_and_a_call_per_side(mlp):
     line = next(x for x in code.splitlines() if "aoti_debug_rt_1::launch(" in x and "addmm" in x)
     assert '"aoti_torch_cpu_addmm_out", "aten.addmm", ::aoti_debug_rt_1::schema::kSave, 0,' in line
     assert "__FILE__, __LINE__" in line
+    # One end of call, after the last launch's done and before the outputs are handed back.
+    assert code.count("::aoti_debug_rt_1::call_end();") == 1
+    body = code[code.index("inductor_entry_impl("):]
+    end = body.index("::aoti_debug_rt_1::call_end();")
+    assert body.rindex("::aoti_debug_rt_1::done(aoti_debug_site") < end < body.index("output_handles[0] =")
+
+
+def test_each_call_is_on_disk_when_it_returns(mlp, tmp_path):
+    """The runtime holds a call's lines until the wrapper ends the call (manifest.h): all
+    of them are in the manifest when the call returns, without aoti_debug.flush()."""
+    model, x, fn, *_rest = mlp
+    root = str(tmp_path)
+    counts = []
+    with torch.no_grad():
+        for k in range(3):
+            run_in(root, fn, x + k)
+            with open(os.path.join(only_run(root), "manifest.jsonl")) as f:
+                counts.append(sum(1 for _ in f))
+    assert counts[0] > 0 and counts == [counts[0], 2 * counts[0], 3 * counts[0]]
+    recs = records(only_run(root))
+    assert [r["seq"] for r in recs] == list(range(1, len(recs) + 1))
 
 
 def test_repeated_calls_never_overwrite(mlp, tmp_path):

@@ -307,7 +307,7 @@ def test_library_exports_its_entry_points_and_shares_state(library):
     lib = ctypes.CDLL(library, mode=os.RTLD_LOCAL)
     lib.aoti_debug_rt_abi.restype = ctypes.c_char_p
     assert lib.aoti_debug_rt_abi().decode() == cpp_runtime.abi_namespace()
-    for name in ("aoti_debug_rt_launch", "aoti_debug_rt_done", "aoti_debug_runtime_warnings",
+    for name in ("aoti_debug_rt_launch", "aoti_debug_rt_done", "aoti_debug_rt_call_end", "aoti_debug_runtime_warnings",
                  "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush", "aoti_debug_rt_cpu_summaries",
                  "aoti_debug_rt_cpu_records", "aoti_debug_rt_ring_records", "aoti_debug_rt_dtype_name",
                  "aoti_debug_rt_kept_launches"):
@@ -318,10 +318,11 @@ def test_library_exports_its_entry_points_and_shares_state(library):
         unique = [line.split()[-1] for line in symbols.splitlines() if " u " in line and "aoti_debug" in line]
         # process-wide state as STB_GNU_UNIQUE objects (shared with AOTI .so files of the same sources)
         assert any("6sharedEvE1s" in s for s in unique) and any("6claimsEvE1c" in s for s in unique), unique
+        assert any("4heldEvE1h" in s for s in unique), unique  # manifest.h's held lines
         c_names = sorted(s for s in ours if not s.startswith("_Z"))
         # the Python runtime's CPU side function: built in where Python's headers are (here)
         assert native_library._python_flags()
-        assert c_names == ["aoti_debug_rt_abi", "aoti_debug_rt_cpu_records", "aoti_debug_rt_cpu_summaries",
+        assert c_names == ["aoti_debug_rt_abi", "aoti_debug_rt_call_end", "aoti_debug_rt_cpu_records", "aoti_debug_rt_cpu_summaries",
                            "aoti_debug_rt_cpu_values_function", "aoti_debug_rt_done", "aoti_debug_rt_dtype_name", "aoti_debug_rt_kept_launches",
                            "aoti_debug_rt_launch", "aoti_debug_rt_ring_records", "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush",
                            "aoti_debug_runtime_warnings"]

@@ -88,6 +88,15 @@ def ensure_header(manager, wrapper) -> None:
     root.header.splice(header_block(manager, device))
 
 
+def call_end_line(wrapper) -> str | None:
+    """The statement that ends a graph call in a C++ wrapper whose launches we
+    instrumented (its root got our header), or None: the runtime writes the manifest
+    lines the call's sides held (``native/manifest.h``)."""
+    if not getattr(_root(wrapper), "_aoti_debug_cpp_header", False):
+        return None
+    return f"::{cpp_runtime.NAMESPACE}::call_end();"
+
+
 def _arg_literal(a: LaunchArg, index: int) -> str:
     fields = [*(cpp_string(x) for x in (a.name, a.role, a.kind, a.expr)), str(index),
               "1" if a.uninitialised else "0", cpp_string(a.volatile_reason(a.name) or "")]

@@ -170,6 +170,17 @@ PATCHES: tuple[Patch, ...] = tuple(
           "mode='reduce-overhead' would break the capture)"),
     Patch("torch._inductor.graph:GraphLowering", "codegen_with_cpp_wrapper", wrapper_lines.wrap_graph_codegen, True,
           "keeps instrumented C++-wrapper graphs out of CUDA graphs"),
+    # The end of a C++ wrapper's graph call: generate_return writes the outputs' hand-back
+    # into wrapper_call after every launch (CppWrapperCpu, which CppWrapperGpu inherits,
+    # and CppWrapperCpuArrayRef's own; torch 2.11 and 2.13). Without it the C++ runtime
+    # writes each side's lines at once: correct, slower.
+    Patch("torch._inductor.codegen.cpp_wrapper_cpu:CppWrapperCpu", "generate_return",
+          wrapper_lines.wrap_generate_return, False,
+          "ends each C++ wrapper call with the runtime's call_end(), which writes the call's manifest lines "
+          "in one write; absent: a write per launch side"),
+    Patch("torch._inductor.codegen.cpp_wrapper_cpu_array_ref:CppWrapperCpuArrayRef", "generate_return",
+          wrapper_lines.wrap_generate_return, False,
+          "the same for the C++ ArrayRef wrapper, whose generate_return does not call its base's"),
     # AOTInductor: the link step takes the objects listed in CUDACodeCache.aot_kernels_o
     # (CUTLASS kernels; read for CPU packages too, copied and cleared at each link, in
     # torch 2.11 and 2.13), and nothing else from outside. Without this entry AOTI

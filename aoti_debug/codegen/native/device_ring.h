@@ -108,18 +108,6 @@ inline DeviceQueue& device_queue() {
   return q;
 }
 
-#if defined(__GNUC__)
-// aoti_debug.flush() (runtime/session.py) writes what the C++ runtimes of its process
-// queued (waiting, bounded, for the device's results). A C signature that stays put when
-// the namespace changes.
-extern "C" __attribute__((visibility("default"), used)) inline void aoti_debug_runtime_flush() {
-  Shared& S = shared();
-  std::lock_guard<std::mutex> guard(S.mu);
-  DeviceQueue& Q = device_queue();
-  if (Q.drain && !Q.sides.empty()) Q.drain(S, true);
-}
-#endif
-
 namespace {
 
 std::string seconds_text(int s) { return std::to_string(s) + " s"; }

@@ -1,5 +1,6 @@
 // The entry points: what one instrumented launch runs before (entry_launch) and after
-// (entry_done) the kernel, under the process-wide lock. Level names prints lines; the
+// (entry_done) the kernel, and what a graph call runs at its end (entry_call_end), under
+// the process-wide lock. Level names prints lines; the
 // other levels open the run and record values, compiled in where AOTI_DEBUG_WITH_RECORDS
 // is set (a names-only runtime leaves out stats, the run directory and the records).
 // Nothing here throws into the model: a failure warns once and the model runs on.
@@ -187,6 +188,22 @@ void entry_done(Graph* graph, Token* token, const Site* site_ptr, const Value* v
     hook_failed(S, site, e.what());
   } catch (...) {
     hook_failed(S, site, nullptr);
+  }
+}
+
+// The end of one call of a graph (the wrapper calls it before it hands back its outputs):
+// the lines its sides held go to the manifest in one write, and from now on its sides hold
+// theirs (manifest.h). A call that ends in an exception skips it: its lines go with the
+// next write. Never throws.
+void entry_call_end(Graph* graph) noexcept {
+  Shared& S = shared();
+  std::lock_guard<std::mutex> guard(S.mu);
+  try {
+    graph_local(*graph).ends_calls = true;
+#if AOTI_DEBUG_WITH_RECORDS
+    write_held(S);
+#endif
+  } catch (...) {  // std::bad_alloc making the graph's state: its sides write at once
   }
 }
 

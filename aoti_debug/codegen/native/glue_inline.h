@@ -29,6 +29,7 @@ AOTI_DEBUG_GLUE_FN void launch(const Site&, std::initializer_list<Value> values)
 AOTI_DEBUG_GLUE_FN void done(const Site&, std::initializer_list<Value> values) AOTI_DEBUG_DONE_NOEXCEPT {
   Value::release(values.begin(), values.size());
 }
+AOTI_DEBUG_GLUE_FN void call_end() noexcept {}
 #else
 Graph this_graph = {nullptr, kWrapperDevice};
 thread_local Token this_token = {0, 0};
@@ -41,6 +42,8 @@ AOTI_DEBUG_GLUE_FN void done(const Site& site, std::initializer_list<Value> valu
   if (site.sync) sync_device(site, this_token.launch, values.begin(), values.size());  // a device error propagates
   entry_done(&this_graph, &this_token, &site, values.begin(), values.size());
 }
+
+AOTI_DEBUG_GLUE_FN void call_end() noexcept { entry_call_end(&this_graph); }
 #endif
 
 }  // namespace

@@ -28,10 +28,11 @@ namespace {
 struct Library {
   EntryFn launch;
   EntryFn done;
+  void (*call_end)(Graph*);
 };
 
 __attribute__((cold, noinline)) Library load_library() {
-  Library lib = {nullptr, nullptr};
+  Library lib = {nullptr, nullptr, nullptr};
   const char* path = AOTI_DEBUG_LIBRARY;
   const char* why = nullptr;
 #ifdef _WIN32
@@ -46,8 +47,9 @@ __attribute__((cold, noinline)) Library load_library() {
     auto abi = reinterpret_cast<const char* (*)()>(::dlsym(h, "aoti_debug_rt_abi"));
     lib.launch = reinterpret_cast<EntryFn>(::dlsym(h, "aoti_debug_rt_launch"));
     lib.done = reinterpret_cast<EntryFn>(::dlsym(h, "aoti_debug_rt_done"));
-    if (!abi || !lib.launch || !lib.done || std::strcmp(abi(), AOTI_DEBUG_NS_NAME) != 0) {
-      lib = {nullptr, nullptr};
+    lib.call_end = reinterpret_cast<void (*)(Graph*)>(::dlsym(h, "aoti_debug_rt_call_end"));
+    if (!abi || !lib.launch || !lib.done || !lib.call_end || std::strcmp(abi(), AOTI_DEBUG_NS_NAME) != 0) {
+      lib = {nullptr, nullptr, nullptr};
       why = "it is not the aoti_debug runtime this model was compiled for";
     }
   }
@@ -86,6 +88,11 @@ AOTI_DEBUG_GLUE_FN void done(const Site& site, std::initializer_list<Value> valu
   } else {
     Value::release(values.begin(), values.size());
   }
+}
+
+AOTI_DEBUG_GLUE_FN void call_end() noexcept {
+  const Library& lib = library();
+  if (lib.call_end) lib.call_end(&this_graph);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ AOTI_DEBUG_HIDDEN void linked_launch(Graph* graph, Token* token, const Site* sit
                                      size_t n) noexcept;
 AOTI_DEBUG_HIDDEN void linked_done(Graph* graph, Token* token, const Site* site, const Value* values,
                                    size_t n) noexcept;
+AOTI_DEBUG_HIDDEN void linked_call_end(Graph* graph) noexcept;
 
 #ifndef AOTI_DEBUG_OBJECT_SOURCE  // the wrapper's side
 namespace {
@@ -41,6 +42,8 @@ AOTI_DEBUG_GLUE_FN void done(const Site& site, std::initializer_list<Value> valu
   if (site.sync) sync_device(site, this_token.launch, values.begin(), values.size());  // a device error propagates
   linked_done(&this_graph, &this_token, &site, values.begin(), values.size());
 }
+
+AOTI_DEBUG_GLUE_FN void call_end() noexcept { linked_call_end(&this_graph); }
 
 }  // namespace
 #endif  // AOTI_DEBUG_OBJECT_SOURCE

@@ -30,6 +30,9 @@ struct Local {
   std::set<std::string> registered;  // labels listed in run.json
   // per site and phase: the record fields that do not change between calls (records.h)
   std::map<std::pair<const Site*, bool>, std::vector<std::string>> texts;
+  // The wrapper calls call_end before it returns (entry_call_end): its sides hold their
+  // manifest lines until then (manifest.h). Kept across runs: it is the code's.
+  bool ends_calls = false;
 };
 
 // Caller holds shared().mu. Allocated at the wrapper's first launch; kept for as long

@@ -18,4 +18,6 @@ void linked_done(Graph* graph, Token* token, const Site* site, const Value* valu
   entry_done(graph, token, site, values, n);
 }
 
+void linked_call_end(Graph* graph) noexcept { entry_call_end(graph); }
+
 }  // namespace AOTI_DEBUG_NS

@@ -1,5 +1,6 @@
 // Manifest records: one JSON line per value of one side of a launch, with the keys of
-// format.schema.Record (schema::rec, generated), appended in one write per side; at
+// format.schema.Record (schema::rec, generated), appended together (manifest.h: held
+// until the graph call ends, or written at once); at
 // level print also one stats line per value on stderr. Tensor files (level save) are
 // compiled in only where AOTI_DEBUG_WITH_FILES is set.
 #ifndef AOTI_DEBUG_PART_RECORDS_H
@@ -25,6 +26,7 @@
 #include "host_tensor.h"
 #include "interface.h"
 #include "json.h"
+#include "manifest.h"
 #include "state.h"
 #include "stats.h"
 #include "text.h"
@@ -38,27 +40,6 @@
 
 namespace AOTI_DEBUG_NS {
 namespace {
-
-// One write for all lines of one launch side: each write holds whole lines only.
-// False (one warning) when they could not all be written.
-bool append_manifest(Shared& S, const std::string& lines) {
-  if (lines.empty()) return true;
-  if (S.manifest_fd < 0) return false;
-  const char* p = lines.data();
-  size_t n = lines.size();
-  while (n > 0) {
-    ssize_t w = ::write(S.manifest_fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      warn_once(S, "manifest", "cannot append to manifest in '" + S.path + "': " +
-                                   errno_text(w < 0 ? errno : ENOSPC));
-      return false;
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
 
 // The name of a tensor file of the C++ runtime (format.schema.tensor_filename, with a
 // "c" so that it never collides with the Python runtime's in the same run directory).
@@ -334,7 +315,11 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
   }
   if (lines_out) return;
   if (holes.empty() && Q.sides.empty()) {
-    append_manifest(S, lines);
+    if (L.ends_calls && !site.sync) {
+      hold_lines(S, lines);
+    } else {
+      append_manifest(S, lines);
+    }
     return;
   }
   QueuedSide q;
@@ -356,9 +341,10 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
 }
 
 // Writes every side still queued (device_stats.h's ring), waiting for their results
-// (bounded). Caller holds S.mu.
+// (bounded), and every line held. Caller holds S.mu.
 void flush_records(Shared& S) {
   if (!device_queue().sides.empty()) drain_queue(S, true);
+  write_held(S);
 }
 
 }  // namespace
