@@ -43,6 +43,10 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--dir", default=None, help="where the file goes (default: a temporary directory)")
     args = p.parse_args()
+    if args.dir and not os.path.isdir(args.dir):
+        p.error(f"--dir {args.dir!r} is not a directory: make it first, or leave --dir out for a temporary one")
+    if args.bytes < max(SPLITS) or args.steps < 1:
+        p.error(f"--bytes must be at least {max(SPLITS)} and --steps at least 1")
     folder = args.dir or tempfile.mkdtemp(prefix="manifest_writes_")
     path = os.path.join(folder, "manifest.jsonl")
     results: dict[int, list[float]] = {n: [] for n in SPLITS}
