@@ -36,6 +36,35 @@ def records(run_dir: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def build_harness(folder, source: str) -> str:
+    """A program from ``source`` (C++ that includes the runtime's parts, e.g. ``entry.h``,
+    and drives its entry points as wrappers do) built in ``folder`` against torch's shim:
+    its path. Skips where there is no C++ compiler."""
+    import shutil
+    import subprocess
+
+    import torch
+
+    from aoti_debug.codegen import cpp_runtime
+
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("needs a C++ compiler (none on PATH, CXX unset)")
+    folder = str(folder)
+    cpp_runtime.write_constants(folder)
+    main = os.path.join(folder, "main.cpp")
+    with open(main, "w") as f:
+        f.write(source)
+    torch_dir = os.path.dirname(torch.__file__)
+    lib = os.path.join(torch_dir, "lib")
+    exe = os.path.join(folder, "harness")
+    proc = subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Wno-unused-function", "-I", folder, "-I",
+                           cpp_runtime.NATIVE_DIR, "-I", os.path.join(torch_dir, "include"), main, "-o", exe,
+                           "-L", lib, "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{lib}"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return exe
+
+
 @pytest.fixture(scope="session")
 def library():
     """The runtime library loaded as the Python runtime loads it for CPU stats and records

@@ -23,7 +23,7 @@ import aoti_debug
 from aoti_debug import config
 from aoti_debug.cli import main as cli_main
 from aoti_debug.runtime import flight, session
-from tests.conftest import REPO, dump_dir_restored, only_run, records, run_dirs
+from tests.conftest import REPO, build_harness, dump_dir_restored, only_run, records, run_dirs
 from tests.test_flight_recorder import forever, sigterm_when_ready
 
 #: The graph call (1, 2, ...) of LOOP where NaN is first born (its sqrt meets a negative input).
@@ -361,24 +361,7 @@ int main(int argc, char** argv) {
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
     """A program that calls the runtime's entry points as wrappers do (scalar values)."""
-    import shutil
-
-    from aoti_debug.codegen import cpp_runtime
-
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("needs a C++ compiler")
-    d = tmp_path_factory.mktemp("harness")
-    cpp_runtime.write_constants(str(d))
-    (d / "main.cpp").write_text(HARNESS)
-    torch_dir = os.path.dirname(torch.__file__)
-    lib = os.path.join(torch_dir, "lib")
-    proc = subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Wno-unused-function", "-I", str(d), "-I",
-                           cpp_runtime.NATIVE_DIR, "-I", os.path.join(torch_dir, "include"), str(d / "main.cpp"),
-                           "-o", str(d / "harness"), "-L", lib, "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{lib}"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return str(d / "harness")
+    return build_harness(tmp_path_factory.mktemp("harness"), HARNESS)
 
 
 def _drive(harness: str, tmp_path, mode: str, ring: str) -> tuple[subprocess.CompletedProcess, str]:

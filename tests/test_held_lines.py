@@ -11,14 +11,12 @@ the generated wrapper ends its calls and that its records are complete after eac
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 
 import pytest
-import torch
 
-from tests.conftest import only_run, records, run_dirs
+from tests.conftest import build_harness, only_run, records, run_dirs
 
 HARNESS = r"""
 #include "entry.h"
@@ -101,22 +99,7 @@ int main(int argc, char** argv) {
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
-    from aoti_debug.codegen import cpp_runtime
-
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("needs a C++ compiler (none on PATH, CXX unset)")
-    d = tmp_path_factory.mktemp("held")
-    cpp_runtime.write_constants(str(d))
-    (d / "main.cpp").write_text(HARNESS)
-    torch_dir = os.path.dirname(torch.__file__)
-    lib = os.path.join(torch_dir, "lib")
-    proc = subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Wno-unused-function", "-I", str(d), "-I",
-                           cpp_runtime.NATIVE_DIR, "-I", os.path.join(torch_dir, "include"), str(d / "main.cpp"),
-                           "-o", str(d / "harness"), "-L", lib, "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{lib}"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return str(d / "harness")
+    return build_harness(tmp_path_factory.mktemp("held"), HARNESS)
 
 
 def _drive(harness: str, tmp_path, mode: str) -> tuple[subprocess.CompletedProcess, dict[str, int], str]:

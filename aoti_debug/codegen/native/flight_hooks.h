@@ -37,6 +37,7 @@
 #include "constants.h"
 #include "flight.h"
 #include "interface.h"
+#include "manifest.h"
 #include "state.h"
 #include "text.h"
 
@@ -133,25 +134,6 @@ void flight_on_terminate() {
   std::terminate_handler previous = flight_hooks().previous_terminate;
   if (previous) previous();
   std::abort();
-}
-
-// Async-signal-safe: the previous disposition of a signal, as if ours had not been there.
-void pass_signal(const struct sigaction& prev, int sig, siginfo_t* info, void* ctx) {
-  if (prev.sa_flags & SA_SIGINFO) {
-    if (prev.sa_sigaction) prev.sa_sigaction(sig, info, ctx);
-    return;
-  }
-  if (prev.sa_handler == SIG_IGN) return;
-  if (prev.sa_handler == SIG_DFL) {
-    struct sigaction dfl;
-    std::memset(&dfl, 0, sizeof(dfl));
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    ::sigaction(sig, &dfl, nullptr);
-    ::raise(sig);  // pending until this handler returns: the process dies of it as it would have
-    return;
-  }
-  prev.sa_handler(sig);
 }
 
 // Async-signal-safe: hands the signal to the watcher thread, or passes it on (the watcher

@@ -139,8 +139,28 @@ bool append_manifest(Shared& S, const std::string& lines) {
   return true;
 }
 
+// Async-signal-safe: the previous disposition of a signal, as if ours had not been there
+// (the flight recorder's handler passes its signals on with it too).
+void pass_signal(const struct sigaction& prev, int sig, siginfo_t* info, void* ctx) {
+  if (prev.sa_flags & SA_SIGINFO) {
+    if (prev.sa_sigaction) prev.sa_sigaction(sig, info, ctx);
+    return;
+  }
+  if (prev.sa_handler == SIG_IGN) return;
+  if (prev.sa_handler == SIG_DFL) {
+    struct sigaction dfl;
+    std::memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ::sigaction(sig, &dfl, nullptr);
+    ::raise(sig);  // pending until this handler returns: the process dies of it as it would have
+    return;
+  }
+  prev.sa_handler(sig);
+}
+
 // Async-signal-safe: the held lines to the manifest, then the signal on to the handler
-// ours replaced (or its default action: the process dies of it as it would have).
+// ours replaced.
 void held_on_signal(int sig, siginfo_t* info, void* ctx) {
   int saved = errno;
   Held& H = held();
@@ -150,20 +170,7 @@ void held_on_signal(int sig, siginfo_t* info, void* ctx) {
     H.writing.store(0);
   }
   for (int i = 0; i < kHeldSignalCount; ++i) {
-    if (kHeldSignals[i] != sig) continue;
-    const struct sigaction& prev = H.previous[i];
-    if (prev.sa_flags & SA_SIGINFO) {
-      if (prev.sa_sigaction) prev.sa_sigaction(sig, info, ctx);
-    } else if (prev.sa_handler == SIG_DFL) {
-      struct sigaction dfl;
-      std::memset(&dfl, 0, sizeof(dfl));
-      dfl.sa_handler = SIG_DFL;
-      sigemptyset(&dfl.sa_mask);
-      ::sigaction(sig, &dfl, nullptr);
-      ::raise(sig);  // pending until this handler returns, then the default action
-    } else if (prev.sa_handler != SIG_IGN) {
-      prev.sa_handler(sig);
-    }
+    if (kHeldSignals[i] == sig) pass_signal(H.previous[i], sig, info, ctx);
   }
   errno = saved;
 }
