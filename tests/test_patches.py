@@ -45,8 +45,11 @@ def test_every_required_patch_applies_on_this_torch():
     statuses = patches.report()
     assert not [s.patch.name for s in statuses if s.status == "missing"]
     assert inductor.TORCH_VERSION == patches.torch_version()
-    # torch 2.13 has every hook of the table, the multi-output one included.
-    assert {s.status for s in statuses} <= {"ready", "inherited"}
+    # torch 2.13 has every hook of the table, the multi-output one included; an older torch
+    # (2.11, the GPU machine) skips those its range leaves out, and only those.
+    version = patches.torch_version()
+    assert {s.status for s in statuses if s.patch.expected_on(version)} <= {"ready", "inherited"}
+    assert {s.status for s in statuses if not s.patch.expected_on(version)} <= {"skipped", "ready", "inherited"}
 
 
 def test_missing_required_hook_raises_and_patches_nothing(monkeypatch):
@@ -100,7 +103,8 @@ def test_optional_absent_hook_is_skipped_and_enable_works(monkeypatch):
     monkeypatch.delattr(cpp_wrapper_cpu_array_ref, "CppWrapperCpuArrayRef")
     aoti_debug.enable(level="stats")
     assert inductor.installed()
-    skipped = [s for s in patches.report() if s.status == "skipped"]
+    version = patches.torch_version()
+    skipped = [s for s in patches.report() if s.status == "skipped" and s.patch.expected_on(version)]
     assert skipped and all(s.patch.cls == "CppWrapperCpuArrayRef" and not s.patch.required for s in skipped)
     assert all("no class CppWrapperCpuArrayRef" in s.detail and "optional" in s.detail for s in skipped)
     aoti_debug.disable()
@@ -115,7 +119,7 @@ def test_out_of_range_hook_is_skipped_not_missing(monkeypatch, owner, attr, sinc
     """Hooks that torch 2.13 added are required there; torch 2.11 lacks them (checked on
     the GPU machine) and that is expected, not an error."""
     module, cls = owner.split(":")
-    monkeypatch.delattr(getattr(importlib.import_module(module), cls), attr)
+    monkeypatch.delattr(getattr(importlib.import_module(module), cls), attr, raising=False)  # (absent on 2.11)
     name = f"{module}.{cls}.{attr}"
     now = {s.patch.name: s.status for s, _ in patches.resolve((2, 13))}
     assert now[name] == "missing"
