@@ -48,7 +48,6 @@ struct Held {
   std::atomic<long> pid{0};      // the process that holds them (a forked child drops them)
   std::atomic<int> writing{0};   // someone is writing them: the handler leaves them alone
   bool (*write)(Shared& S) = nullptr;  // write_held of the copy that holds (for aoti_debug_runtime_flush)
-  bool exit_hook = false;
   long hooked_pid = 0;           // the process whose signals are hooked
   struct sigaction previous[kHeldSignalCount];
 };
@@ -79,21 +78,6 @@ namespace {
 
 constexpr size_t kHeldBytes = size_t{1} << 20;
 
-// Async-signal-safe. Writes all of [p, p + n) to fd; false (errno set) when it cannot.
-bool write_fully(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      if (w == 0) errno = ENOSPC;
-      return false;
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
 void manifest_failed(Shared& S, int e) {
   warn_once(S, "manifest", "cannot append to manifest in '" + S.path + "': " + errno_text(e));
 }
@@ -107,15 +91,14 @@ bool write_held(Shared& S) {
     H.used.store(0);
     return true;
   }
-  bool ok = true;
+  int e = 0;
   if (!H.writing.exchange(1)) {
-    ok = write_fully(H.fd.load(), H.buf, H.used.load());
-    int e = errno;
+    e = write_all(H.fd.load(), H.buf, H.used.load());
     H.used.store(0);
     H.writing.store(0);
-    if (!ok) manifest_failed(S, e);
+    if (e) manifest_failed(S, e);
   }
-  return ok;
+  return e == 0;
 }
 
 // Caller holds S.mu. Appends `lines` (whole lines) to the manifest now, after the held
@@ -132,8 +115,8 @@ bool append_manifest(Shared& S, const std::string& lines) {
     // (a signal handler wrote the held lines meanwhile: these are still to go)
   }
   if (!write_held(S)) return false;
-  if (!write_fully(S.manifest_fd, lines.data(), lines.size())) {
-    manifest_failed(S, errno);
+  if (int e = write_all(S.manifest_fd, lines.data(), lines.size())) {
+    manifest_failed(S, e);
     return false;
   }
   return true;
@@ -166,7 +149,7 @@ void held_on_signal(int sig, siginfo_t* info, void* ctx) {
   Held& H = held();
   if (H.pid.load() == static_cast<long>(::getpid()) && !H.writing.exchange(1)) {
     size_t n = H.used.exchange(0);
-    if (n) (void)write_fully(H.fd.load(), H.buf, n);
+    if (n) (void)write_all(H.fd.load(), H.buf, n);  // (async-signal-safe: write(2) and errno only)
     H.writing.store(0);
   }
   for (int i = 0; i < kHeldSignalCount; ++i) {
@@ -182,15 +165,9 @@ void write_held_at_exit() {
   if (lock.owns_lock()) write_held(S);
 }
 
-// Caller holds S.mu. What writes held lines when no call end comes: the exit hook (once
-// per process) and the signal handlers (once per process: a forked child hooks its own).
-void hook_held(Shared& S, Held& H) {
-  if (!H.exit_hook) {
-    H.exit_hook = true;
-    std::atexit(&write_held_at_exit);
-  }
-  long pid = static_cast<long>(::getpid());
-  if (H.hooked_pid == pid) return;
+// Caller holds S.mu. What writes held lines when no call end comes, besides the exit hook:
+// the signal handlers, once per process `pid` (a forked child hooks its own).
+void hook_signals(Shared& S, Held& H, long pid) {
   H.hooked_pid = pid;
   for (int i = 0; i < kHeldSignalCount; ++i) {
     struct sigaction cur;
@@ -227,8 +204,9 @@ bool hold_lines(Shared& S, const std::string& lines) {
     H.buf = static_cast<char*>(std::malloc(kHeldBytes));
     if (!H.buf) return append_manifest(S, lines);
     H.write = &write_held;
+    std::atexit(&write_held_at_exit);  // once per process image (a forked child inherits it)
   }
-  hook_held(S, H);
+  if (H.hooked_pid != pid) hook_signals(S, H, pid);
   size_t used = H.used.load();
   if ((used && H.fd.load() != S.manifest_fd) || used + lines.size() > kHeldBytes) {
     if (!write_held(S)) return append_manifest(S, lines);

@@ -213,13 +213,7 @@ void write_site(Shared& S, const Site& site, const std::string& label) {
   std::string line = obj.close() + "\n";
   std::string path = S.path + "/" + schema::kSitesFile;
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  bool ok = fd >= 0;
-  for (size_t off = 0; ok && off < line.size();) {
-    ssize_t w = ::write(fd, line.data() + off, line.size() - off);
-    if (w < 0 && errno == EINTR) continue;
-    ok = w > 0;
-    if (ok) off += static_cast<size_t>(w);
-  }
+  bool ok = fd >= 0 && write_all(fd, line.data(), line.size()) == 0;
   if (fd >= 0) ::close(fd);
   if (!ok) warn_once(S, "sites", "cannot append to the sites file in '" + S.path + "'");
 }
