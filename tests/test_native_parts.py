@@ -58,7 +58,7 @@ def test_every_part_is_listed():
     listed = {n for n, _ in cpp_runtime.PARTS} | {cpp_runtime.INTERFACE, cpp_runtime.CPU_SUMMARY, cpp_runtime.CPU_RECORDS,
                                                    cpp_runtime.RING_RECORDS, cpp_runtime.GLUE_CUDA, cpp_runtime.GLUE_INLINE,
                                                    cpp_runtime.GLUE_LIBRARY, cpp_runtime.GLUE_LINKED,
-                                                   cpp_runtime.CPU_VALUES}
+                                                   cpp_runtime.CPU_VALUES, cpp_runtime.RING_SIDE}
     assert listed == set(PARTS)
 
 
@@ -66,7 +66,8 @@ def test_every_part_is_listed():
 def test_part_builds_alone(gen, part):
     """Each part includes what it uses: a translation unit of that part alone compiles
     without a warning (its helpers may be unused there)."""
-    python = native_library._python_flags()[1:] if part == cpp_runtime.CPU_VALUES else ()  # -I <Python.h's folder>
+    # -I <Python.h's folder>
+    python = native_library._python_flags()[1:] if part in (cpp_runtime.CPU_VALUES, cpp_runtime.RING_SIDE) else ()
     proc = compile_cpp(gen, f'#include "{part}"\n', "alone_" + part.replace(".", "_"), "-fsyntax-only",
                        "-Wno-unused-function", *python)
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr[-3000:]

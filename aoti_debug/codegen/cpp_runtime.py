@@ -86,6 +86,8 @@ CPU_SUMMARY = "cpu_summary.h"
 CPU_RECORDS = "cpu_records.h"
 #: ... and, where Python's headers are, the Python runtime's CPU side as one C function.
 CPU_VALUES = "cpu_values.h"
+#: ... and the Python runtime's planned CUDA side as one C function.
+RING_SIDE = "ring_side.h"
 RING_RECORDS = "ring_records.h"
 GLUE_CUDA = "glue_cuda.h"
 GLUE_INLINE = "glue_inline.h"

@@ -141,6 +141,15 @@ class SidePlan:
 FLATTEN: Any = object()
 
 
+def values_config(codes: dict) -> tuple:
+    """The configuration of the library's C functions that read Python values
+    (``cpu_values.h``, ``ring_side.h``): the dtype codes, the tensor types, and a probe
+    tensor read both ways when a function is made (strided, with an offset; None: read
+    tensors through their attributes only)."""
+    probe = torch.arange(12.0).reshape(3, 4)[:, 1:] if DIRECT_READS else None
+    return codes, _TENSOR, _PARAMETER, _STRIDED, NOGIL_BYTES, probe
+
+
 class Records:
     """One runtime library's record function, with reusable output buffers per thread."""
 
@@ -170,10 +179,8 @@ class Records:
         if make is not None:
             make.restype = ctypes.py_object
             make.argtypes = [ctypes.py_object]
-            # strided, offset: read both ways when the function is made (None: attributes only)
-            probe = torch.arange(12.0).reshape(3, 4)[:, 1:] if DIRECT_READS else None
             try:
-                self._side, self.direct_reads = make((self.codes, _TENSOR, _PARAMETER, _STRIDED, NOGIL_BYTES, probe))
+                self._side, self.direct_reads = make(values_config(self.codes))
             except Exception:  # a library that refuses its configuration: the values are packed here
                 self._side, self.direct_reads = None, False
 

@@ -171,11 +171,13 @@ class Segment:
     then one int64 checksum a row); each shipment copies it into pinned host memory of its
     own (:class:`Arrival`)."""
 
-    __slots__ = ("buf", "cap", "used", "arrival", "shipped_rows", "_free")
+    __slots__ = ("buf", "addr", "cap", "used", "arrival", "shipped_rows", "_free")
 
     def __init__(self, device: torch.device, cap: int):
         self.cap = cap
         self.buf = private_empty(9 * cap, torch.float64, device)
+        self.addr = self.buf.data_ptr()
+        """The buffer's device address (row ``r`` of the stats at ``addr + 64 * r``)."""
         self.used = 0
         self.shipped_rows = 0
         self.arrival = Arrival(self)

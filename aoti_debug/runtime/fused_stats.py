@@ -71,6 +71,7 @@ from __future__ import annotations
 import array
 import ctypes
 import os
+import struct
 import threading
 from typing import Any, NamedTuple, Sequence
 
@@ -566,6 +567,88 @@ def bind_launcher(library: Any) -> None:
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int32]
     _library_launch = fn
+
+
+#: The runtime library's planned CUDA side function (``ring_side.h``: one C call checks a
+#: planned side's values and repeats its kept launches), bound with the launcher; None:
+#: the hooks check and launch in Python (False: for good).
+side_function: Any = None
+SIDE_FUNCTION_SYMBOL = "aoti_debug_rt_ring_side_function"
+#: ``ring_side.h``'s spec (kSideLayout, kSideHeader, the item kinds) and results.
+SIDE_LAYOUT, SIDE_HEADER = 1, 6
+_ITEM_RING, _ITEM_TENSOR, _ITEM_INT, _ITEM_NONE, _ITEM_BOOL, _ITEM_FLOAT = range(6)
+SIDE_LAUNCHED, SIDE_MISMATCH, SIDE_MOVED, SIDE_NOT_HERE, SIDE_NO_DRIVER = range(5)
+SIDE_CUDA = 1000
+#: c10::DeviceType of the devices a spec names.
+_DEVICE_TYPES = {"cpu": 0, "cuda": 1}
+_DOUBLE_BITS = struct.Struct("=d")
+_INT64 = struct.Struct("=q")
+
+
+def bind_side_function(library: Any, config: tuple) -> None:
+    """Check and launch planned sides through ``library``'s ``ring_side.h`` function,
+    configured with ``config`` (``cpu_records.values_config``); nothing where the library
+    has none or cannot read tensors from their ``TensorImpl`` (the hooks' Python path)."""
+    global side_function
+    if side_function is not None or library is None:
+        return
+    side_function = False
+    try:
+        make = ctypes.PyDLL(library.path, mode=os.RTLD_LOCAL, handle=library._lib._handle)[SIDE_FUNCTION_SYMBOL]
+    except (AttributeError, OSError):
+        return  # built without Python's headers, or from older sources
+    make.restype = ctypes.py_object
+    make.argtypes = [ctypes.py_object]
+    try:
+        side_function = make(config) or False
+    except Exception:  # a library refusing the configuration: the Python path
+        side_function = False
+
+
+def side_spec(meta: Sequence[tuple], ring_at: Sequence[int] | None, ptrs: Sequence[int], launches: Any,
+              device: torch.device, codes: dict) -> tuple | bool:
+    """``(spec, its address, launches)`` for :data:`side_function`: a planned side's
+    values as ``SidePlan.meta`` holds them (``ring_at``: the positions of those the ring
+    summarises, None: all; ``ptrs``: their addresses, as the kept ``launches`` read them
+    on ``device``), in ``ring_side.h``'s layout. False where the function cannot take the
+    side: its launches are not the library's (:func:`_pack_launches`), they disagree on
+    the rows' alignment, or some value is one the spec does not hold (a dtype the
+    library has no code for ``codes``, a device other than CPU and CUDA, an int beyond
+    int64)."""
+    packed = getattr(launches, "packed", None)
+    if not launches or not packed or not _library_launch or len({x.out_aligned for x in launches}) != 1:
+        return False
+    ring = range(len(meta)) if ring_at is None else frozenset(ring_at)
+    at = iter(ptrs)
+    items: list[int] = []
+    try:
+        for i, (dtype, kind, value, dev) in enumerate(meta):
+            if dtype is None:  # a scalar: SidePlan.meta's (None, type, value, None)
+                if value is None:
+                    items.append(_ITEM_NONE)
+                elif kind is bool:
+                    items += (_ITEM_BOOL, int(value))
+                elif kind is int:
+                    items += (_ITEM_INT, _INT64.unpack(_INT64.pack(value))[0])
+                elif kind is float:
+                    items += (_ITEM_FLOAT, _INT64.unpack(_DOUBLE_BITS.pack(value))[0])
+                else:
+                    return False
+                continue
+            code, device_type = codes.get(dtype), _DEVICE_TYPES.get(dev.type)
+            if code is None or device_type is None:
+                return False
+            in_ring = i in ring
+            items += (_ITEM_RING if in_ring else _ITEM_TENSOR, code[0], device_type,
+                      -1 if dev.index is None else dev.index, len(kind), *kind, *value)
+            if in_ring:
+                items.append(next(at))
+        spec = array.array("q", [SIDE_LAYOUT, SIDE_HEADER + len(items), len(meta), packed[1],
+                                 device.index if device.index is not None else -1,
+                                 int(launches[0].out_aligned), *items])
+    except (struct.error, StopIteration, OverflowError, TypeError):
+        return False
+    return spec, spec.buffer_info()[0], launches
 
 
 def _unbind_launcher(rc: int) -> None:

@@ -322,7 +322,8 @@ class GraphHandle:
             flat, structure = values, None
             if plan.structure is not None:  # lists or tuples among them: compared and summarised flattened
                 flat, structure = _flat_values(args, values)
-            if plan.matches(flat, structure) and self._ring_side(sess, site, plan, flat, launch, call):
+            # (a plan with a C function's spec is checked by that function: _planned_rows)
+            if (plan.fast or plan.matches(flat, structure)) and self._ring_side(sess, site, plan, flat, launch, call):
                 return
         # A CPU side the runtime library writes as text in one call. Not with a flight
         # recorder: its ring and trigger take each record through Session.submit.
@@ -565,23 +566,49 @@ class GraphHandle:
         except ValueError:
             pass
 
-    def _planned_rows(self, plan: ring_records.SidePlan, values: Sequence[Any]) -> tuple[Any, int]:
+    def _planned_rows(self, plan: ring_records.SidePlan, values: Sequence[Any]) -> tuple[Any, int] | None:
         """``_ring_rows`` for a planned side: while its tensors are where they were, on the
         same ring, the stats kernel's launches are repeated without ``fused_stats.summarize``
-        (which would find them again from the tensors: ~70 us a side in a real model)."""
+        (which would find them again from the tensors: ~70 us a side in a real model).
+        With the plan's spec for the library's C function (``plan.fast``), that one call
+        checks the values (``SidePlan.matches`` was not asked) and launches; None: they do
+        not match the plan (the side takes the full path)."""
         device = plan.device
-        values = plan.ring_values(values)
         ring = device_ring.ring_for(device)
-        seg, first = ring.reserve(len(values))
+        fast = plan.fast  # one read: another thread may replace it
+        seg, first = ring.reserve(plan.ring_count)
+        if fast:
+            rc = fused_stats.SIDE_NOT_HERE
+            if fast[0] is ring and not fused_stats._launch_hooks_installed():
+                rc = fused_stats.side_function(fast[2], values, seg.addr + 64 * first, seg.cap - 7 * first // 8)
+            if rc == fused_stats.SIDE_LAUNCHED:
+                return seg.arrival, first
+            plan.fast = None
+            if rc == fused_stats.SIDE_MISMATCH or (rc == fused_stats.SIDE_NOT_HERE and not plan.matches(values)):
+                return None  # (the rows reserved stay unused)
+            if rc >= fused_stats.SIDE_CUDA or rc == fused_stats.SIDE_NO_DRIVER:
+                fused_stats._unbind_launcher(-1 if rc == fused_stats.SIDE_NO_DRIVER else rc - fused_stats.SIDE_CUDA)
+                if rc >= fused_stats.SIDE_CUDA:  # some launches may have been made: the full path records the side
+                    raise RuntimeError(f"cuLaunchKernel failed with CUresult {rc - fused_stats.SIDE_CUDA}")
+        values = plan.ring_values(values)
         ptrs = [t.data_ptr() for t in values]
         kept_ring, kept_ptrs, launches = plan.kept  # one read: another thread may replace it
         if launches and kept_ring is ring and ptrs == kept_ptrs and device.index == _current_device() and \
                 fused_stats._launch_side(launches, seg.buf, first, seg.cap):
+            if fast is None and fused_stats.side_function and plan.structure is None and not plan.host:
+                lib = self._native_library()
+                spec = fused_stats.side_spec(plan.meta, plan.ring_at, kept_ptrs, launches, device,
+                                             lib.codes if lib is not None else {})
+                plan.fast = (ring, *spec) if spec else False
             return seg.arrival, first
         fused_stats.summarize(values, into=(seg.buf, first))
         if launches != ():  # (): for good, the kernel reads a copy of some tensor (the plan fixes their layouts)
             plan.kept = (ring, ptrs, fused_stats.kept_launches(values, device))
-            fused_stats.bind_launcher(self._native_library())  # once: the library's launcher repeats them
+            plan.fast = None
+            lib = self._native_library()
+            fused_stats.bind_launcher(lib)  # once: the library's launcher repeats them
+            if fused_stats.side_function is None and lib is not None:  # once: ... and the C function checks too
+                fused_stats.bind_side_function(lib, cpu_records.values_config(lib.codes))
         return seg.arrival, first
 
     def _ring_side(self, sess, site: Site, plan: ring_records.SidePlan, values: Sequence[Any], launch: int,
@@ -609,7 +636,10 @@ class GraphHandle:
             arrival, first = reused[-1][0], 0
         else:
             try:
-                arrival, first = self._planned_rows(plan, values)
+                rows = self._planned_rows(plan, values)
+                if rows is None:
+                    return False
+                arrival, first = rows
             except Exception as e:  # the full path tries the ring again (and warns when it fails too)
                 warn_once(f"ring-plan-{type(e).__name__}", f"a planned launch side failed, recording it in full: {e}")
                 self._ring_plans.clear()

@@ -104,7 +104,7 @@ class SidePlan:
     model's thread."""
 
     __slots__ = ("site", "records", "rows", "meta", "ring_at", "device", "lines", "texts", "kept", "structure",
-                 "host", "reused", "after")
+                 "host", "reused", "after", "ring_count", "fast")
 
     def __init__(self, site: Any, records: list[dict], values: list[Any], in_ring: list[bool],
                  lines: "RingLines | None", structure: list | None = None, host: list[int] = (),
@@ -136,6 +136,8 @@ class SidePlan:
             next_row += ring
         self.rows = tuple(rows)
         """The ring row of each record, from the side's first (None: a fixed or host record)."""
+        self.ring_count = next_row
+        """How many rows of the ring the side takes."""
         self.meta = tuple(meta)
         self.ring_at = None if all(in_ring) else tuple(i for i, ring in enumerate(in_ring) if ring)
         """The positions of the values the ring summarises (None: all)."""
@@ -152,6 +154,10 @@ class SidePlan:
         (``fused_stats.kept_launches``) for the tensors at those addresses into that ring
         (its device and stream), None (not kept yet) or ``()`` (never: the kernel reads a
         copy). The hooks repeat them while the side's tensors stay where they were."""
+        self.fast: tuple | bool | None = None
+        """``fused_stats.side_spec`` of :attr:`kept` (the library's C function checks the
+        side and repeats its launches in one call), None (not made yet) or False (it
+        cannot take this side); set again whenever :attr:`kept` is."""
 
     def matches(self, values: Any, structure: list | None = None) -> bool:
         """Whether ``values`` (flattened, in record order) are what the plan was made from:

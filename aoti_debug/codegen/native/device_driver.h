@@ -110,6 +110,43 @@ inline std::string load(Api& api) {
   Result r = api.init(0);
   return r == 0 ? "" : "cuInit failed with error " + std::to_string(r);
 }
+
+// The process's driver API for the Python runtime's launches (library.cpp, ring_side.h),
+// loaded once (thread-safe); null where libcuda.so.1 cannot be used.
+inline const Api* process_api() {
+  static Api api;
+  static const bool usable = load(api).empty();
+  return usable ? &api : nullptr;
+}
+
+// The Python runtime's kept launches of its stats kernel (runtime/fused_stats.py,
+// `_pack_launches`). `spec`: the launch count, then per launch 11 int64: CUfunction,
+// programs, threads per program, shared bytes, CUstream, Triton's scratch pointers
+// (passed null), and the kernel's parameters base, table, k, partials, counters; `out`
+// and `k_total` are the side's ring rows. 0, -1 when libcuda.so.1 cannot be used (nothing
+// launched), else the CUresult of the first launch that failed (the ones before it were made).
+inline Result launch_kept(const int64_t* spec, uint64_t out, int32_t k_total) {
+  const Api* api = process_api();
+  if (!api) return -1;
+  constexpr int kFields = 11;
+  constexpr int kScratch = 4;
+  const int64_t n = spec[0];
+  const int64_t* p = spec + 1;
+  for (int64_t i = 0; i < n; ++i, p += kFields) {
+    uint64_t base = static_cast<uint64_t>(p[6]), table = static_cast<uint64_t>(p[7]);
+    uint64_t part = static_cast<uint64_t>(p[9]), counters = static_cast<uint64_t>(p[10]);
+    int32_t k = static_cast<int32_t>(p[8]);
+    uint64_t scratch[kScratch] = {0, 0, 0, 0};
+    void* params[7 + kScratch] = {&base, &table, &k, &part, &counters, &out, &k_total};
+    const int64_t nscratch = p[5] < kScratch ? p[5] : kScratch;
+    for (int64_t j = 0; j < nscratch; ++j) params[7 + j] = &scratch[j];
+    Result r = api->launch_kernel(reinterpret_cast<Handle>(static_cast<intptr_t>(p[0])), static_cast<unsigned>(p[1]),
+                                  1, 1, static_cast<unsigned>(p[2]), 1, 1, static_cast<unsigned>(p[3]),
+                                  reinterpret_cast<Handle>(static_cast<intptr_t>(p[4])), params, nullptr);
+    if (r != 0) return r;
+  }
+  return 0;
+}
 }  // namespace cu
 
 // ---- the pack (codegen/device_stats.py writes it; the layout is described there)

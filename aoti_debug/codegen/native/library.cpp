@@ -6,9 +6,10 @@
 // records, the kept launches of the stats kernel and the dtype names,
 // and (state.h) aoti_debug_runtime_warnings; everything else is internal. Built with
 // AOTI_DEBUG_WITH_PYTHON (where Python's headers are), it also makes the Python runtime's
-// CPU side function (cpu_values.h).
+// CPU side function (cpu_values.h) and its planned CUDA side function (ring_side.h).
 #if AOTI_DEBUG_WITH_PYTHON
 #include "cpu_values.h"  // first: Python.h ahead of the standard headers
+#include "ring_side.h"
 #endif
 #include "cpu_records.h"
 #include "cpu_summary.h"
@@ -67,6 +68,18 @@ AOTI_DEBUG_EXPORT PyObject* aoti_debug_rt_cpu_values_function(PyObject* config) 
     return PyErr_NoMemory();
   }
 }
+
+// The Python runtime's planned CUDA launch side as one C function (ring_side.h),
+// configured with the `config` of aoti_debug_rt_cpu_values_function: the function, None
+// where it cannot read tensors from their TensorImpl, or null with an exception set.
+// Called with the GIL held (ctypes.PyDLL).
+AOTI_DEBUG_EXPORT PyObject* aoti_debug_rt_ring_side_function(PyObject* config) {
+  try {
+    return AOTI_DEBUG_NS::ring_side_function(config);
+  } catch (...) {  // std::bad_alloc
+    return PyErr_NoMemory();
+  }
+}
 #endif
 
 // The manifest lines of device-ring records for the Python runtime's writer thread
@@ -81,37 +94,12 @@ AOTI_DEBUG_EXPORT int aoti_debug_rt_ring_records(int64_t* spec) {
 
 // The Python runtime's kept launches of its stats kernel (runtime/fused_stats.py,
 // `_pack_launches`): one call a launch side instead of one Triton launcher call a
-// launch (~16 us of host time each on an H100 host). `spec`: the launch count, then per
-// launch 11 int64: CUfunction, programs, threads per program, shared bytes, CUstream,
-// Triton's scratch pointers (passed null), and the kernel's parameters base, table, k,
-// partials, counters; `out` and `k_total` are the side's ring rows (one call's, passed
-// apart so that two threads never share them). Called with the GIL held (ctypes.PyDLL).
-// 0, -1 when libcuda.so.1 cannot be used (nothing launched), else the CUresult of the
-// first launch that failed (the ones before it were made).
+// launch (~16 us of host time each on an H100 host). The layout of `spec`, `out`,
+// `k_total` and the result: cu::launch_kept (device_driver.h); `out` and `k_total` are
+// the side's ring rows (one call's, passed apart so that two threads never share them).
+// Called with the GIL held (ctypes.PyDLL).
 AOTI_DEBUG_EXPORT int aoti_debug_rt_kept_launches(const int64_t* spec, uint64_t out, int32_t k_total) {
-  namespace cu = AOTI_DEBUG_NS::cu;
-  static cu::Api api;
-  static const bool usable = cu::load(api).empty();  // once, thread-safe (a magic static)
-  if (!usable) return -1;
-  constexpr int kFields = 11;
-  constexpr int kMaxScratch = 4;
-  const int64_t n = spec[0];
-  const int64_t* p = spec + 1;
-  for (int64_t i = 0; i < n; ++i, p += kFields) {
-    uint64_t base = static_cast<uint64_t>(p[6]), table = static_cast<uint64_t>(p[7]);
-    uint64_t part = static_cast<uint64_t>(p[9]), counters = static_cast<uint64_t>(p[10]);
-    int32_t k = static_cast<int32_t>(p[8]);
-    uint64_t scratch[kMaxScratch] = {0, 0, 0, 0};
-    void* params[7 + kMaxScratch] = {&base, &table, &k, &part, &counters, &out, &k_total};
-    const int64_t nscratch = p[5] < kMaxScratch ? p[5] : kMaxScratch;
-    for (int64_t j = 0; j < nscratch; ++j) params[7 + j] = &scratch[j];
-    cu::Result r = api.launch_kernel(reinterpret_cast<cu::Handle>(static_cast<intptr_t>(p[0])),
-                                     static_cast<unsigned>(p[1]), 1, 1, static_cast<unsigned>(p[2]), 1, 1,
-                                     static_cast<unsigned>(p[3]), reinterpret_cast<cu::Handle>(static_cast<intptr_t>(p[4])),
-                                     params, nullptr);
-    if (r != 0) return r;
-  }
-  return 0;
+  return AOTI_DEBUG_NS::cu::launch_kept(spec, out, k_total);
 }
 
 // The torch name (without "torch.") of a c10::ScalarType code this runtime reads, or
