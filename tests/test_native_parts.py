@@ -321,11 +321,12 @@ def test_library_exports_its_entry_points_and_shares_state(library):
         assert any("6sharedEvE1s" in s for s in unique) and any("6claimsEvE1c" in s for s in unique), unique
         assert any("4heldEvE1h" in s for s in unique), unique  # manifest.h's held lines
         c_names = sorted(s for s in ours if not s.startswith("_Z"))
-        # the Python runtime's CPU side function: built in where Python's headers are (here)
+        # the Python runtime's CPU side and planned CUDA side functions: built in where Python's headers are (here)
         assert native_library._python_flags()
         assert c_names == ["aoti_debug_rt_abi", "aoti_debug_rt_call_end", "aoti_debug_rt_cpu_records", "aoti_debug_rt_cpu_summaries",
                            "aoti_debug_rt_cpu_values_function", "aoti_debug_rt_done", "aoti_debug_rt_dtype_name", "aoti_debug_rt_kept_launches",
-                           "aoti_debug_rt_launch", "aoti_debug_rt_ring_records", "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush",
+                           "aoti_debug_rt_launch", "aoti_debug_rt_ring_records", "aoti_debug_rt_ring_side_function",
+                           "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush",
                            "aoti_debug_runtime_warnings"]
 
 

@@ -247,13 +247,27 @@ def test_extra_fields_take_the_dict_path(library, fresh_session, monkeypatch):
     assert calls[0] > 0  # the sides without extra fields (before) still go to the library
 
 
-def test_print_level_keeps_the_dict_path(library, fresh_session, monkeypatch, capfd):
+@pytest.mark.parametrize("host", [False, True], ids=["ring", "host"])
+def test_print_level_prints_planned_sides_as_the_full_path_does(library, fresh_session, monkeypatch, capfd, host):
+    """At level print the library writes a planned side's print lines with its manifest
+    lines: stderr and the manifest byte for byte as the dict path of the same plans and
+    as the full path (no plans) give them, in launch order, odd stats included (-0, NaN,
+    +-inf, the largest doubles). A side with tensors read on the host is not planned."""
     calls = _count_native(monkeypatch)
-    native = _run(library, True, level="print")
+    planned = _count_planned(monkeypatch)
+    native = _run(library, True, level="print", steps=4, host=host)
     err = capfd.readouterr().err
-    assert calls[0] == 0
-    assert native == _run(library, False, level="print")
+    assert calls[0] > 30, "the library wrote no planned side's records"
+    assert len(planned) == (3 * 5 if host else 3 * 6), planned  # (with host: the list side is not planned)
+    assert native == _run(library, False, level="print", steps=4, host=host)
     assert err == capfd.readouterr().err
+    assert native == _run(library, True, level="print", steps=4, host=host, plans=False)
+    assert err == capfd.readouterr().err
+    lines = err.splitlines()
+    assert len(lines) == native.count(b"\n") and all(line.startswith("[aoti_debug] ") for line in lines)
+    assert any("min=-0 max=0 mean=-0" in line for line in lines) and any("min=- max=-" in line for line in lines)
+    assert any("mean=inf" in line for line in lines) and any("max=1.79769e+308" in line for line in lines)
+    assert any("layer_norm\u00e9" in line for line in lines)  # a kernel name beyond ASCII
 
 
 def test_a_ring_that_cannot_be_read_records_the_error(library, fresh_session, monkeypatch, capfd):
@@ -305,14 +319,14 @@ def test_the_library_refuses_a_malformed_spec(library):
     checksum = array.array("q", [255])
     head, body = b'"graph":"g"', b'"arg":"x"'
     template = array.array("q", (0, 0, ctypes.cast(head, ctypes.c_void_p).value, len(head),
-                                 ctypes.cast(body, ctypes.c_void_p).value, len(body),
+                                 ctypes.cast(body, ctypes.c_void_p).value, len(body), 0, 0, 0, 0,
                                  1, -1, ctypes.cast(head, ctypes.c_void_p).value, len(head),
-                                 ctypes.cast(body, ctypes.c_void_p).value, len(body)))
+                                 ctypes.cast(body, ctypes.c_void_p).value, len(body), 0, 0, 0, 0))
     out = bytearray(4096)
     out_addr = ctypes.addressof((ctypes.c_char * len(out)).from_buffer(out))
 
     def call(entries, count=None, layout=ring_records.LAYOUT, cap=len(out)):
-        spec = array.array("q", (layout, 0, len(entries) if count is None else count, out_addr, cap, 0))
+        spec = array.array("q", (layout, 0, len(entries) if count is None else count, out_addr, cap, 0, 0))
         for e in entries:
             spec.extend(e)
         spec[1] = len(spec)
@@ -337,10 +351,29 @@ def test_the_library_refuses_a_malformed_spec(library):
     assert call([(0, 1, 1, 1, row.buffer_info()[0], checksum.buffer_info()[0], 0, 5, 0, 0)])[0] == -1  # null text
     rc, needed = call([side], cap=10)
     assert rc == -3 and needed == end
+    # Level print: a record with print texts gets its line after all manifest lines (the
+    # first text, the launch, the second, and a ring record's stats).
+    before, after = "[aoti_debug] before k launch=".encode(), " x (input) float32[2] cuda:0 \u00e9".encode()
+    printing = array.array("q", template)
+    for k in (0, 1):
+        printing[10 * k + 6: 10 * k + 10] = array.array("q", (ctypes.cast(before, ctypes.c_void_p).value, len(before),
+                                                               ctypes.cast(after, ctypes.c_void_p).value, len(after)))
+    printed = (*side[:6], printing.buffer_info()[0], 2)
+    spec = array.array("q", (ring_records.LAYOUT, 0, 1, out_addr, len(out), 0, 0, *printed))
+    spec[1] = len(spec)
+    assert fn(spec.buffer_info()[0]) == 0 and bytes(out[:spec[5]]) == expected
+    assert bytes(out[spec[5]:spec[6]]) == (before + b"3" + after + b" min=1 max=2 mean=1.5 std=0.5 absmax=2 nan=0 inf=0\n"
+                                           + before + b"3" + after + b"\n")
+    total = spec[6]
+    spec[4] = spec[5] + 10  # room for the lines, not the print lines: the bytes needed in kRingSlotPrintEnd
+    assert fn(spec.buffer_info()[0]) == -3 and spec[6] == total
+    printing[7] = 4  # a print text's pointer missing
+    printing[6] = 0
+    assert call([printed])[0] == -1
     # A side taking a row: its template's second record (row -2) takes taken row 0 of
     # the segment (row 0 here); the first (row 0) is the side's first row.
     taken_template = array.array("q", template)
-    taken_template[7] = -2
+    taken_template[11] = -2
     rows = array.array("q", [row.buffer_info()[0], checksum.buffer_info()[0]])  # (its stats, its checksum)
     taking = (3, 7, 3, 2, row.buffer_info()[0], checksum.buffer_info()[0], taken_template.buffer_info()[0], 2,
               rows.buffer_info()[0], 1)

@@ -248,6 +248,41 @@ _RECORD_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Record))
 REFERENCE_ONLY_FIELDS = frozenset({"model_dtype", "eager_error"})
 
 
+#: Level ``print`` lines (stderr), one per record of a launch side, in record order: a
+#: tensor's metadata and stats, a scalar's value. The runtime library writes the same
+#: lines (``cpu_records.h``, ``ring_records.h``: ``append_print_stats``).
+def print_parts(rec: dict) -> tuple[str, str, bool]:
+    """``(before the launch number, after it, whether the stats follow)`` of ``rec``'s
+    print line: the texts that stay the same from one call of a launch to the next."""
+    prefix = f"[aoti_debug] {rec['phase']:<6} {rec['kernel']} launch="
+    if rec.get("kind") != "tensor":
+        return prefix, f" {rec['arg']} = {rec.get('value')}", False
+    shape = "x".join(str(d) for d in rec.get("shape", [])) or "scalar"
+    return prefix, f" {rec['arg']} ({rec['role']}) {rec.get('dtype')}[{shape}] {rec.get('device')}", True
+
+
+def print_stats(stats: dict) -> str:
+    """A print line's stats; ``{}``: a tensor without stats (memory no launch wrote)."""
+    return (f" min={_fmt6(stats.get('min'))} max={_fmt6(stats.get('max'))} mean={_fmt6(stats.get('mean'))} "
+            f"std={_fmt6(stats.get('std'))} absmax={_fmt6(stats.get('absmax'))} nan={stats.get('nan', 0)} "
+            f"inf={stats.get('inf', 0)}")
+
+
+def print_line(rec: dict) -> str:
+    prefix, suffix, tensor = print_parts(rec)
+    line = f"{prefix}{rec['launch']}{suffix}"
+    return line + print_stats(rec.get("stats") or {}) if tensor else line
+
+
+def print_lines(records: list[dict]) -> str:
+    """A launch side's print lines, without the last newline."""
+    return "\n".join([print_line(rec) for rec in records])
+
+
+def _fmt6(v: Any) -> str:
+    return "-" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v))
+
+
 #: Level ``names`` lines (stderr, flushed); the C++ runtime prints the same format and
 #: ``aoti-debug locate`` parses it with NAMES_RE.
 def names_line(phase: str, launch: int, graph: str, kernel: str, call: int) -> str:

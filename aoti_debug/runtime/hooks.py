@@ -42,7 +42,7 @@ import torch
 
 from .. import config
 from ..format.protocol import PROTOCOL_VERSION, Site, SiteArg, jsonable, make_site, record
-from ..format.schema import arg_line, graph_line, names_line, site_line, tensor_filename
+from ..format.schema import arg_line, graph_line, names_line, print_lines, site_line, tensor_filename
 from . import cpu_records, cuda_graphs, device_ring, fused_stats, native_stats, ring_records
 from . import session as _session
 from .session import Job, warn_once
@@ -448,7 +448,7 @@ class GraphHandle:
                 if j.finish is not None:
                     j.finish(j.record)
                     j.finish = None
-            _emit(_side_text([j.record for j in jobs]))
+            _emit(print_lines([j.record for j in jobs]))
             return
         last = jobs[-1]
         records = [j.record for j in jobs]
@@ -457,7 +457,7 @@ class GraphHandle:
         def finish_and_print(rec: dict) -> None:
             if finish is not None:
                 finish(rec)
-            _emit(_side_text(records))
+            _emit(print_lines(records))
 
         last.finish = finish_and_print
 
@@ -480,7 +480,8 @@ class GraphHandle:
         back in bulk later), others with one device->host copy. Appends the records' jobs
         to ``jobs``. At level stats, when every tensor the library did not read went into
         the ring: the positions of those it read (the CPU tensors beside a CUDA side's,
-        such as an attention kernel's RNG seeds); else None."""
+        such as an attention kernel's RNG seeds); at level print, when every tensor went
+        into the ring: ``[]``; else None."""
         for rec, t in items:
             rec.update(_tensor_meta(t))
         rest = self._native_stats(items)
@@ -497,7 +498,10 @@ class GraphHandle:
                 lines = self._ring_lines() if self.level == "stats" else None
                 jobs.extend([Job(rec, arrival, ring_records.RingFill(arrival, rows[i], lines))
                              if i in rows else Job(rec) for i, (rec, _t) in enumerate(items)])
-                return [i for i in range(len(items)) if i not in rows] if self.level == "stats" else None
+                host = [i for i in range(len(items)) if i not in rows]
+                # (At level print a side with tensors read on the host is not planned: its
+                # host records' print lines come from the dicts alone.)
+                return host if self.level == "stats" or not host else None
         host_stats = self._device_stats(items, rest) if rest else {}
         payloads = [self._host_copy(sess, rec, t) for rec, t in items] if saving else None
         event = None
@@ -562,7 +566,8 @@ class GraphHandle:
         try:
             self._ring_plans[key] = ring_records.SidePlan(site, records, list(values), [id(r) in ring for r in records],
                                                           self._ring_lines(), structure,
-                                                          [k for k, r in enumerate(records) if id(r) in read], reused)
+                                                          [k for k, r in enumerate(records) if id(r) in read], reused,
+                                                          prints=self.level == "print")
         except ValueError:
             pass
 
@@ -922,13 +927,6 @@ def _seq(job: Job) -> int:
     return job.record["seq"]
 
 
-def _side_text(records: list[dict]) -> str:
-    """A launch side's print lines (tensors with their stats, scalars with their value)."""
-    return "\n".join([_print_line(rec) if rec.get("kind") == "tensor" else
-                      f"[aoti_debug] {rec['phase']:<6} {rec['kernel']} launch={rec['launch']} {rec['arg']} = "
-                      f"{rec.get('value')}" for rec in records])
-
-
 def _finisher(sess, host_stats, payload):
     def finish(rec: dict) -> None:
         if host_stats is not None:
@@ -974,21 +972,6 @@ def _content_key(rec: dict) -> tuple | None:
         return None
     return (rec["dtype"], tuple(rec["shape"]), rec["checksum"], stats.get("min"), stats.get("max"),
             stats.get("mean"), stats.get("std"), stats.get("nan"), stats.get("inf"))
-
-
-def _fmt(v: Any) -> str:
-    return "-" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v))
-
-
-def _print_line(rec: dict) -> str:
-    s = rec.get("stats") or {}
-    shape = "x".join(str(d) for d in rec.get("shape", [])) or "scalar"
-    return (
-        f"[aoti_debug] {rec['phase']:<6} {rec['kernel']} launch={rec['launch']} {rec['arg']} ({rec['role']}) "
-        f"{rec.get('dtype')}[{shape}] {rec.get('device')} min={_fmt(s.get('min'))} max={_fmt(s.get('max'))} "
-        f"mean={_fmt(s.get('mean'))} std={_fmt(s.get('std'))} absmax={_fmt(s.get('absmax'))} "
-        f"nan={s.get('nan', 0)} inf={s.get('inf', 0)}"
-    )
 
 
 class _Unrecorded(GraphHandle):

@@ -36,6 +36,7 @@ from typing import Any
 
 from torch import Tensor
 
+from ..format.schema import print_parts, print_stats
 from ..format.writer import encode_record
 from . import device_ring
 from .session import Job, warn_once
@@ -43,8 +44,8 @@ from .session import Job, warn_once
 #: The function of the library (``library.cpp``) and the layout of its ``spec``
 #: (``ring_records.h``: kRingLayout, the RingSlot header, kRingRecord numbers a record).
 RECORDS_SYMBOL = "aoti_debug_rt_ring_records"
-LAYOUT = 6
-_HEADER = 6
+LAYOUT = 7
+_HEADER = 7
 #: Entry kinds (kRingEntryRecord, kRingEntrySide, kRingEntryLine, kRingEntrySideTaken,
 #: kRingEntryBase, kRingEntryBaseSide).
 _RECORD, _SIDE, _LINE, _SIDE_TAKEN, _BASE, _BASE_SIDE = 0, 1, 2, 3, 4, 5
@@ -55,6 +56,8 @@ _PACK_BASE_SIDE = struct.Struct(f"={_BASE_SIDE_LEN}q").pack
 #: Bytes of a line besides its constant texts: numbers, stats (7 values of at most 24
 #: characters and their keys), checksum.
 _LINE_BYTES = 400
+#: ... and of a print line besides its two texts: the launch and the stats.
+_PRINT_BYTES = 240
 #: How a record's JSON starts and where its kernel call is, with the numbers zero.
 _START = '{"seq":0,"launch":0,'
 _CALL = ',"kernel_call":0,'
@@ -104,12 +107,16 @@ class SidePlan:
     model's thread."""
 
     __slots__ = ("site", "records", "rows", "meta", "ring_at", "device", "lines", "texts", "kept", "structure",
-                 "host", "reused", "after", "ring_count", "fast")
+                 "host", "reused", "after", "ring_count", "fast", "prints")
 
     def __init__(self, site: Any, records: list[dict], values: list[Any], in_ring: list[bool],
                  lines: "RingLines | None", structure: list | None = None, host: list[int] = (),
-                 reused: tuple[tuple[int, int, int], ...] = ()):
+                 reused: tuple[tuple[int, int, int], ...] = (), prints: bool = False):
         self.site = site
+        self.prints = prints
+        """Level print: each call's records are printed too (``format.schema.print_line``),
+        by the library with its lines (its template holds the print texts) or, on the
+        dict path, by the writer as it finishes the side (``Session._finished``)."""
         self.host = tuple(host)
         self.reused = tuple(reused)
         """``(position, producer site, its after position)`` of each record whose stats
@@ -213,6 +220,11 @@ class RingSide:
             rec["stats"], rec["checksum"] = self.host[self.plan.host.index(k)]
         return rec
 
+    @property
+    def prints(self) -> bool:
+        """Its records are printed too (level print)."""
+        return self.plan.prints
+
     def jobs(self) -> list[Job]:
         """The side's records as the dict path's jobs (``Session._finish``): a ring record
         waiting for its row (:class:`RingFill`), the others complete."""
@@ -283,6 +295,11 @@ class SideRun:
             out.append(RingSide(plan, e[at + 1], e[at + 2], e[at + 3], arrival, e[at + 4], None, taken))
             at += _BASE_SIDE_LEN + n
         return out
+
+    @property
+    def prints(self) -> bool:
+        """Some of its sides' records are printed too (level print)."""
+        return any([plan.prints for plan in self.plans])
 
     def jobs(self) -> list[Job]:
         """The run's records as the dict path's jobs, in order (:meth:`RingSide.jobs`)."""
@@ -360,13 +377,16 @@ class RingLines:
     def _plan_texts(self, plan: SidePlan) -> tuple:
         """A planned side's records as the library's template (``ring_records.h``,
         kRingEntrySide): ``(self, template, its address, records, bytes a call may take,
-        the texts it points into)``."""
+        the texts it points into (one per record), its print texts)``; the print texts
+        (``format.schema.print_parts``) of a plan at level print, or none (length 0)."""
         template = array.array("q")
         texts = []
+        printed = []  # (the print texts: kept alive with the template)
         size = 0
         taken = {k: j for j, (k, _p, _at) in enumerate(plan.reused)}
         for k, (rec, at) in enumerate(zip(plan.records, plan.rows)):
-            if at is None and k not in taken:  # a fixed record (a scalar, an unwritten input): its line has no stats
+            fixed = at is None and k not in taken
+            if fixed:  # a fixed record (a scalar, an unwritten input): its line has no stats
                 head, body = _split(rec)
                 found = (head, body, _address(head), len(head), _address(body), len(body),
                          len(head) + len(body) + _LINE_BYTES)
@@ -376,7 +396,17 @@ class RingLines:
             size += found[6]
             row = at if at is not None else -2 - taken[k] if k in taken else -1  # (-2 - j: taken row j)
             template.extend((k, row, found[2], found[3], found[4], found[5]))
-        return self, template, template.buffer_info()[0], len(texts), size, texts
+            if plan.prints:
+                prefix, suffix, tensor = print_parts(rec)
+                if fixed and tensor:  # memory no launch wrote: no stats, written as such
+                    suffix += print_stats({})
+                before, after = prefix.encode(), suffix.encode()
+                printed.append((before, after))
+                size += len(before) + len(after) + _PRINT_BYTES
+                template.extend((_address(before), len(before), _address(after), len(after)))
+            else:
+                template.extend((0, 0, 0, 0))
+        return self, template, template.buffer_info()[0], len(texts), size, texts, printed
 
     @staticmethod
     def _host_side(fill: "RingSide", found: tuple, stats: int, sums: int, add: Any, keep: list) -> int:
@@ -406,11 +436,12 @@ class RingLines:
             add((_LINE, _address(line), len(line)))
         return len(found[5])
 
-    def encode(self, jobs: list[Job]) -> bytes | None:
-        """The manifest lines of ``jobs`` (each :meth:`takes`), in their order; None when the
-        library failed (one warning; the caller's dict path writes them, as it will all
-        later records)."""
-        spec = array.array("q", (LAYOUT, 0, 0, 0, 0, 0))
+    def encode(self, jobs: list[Job]) -> tuple[bytes, bytes] | None:
+        """The manifest lines of ``jobs`` (each :meth:`takes`), in their order, and the print
+        lines of those of planned sides at level print (UTF-8); None when the library
+        failed (one warning; the caller's dict path writes them, as it will all later
+        records)."""
+        spec = array.array("q", (LAYOUT, 0, 0, 0, 0, 0, 0))
         add = spec.extend
         keep = []
         size = 0
@@ -463,7 +494,8 @@ class RingLines:
             rc = self._fn(spec.buffer_info()[0])
             if rc != 0:
                 raise RuntimeError(f"{RECORDS_SYMBOL} returned {rc}")
-            return bytes(memoryview(out)[:spec[5]])
+            view = memoryview(out)
+            return bytes(view[:spec[5]]), bytes(view[spec[5]:spec[6]])
         except Exception as e:
             self.failed = True
             warn_once(f"ring-records-{type(e).__name__}", f"the runtime library could not write device-ring "

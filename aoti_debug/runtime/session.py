@@ -30,7 +30,7 @@ import threading
 from typing import Any, Callable, Iterator
 
 from .. import config
-from ..format.schema import RunInfo
+from ..format.schema import RunInfo, print_lines
 from ..format.writer import (EncodedLines, RunWriter, claim_run_directory, clean_run_id, default_run_id,
                              encode_lines, new_run_info, run_directory)
 from .flight import FlightRecorder, GraphCall
@@ -586,12 +586,14 @@ class Session:
         lines: Any = None
 
         def native() -> None:
-            text = lines.encode(group)
-            if text is None:  # the library failed (it warned): the dict path
+            found = lines.encode(group)
+            if found is None:  # the library failed (it warned): the dict path
                 for job in group:
                     records.extend(self._finished(job))
             else:
-                parts.append(text)
+                parts.append(found[0])
+                if found[1]:  # planned sides at level print: their lines, where the dict path prints them
+                    _print_text(found[1].decode("utf-8", "replace"))
             group.clear()
 
         for job in batch:
@@ -617,9 +619,19 @@ class Session:
     def _finished(self, job: Job) -> list[dict]:
         """The complete records of ``job`` (no flight recorder): its one record, or those
         of planned ring sides (``ring_records.RingSide`` or ``SideRun``: ``record`` None),
-        each finished as one record of the dict path."""
-        jobs = [job] if job.record is not None else job.finish.jobs()
-        return [r for r in map(self._finish, jobs) if r is not None]
+        each finished as one record of the dict path; a planned side at level print is
+        printed here, as its records are finished."""
+        fill = job.finish
+        if job.record is not None or not fill.prints:
+            jobs = [job] if job.record is not None else fill.jobs()
+            return [r for r in map(self._finish, jobs) if r is not None]
+        out: list[dict] = []
+        for side in fill.sides() if hasattr(fill, "sides") else [fill]:  # (a SideRun: its sides)
+            records = [r for r in map(self._finish, side.jobs()) if r is not None]
+            if side.plan.prints and records:
+                _print_text(print_lines(records) + "\n")
+            out.extend(records)
+        return out
 
     def _append_text(self, text: bytes) -> None:
         w = self._writer
@@ -700,6 +712,13 @@ def _claim(root: str, run_id: str, rank: int, world_size: int) -> tuple[str, str
                   f"to {path!r} instead")
     _claims[wanted] = (path, rid)
     return path, rid, False
+
+
+def _print_text(text: str) -> None:
+    """Level print's lines written by the writer thread (each ends in a newline), to
+    stderr as the hooks print theirs."""
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
 
 _session: Session | None = None

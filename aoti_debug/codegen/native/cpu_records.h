@@ -168,17 +168,7 @@ int cpu_records(int64_t* spec) {
       json_int(prints, shape[d]);
     }
     prints += "] cpu";
-    const double none = std::nan("");
-    for (const auto& [name, v] : {std::pair<const char*, double>{" min=", sm ? sm->mn : none},
-                                  {" max=", sm ? sm->mx : none}, {" mean=", sm ? sm->mean : none},
-                                  {" std=", sm ? sm->sd : none}, {" absmax=", sm ? sm->absmax : none}}) {
-      prints += name;
-      fmt6_into(prints, v);
-    }
-    prints += " nan=";
-    json_int(prints, sm ? sm->nan : 0);
-    prints += " inf=";
-    json_int(prints, sm ? sm->inf : 0);
+    append_print_stats(prints, sm);
     prints += '\n';
   };
   size_t at = kCpuHeader;

@@ -3,7 +3,9 @@
 // stats and checksum device_ring.fill set from a row read back from the device, built
 // here from the row itself and, per record, the text of its fields that do not change
 // from one call of the launch to the next (encoded once by the caller from the record
-// dict). Called without the GIL (ctypes.CDLL): it touches no Python object.
+// dict). Planned sides at level print also get their print lines (format.schema.print_line
+// of each record, in record order): after the manifest lines in the output buffer, for
+// the writer to print. Called without the GIL (ctypes.CDLL): it touches no Python object.
 #ifndef AOTI_DEBUG_PART_RING_RECORDS_H
 #define AOTI_DEBUG_PART_RING_RECORDS_H
 
@@ -27,9 +29,10 @@ enum RingSlot : size_t {
   kRingSlotOut,     // (pointer, capacity) of the output buffer
   kRingSlotCap,
   kRingSlotEnd,     // written back: the end of the lines in the buffer (or the bytes needed)
+  kRingSlotPrintEnd,  // written back: the end of the print lines after them
   kRingHeader
 };
-constexpr int64_t kRingLayout = 6;
+constexpr int64_t kRingLayout = 7;
 // Entries follow the header, each starting with its kind:
 // - kRingEntryRecord, one record: seq, launch, kernel call, the address of its stats row
 //   (8 doubles: min, max, mean, std, absmax, nan, inf, count: fused_stats' packed
@@ -39,8 +42,10 @@ constexpr int64_t kRingLayout = 6;
 // - kRingEntrySide, one call of a planned launch side (ring_records.SidePlan): its first
 //   seq, launch, kernel call, the addresses of its first ring row's stats and checksum,
 //   then (pointer, count) of its records' template: per record (kRingTemplate int64) its
-//   seq offset, ring row offset (-1: a fixed record, written without stats), and the
-//   (pointer, length) of its two texts;
+//   seq offset, ring row offset (-1: a fixed record, written without stats), the
+//   (pointer, length) of its two texts and of its two print texts, the print line being
+//   the first, the launch, the second and, for a record with a row, its stats
+//   (append_print_stats; a first text of length 0: no print line);
 // - kRingEntryLine, a line made by the caller (a planned side's record whose stats the
 //   Python runtime read on the host): (pointer, length), its newline included;
 // - kRingEntrySideTaken, a call of a planned side some of whose inputs take the row of
@@ -71,11 +76,11 @@ constexpr size_t kRingLine = 3;
 constexpr size_t kRingSideTaken = 10;
 constexpr size_t kRingBase = 4;
 constexpr size_t kRingBaseSide = 8;  // and its taken rows
-constexpr size_t kRingTemplate = 6;
+constexpr size_t kRingTemplate = 10;
 
-// Returns 0 and the lines (one per record, in order) in the output buffer; -1 when
-// `spec` is malformed; -3 when the buffer is too small (kRingSlotEnd holds what is
-// needed, nothing is written); -5 for another layout.
+// Returns 0 and the lines (one per record, in order), then the print lines, in the output
+// buffer; -1 when `spec` is malformed; -3 when the buffer is too small (kRingSlotPrintEnd
+// holds what is needed, nothing is written); -5 for another layout.
 int ring_records(int64_t* spec) {
   namespace R = schema::rec;
   static const std::string kSeq = json_key(R::kSeq, "{"), kLaunch = json_key(R::kLaunch),
@@ -84,8 +89,9 @@ int ring_records(int64_t* spec) {
   const size_t spec_len = static_cast<size_t>(spec[kRingSlotLength]);
   const int64_t count = spec[kRingSlotCount];
   if (spec_len < kRingHeader || count < 0) return -1;
-  thread_local std::string lines;
+  thread_local std::string lines, prints;
   lines.clear();
+  prints.clear();
   auto ptr = [](int64_t v) { return reinterpret_cast<const char*>(static_cast<intptr_t>(v)); };
   // One line; `row` null: a fixed record (no stats, no checksum).
   auto line = [&](int64_t seq, int64_t launch, int64_t call, const char* head, int64_t head_len, const char* body,
@@ -122,7 +128,7 @@ int ring_records(int64_t* spec) {
     const int64_t* t = reinterpret_cast<const int64_t*>(ptr(tmpl));
     if (n < 0 || (!t && n)) return false;
     for (int64_t k = 0; k < n; ++k, t += kRingTemplate) {
-      if (!texts_ok(ptr(t[2]), t[3], ptr(t[4]), t[5])) return false;
+      if (!texts_ok(ptr(t[2]), t[3], ptr(t[4]), t[5]) || !texts_ok(ptr(t[6]), t[7], ptr(t[8]), t[9])) return false;
       Row row{nullptr, nullptr};
       if (t[1] >= 0) {
         row = ring(t[1]);
@@ -133,6 +139,16 @@ int ring_records(int64_t* spec) {
         if (!ok) return false;
       }
       line(seq + t[0], launch, call, ptr(t[2]), t[3], ptr(t[4]), t[5], row.stats, row.sum);
+      if (t[7] > 0) {
+        prints.append(ptr(t[6]), static_cast<size_t>(t[7]));
+        json_int(prints, launch);
+        prints.append(ptr(t[8]), static_cast<size_t>(t[9]));
+        if (row.stats) {
+          const Summary sm = row_summary(row.stats, static_cast<uint64_t>(*row.sum));
+          append_print_stats(prints, &sm);
+        }
+        prints += '\n';
+      }
     }
     return true;
   };
@@ -204,8 +220,11 @@ int ring_records(int64_t* spec) {
     }
   }
   spec[kRingSlotEnd] = static_cast<int64_t>(lines.size());
-  if (lines.size() > static_cast<size_t>(spec[kRingSlotCap])) return -3;
-  std::memcpy(reinterpret_cast<char*>(static_cast<intptr_t>(spec[kRingSlotOut])), lines.data(), lines.size());
+  spec[kRingSlotPrintEnd] = static_cast<int64_t>(lines.size() + prints.size());
+  if (lines.size() + prints.size() > static_cast<size_t>(spec[kRingSlotCap])) return -3;
+  char* out = reinterpret_cast<char*>(static_cast<intptr_t>(spec[kRingSlotOut]));
+  std::memcpy(out, lines.data(), lines.size());
+  std::memcpy(out + lines.size(), prints.data(), prints.size());
   return 0;
 }
 

@@ -26,6 +26,7 @@
 #include "dtypes.h"
 #include "interface.h"
 #include "json.h"
+#include "text.h"
 #include "threads.h"
 
 namespace AOTI_DEBUG_NS {
@@ -97,6 +98,23 @@ void append_record_stats(std::string& o, const Summary& sm) {
   o += '"';
   append_checksum(o, sm.checksum);
   o += '"';
+}
+
+// A level print line's stats (format.schema.print_stats): " min=... max=... mean=...
+// std=... absmax=... nan=N inf=N", each float as "%.6g" spells it ("-" where it is none:
+// NaN); null `sm`: a tensor without stats (memory no launch wrote), all "-" and counts 0.
+void append_print_stats(std::string& o, const Summary* sm) {
+  const double none = std::nan("");
+  for (const auto& [name, v] : {std::pair<const char*, double>{" min=", sm ? sm->mn : none},
+                                {" max=", sm ? sm->mx : none}, {" mean=", sm ? sm->mean : none},
+                                {" std=", sm ? sm->sd : none}, {" absmax=", sm ? sm->absmax : none}}) {
+    o += name;
+    fmt6_into(o, v);
+  }
+  o += " nan=";
+  json_int(o, sm ? sm->nan : 0);
+  o += " inf=";
+  json_int(o, sm ? sm->inf : 0);
 }
 
 // Neumaier-compensated sum of block partials.
