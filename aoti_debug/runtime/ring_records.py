@@ -18,8 +18,13 @@ appends the numbers of consecutive planned sides of one segment to one queued jo
 they are: the writer gives it a run with one entry naming the segment's host copy and
 one copy of the run's array, and runs no Python per side.
 
-The dict path stays for what needs the record as a dict: level print (its lines are
-printed from the records), the flight recorder (records pass through its ring), a
+At level print the library also writes a planned side's print lines (the template holds
+each record's print texts, ``format.schema.print_parts``), which the writer prints where
+the dict path would have.
+
+The dict path stays for what needs the record as a dict: level print's sides not
+planned (their lines are printed from the records), the flight recorder (records pass
+through its ring), a
 record with any other field (the eager reference's ``extra``, an ``error``), a segment
 that could not be read back, and a process without the library. A library that fails
 warns once; the writer then uses the dict path.

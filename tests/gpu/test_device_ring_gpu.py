@@ -246,6 +246,34 @@ def test_ring_print_lines_in_launch_order(tmp_path, capfd):
     assert launches and launches == sorted(launches), launches
 
 
+def test_print_level_prints_every_record_of_planned_sides(tmp_path, capfd, monkeypatch):
+    """At level print the sides are planned from the second call and their print lines
+    come from the runtime library (``ring_records.h``): stderr holds one line per record,
+    in record order, each what ``format.schema.print_line`` makes of the manifest's record."""
+    from aoti_debug.format.schema import print_line
+    from aoti_debug.runtime import ring_records
+
+    printed = [0]
+    encode = ring_records.RingLines.encode
+
+    def counted(self, jobs):
+        found = encode(self, jobs)
+        if found is not None:
+            printed[0] += found[1].count(b"\n")
+        return found
+
+    monkeypatch.setattr(ring_records.RingLines, "encode", counted)
+    torch.manual_seed(0)
+    model = Transformer(128, 4, 2).cuda().eval()
+    xs = [torch.randn(2, 32, 128, device="cuda") for _ in range(5)]
+    _, run_dir = _run(tmp_path, "print-planned", model, xs, level="print")
+    err = [line for line in capfd.readouterr().err.splitlines() if line.startswith("[aoti_debug] ")
+           and " launch=" in line]
+    recs = sorted(records(run_dir), key=lambda r: r["seq"])
+    assert err == [print_line(r) for r in recs]
+    assert printed[0] > len(recs) // 2, (printed[0], len(recs))  # calls 2-4 from the library
+
+
 def test_reduce_overhead_keeps_cuda_graph_and_records_every_replay(tmp_path):
     """Call 0 is CUDA-graph trees' warm-up (no graph: the device ring), call 1 captures and
     replays, calls 2-5 replay. The same input gives the same records bit for bit whether
