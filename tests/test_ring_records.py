@@ -270,6 +270,24 @@ def test_print_level_prints_planned_sides_as_the_full_path_does(library, fresh_s
     assert any("layer_norm\u00e9" in line for line in lines)  # a kernel name beyond ASCII
 
 
+def test_no_side_is_planned_at_level_save(library, fresh_session, monkeypatch):
+    """Level save outside AOTI_DEBUG_SAVE_LAUNCHES summarises a side in the ring, as
+    stats does, but never plans it: a later launch may be one to save."""
+    import json
+
+    from aoti_debug import config
+
+    planned = _count_planned(monkeypatch)
+    monkeypatch.setenv(config.ENV_SAVE_LAUNCHES, "10")  # (the last step's addmm: 3 launches a step)
+    data = _run(library, True, level="save", steps=4, cpu_side=False)
+    assert planned == []
+    recs = [json.loads(line) for line in data.decode().splitlines()]
+    saved = [r for r in recs if r["launch"] == 10 and r["kind"] == "tensor"]
+    assert saved and all("file" in r for r in saved), saved
+    assert all("skipped" in r for r in recs
+               if r["launch"] != 10 and r["kind"] == "tensor" and not r.get("uninitialised"))
+
+
 def test_a_ring_that_cannot_be_read_records_the_error(library, fresh_session, monkeypatch, capfd):
     native = _run(library, True, broken=True)
     assert native == _run(library, False, broken=True)

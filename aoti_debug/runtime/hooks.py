@@ -501,7 +501,7 @@ class GraphHandle:
                 host = [i for i in range(len(items)) if i not in rows]
                 # (At level print a side with tensors read on the host is not planned: its
                 # host records' print lines come from the dicts alone.)
-                return host if self.level == "stats" or not host else None
+                return host if self.level == "stats" or (self.level == "print" and not host) else None
         host_stats = self._device_stats(items, rest) if rest else {}
         payloads = [self._host_copy(sess, rec, t) for rec, t in items] if saving else None
         event = None
