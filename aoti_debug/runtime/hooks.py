@@ -583,12 +583,14 @@ class GraphHandle:
         fast = plan.fast  # one read: another thread may replace it
         seg, first = ring.reserve(plan.ring_count)
         if fast:
-            rc = fused_stats.SIDE_NOT_HERE
             if fast[0] is ring and not fused_stats._launch_hooks_installed():
                 rc = fused_stats.side_function(fast[2], values, seg.addr + 64 * first, seg.cap - 7 * first // 8)
-            if rc == fused_stats.SIDE_LAUNCHED:
-                return seg.arrival, first
-            plan.fast = None
+                if rc == fused_stats.SIDE_LAUNCHED:
+                    return seg.arrival, first
+                # (values it cannot read, such as a tensor subclass: this plan stops asking)
+                plan.fast = False if rc == fused_stats.SIDE_NOT_HERE else None
+            else:  # another stream's ring, or launch hooks: the Python path, which keeps anew
+                rc, plan.fast = fused_stats.SIDE_NOT_HERE, None
             if rc == fused_stats.SIDE_MISMATCH or (rc == fused_stats.SIDE_NOT_HERE and not plan.matches(values)):
                 return None  # (the rows reserved stay unused)
             if rc >= fused_stats.SIDE_CUDA or rc == fused_stats.SIDE_NO_DRIVER:
