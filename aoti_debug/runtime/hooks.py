@@ -64,8 +64,7 @@ _labels = threading.Lock()
 
 
 def _emit(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
+    _session.emit_text(line + "\n")
 
 
 _cuda: bool | None = None

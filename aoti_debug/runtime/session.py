@@ -593,7 +593,7 @@ class Session:
             else:
                 parts.append(found[0])
                 if found[1]:  # planned sides at level print: their lines, where the dict path prints them
-                    _print_text(found[1].decode("utf-8", "replace"))
+                    emit_text(found[1].decode("utf-8", "replace"))
             group.clear()
 
         for job in batch:
@@ -628,8 +628,8 @@ class Session:
         out: list[dict] = []
         for side in fill.sides() if hasattr(fill, "sides") else [fill]:  # (a SideRun: its sides)
             records = [r for r in map(self._finish, side.jobs()) if r is not None]
-            if side.plan.prints and records:
-                _print_text(print_lines(records) + "\n")
+            if side.prints and records:
+                emit_text(print_lines(records) + "\n")
             out.extend(records)
         return out
 
@@ -714,9 +714,9 @@ def _claim(root: str, run_id: str, rank: int, world_size: int) -> tuple[str, str
     return path, rid, False
 
 
-def _print_text(text: str) -> None:
-    """Level print's lines written by the writer thread (each ends in a newline), to
-    stderr as the hooks print theirs."""
+def emit_text(text: str) -> None:
+    """aoti_debug's stderr lines (each ends in a newline), flushed: the hooks' (names,
+    print) and level print's lines that the writer thread prints."""
     sys.stderr.write(text)
     sys.stderr.flush()
 
