@@ -90,6 +90,17 @@ def test_rows_base_first_per_wrapper_and_mode():
     ]
 
 
+def test_warm_rows_fill_each_groups_cache_once_before_the_timed_rows():
+    overhead = _load("overhead")
+    rows = overhead.rows_for(["python", "cpp"], True, {"ours 3 names", "ours 2 print", "ours 4 stats", "built-in 1 save"})
+    assert [(r["wrapper"], r["mode"], r["config"]) for r in overhead.warm_rows(rows)] == [
+        ("python", "default", "base"), ("python", "default", "ours 2 print"),
+        ("cpp", "default", "base"), ("cpp", "default", "ours 2 print"),
+        ("python", "reduce-overhead", "base"), ("python", "reduce-overhead", "ours 4 stats"),
+        ("cpp", "reduce-overhead", "base"), ("cpp", "reduce-overhead", "ours 4 stats"),
+    ]
+
+
 def test_bytes_per_step_counts_appends_once_and_rewrites_every_step():
     bytes_per_step = _load("overhead_row").bytes_per_step
     before = {"manifest.jsonl": (100, 1.0), "tmp/overwritten.pt": (50, 1.0), "same.json": (10, 1.0)}
