@@ -642,6 +642,16 @@ def test_plan_permuted_vectors_only_aligned_rows():
     assert fused_stats.plan_permuted([1028], [4 * 32], [expanded], [0], f32, 1024, 32, 4, 1)[1] == 1  # base
 
 
+def test_perm_layout_leaves_2_to_the_31_rows_to_a_copy():
+    """The kernel divides row numbers in 32 bits: a tensor of 2**31 rows or more is not read
+    in place (never allocated: the layout is a function of shape and strides)."""
+    lay = fused_stats._perm_layout
+    below = lay((2, 2**30 - 1, 2), (2, 4, 1))  # [rows, inner 2] with rows 2**31 - 2 (transposed outer dims)
+    assert below is not None and below.inner == 2
+    assert lay((2, 2**30, 2), (2, 4, 1)) is None  # 2**31 rows
+    assert lay((2**31, 2, 2), (2, 2**32, 1)) is None
+
+
 PERMUTED = make_permuted_cases("cpu")
 #: read from a copy: no unit-stride dim, too many row dims; empty tensors are contiguous
 _COPIED = ("step-2", "all-expanded", "select-last", "7-row-dims", "empty")

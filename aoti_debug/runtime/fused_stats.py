@@ -92,6 +92,8 @@ _RBLOCK = 128  # partials combined per step by a tensor's last program
 #: A strided tensor read in place has at most this many dims besides its inner run (after
 #: merging dims adjacent in both memory and logical order); more go through a contiguous copy.
 MAX_ROW_DIMS = 6
+#: ... and fewer rows than this (the kernel divides row numbers in 32 bits); more: copied.
+MAX_PERM_ROWS = 1 << 31
 _PERM_TW = 9 + 3 * MAX_ROW_DIMS  # int64 per table row of the strided kernel (_PERM_DIMS)
 #: A tile row's cost in elements (the row's logical index: a div/mod per row dim), for
 #: choosing the tile's width (:func:`_cols`).
@@ -189,7 +191,7 @@ def _perm_layout(shape: Sequence[int], strides: Sequence[int]) -> _Perm | None:
     """The :class:`_Perm` of a non-contiguous tensor of ``shape`` and ``strides`` that has a
     unit-stride dim of size > 1, whatever its other strides (a permute, gaps, stride 0,
     overlaps); None otherwise (contiguous, empty, no unit-stride dim, a negative stride,
-    more than :data:`MAX_ROW_DIMS` row dims).
+    more than :data:`MAX_ROW_DIMS` row dims, :data:`MAX_PERM_ROWS` rows or more).
 
     Dims adjacent in logical order (size-1 dims ignored) that are adjacent in memory too
     merge into one (channels_last NCHW reads as ``[N, H*W, C]``: rows ``N*H*W``, inner run
@@ -216,6 +218,8 @@ def _perm_layout(shape: Sequence[int], strides: Sequence[int]) -> _Perm | None:
     if not units or len(dims) < 2 or len(dims) - 1 > MAX_ROW_DIMS:
         return None  # no unit-stride run, contiguous (one run), or more row dims than the kernel decomposes
     inner = max(units, key=lambda d: (d[2], -d[1]))
+    if logical // inner[2] >= MAX_PERM_ROWS:
+        return None  # the kernel decomposes row numbers in 32 bits (_row_bases): copied instead
     dims.remove(inner)
     dims.sort(reverse=True)  # memory order, outermost first
     return _Perm(inner[2], inner[1], tuple((n, ls, ms) for ms, ls, n in reversed(dims)))

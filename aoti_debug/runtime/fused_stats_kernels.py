@@ -256,19 +256,23 @@ _PERM_DIMS = tl.constexpr(9)
 def _row_bases(rp, rows, nd):
     """Logical index and memory offset (units of VEC elements) of each tile row's first
     element: ``rows`` decomposed over the table's row dims (``nd`` triples, innermost
-    first; the outermost takes the quotient left, no modulo)."""
-    rr = rows
+    first; the outermost takes the quotient left, no modulo). In 32-bit division (a
+    tensor read in place has fewer than 2**31 rows: ``fused_stats._perm_layout``), which
+    the GPU does in a fraction of the instructions of a 64-bit one."""
+    rr = rows.to(tl.int32)
     b = rows * 0
     m = rows * 0
     for j in range(0, nd - 1):
         dp = rp + _PERM_DIMS + 3 * j
-        nj = tl.load(dp)
-        d = rr % nj
+        nj = tl.load(dp).to(tl.int32)
+        q = rr // nj
+        d = (rr - q * nj).to(tl.int64)
         b += d * tl.load(dp + 1)
         m += d * tl.load(dp + 2)
-        rr = rr // nj
+        rr = q
     dp = rp + _PERM_DIMS + 3 * nd - 3
-    return b + rr * tl.load(dp + 1), m + rr * tl.load(dp + 2)
+    last = rr.to(tl.int64)
+    return b + last * tl.load(dp + 1), m + last * tl.load(dp + 2)
 
 
 @triton.jit(do_not_specialize=["k", "k_total"])
@@ -337,9 +341,11 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
     ar = tl.arange(0, RB).to(tl.int64)
     ac = tl.arange(0, CB)
     nvalid = t0 * 0  # elements read, for the inf count
+    # tile t is (row block rb, column block cb) = divmod(t, ncb): counted along, not divided
+    rb = rb0
+    cb = t0 - rb0 * ncb
     for t in range(t0, tsplit):
-        rb = t // ncb
-        cols = (t - rb * ncb) * CB + ac
+        cols = cb * CB + ac
         rows = rb * RB + ar
         lb, mb = _row_bases(rp, rows, nd)
         off = mb[:, None] * VEC + cols[None, :]
@@ -347,9 +353,10 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
         mn, mx, s1, s2, cnt, nan, cs = _tile_at(p, off, li, None, K, mn, mx, s1, s2, cnt, nan, cs,
                                                 KIND, IS_FLOAT, False)
         nvalid += RB * CB
+        cb += 1
+        rb = tl.where(cb == ncb, rb + 1, rb)
+        cb = tl.where(cb == ncb, 0, cb)
     for t in range(tsplit, t1):
-        rb = t // ncb
-        cb = t - rb * ncb
         cols = cb * CB + ac
         rows = rb * RB + ar
         lb, mb = _row_bases(rp, rows, nd)
@@ -359,6 +366,9 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
         mn, mx, s1, s2, cnt, nan, cs = _tile_at(p, off, li, mask, K, mn, mx, s1, s2, cnt, nan, cs,
                                                 KIND, IS_FLOAT, True)
         nvalid += tl.minimum(R - rb * RB, RB) * tl.minimum(inner - cb * CB, CB)
+        cb += 1
+        rb = tl.where(cb == ncb, rb + 1, rb)
+        cb = tl.where(cb == ncb, 0, cb)
     _finish(part, counters, out, k_total, pid, first, nprog, row, K, nvalid,
             tl.sum(cnt, axis=1), tl.sum(s1, axis=1), tl.sum(s2, axis=1), tl.min(mn, axis=1),
             tl.max(mx, axis=1), tl.sum(nan, axis=1), tl.sum(cs, axis=1), RBLOCK)

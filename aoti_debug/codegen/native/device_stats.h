@@ -171,7 +171,10 @@ struct PermLayout {
 
 // fused_stats._perm_layout: the layout of a non-contiguous tensor with a unit-stride dim
 // of size > 1 (dims adjacent in both logical and memory order merged, size-1 dims
-// ignored), or false (empty, a negative stride, no unit-stride dim, too many row dims).
+// ignored), or false (empty, a negative stride, no unit-stride dim, too many row dims,
+// kMaxPermRows rows or more: the kernel decomposes row numbers in 32 bits).
+constexpr int64_t kMaxPermRows = int64_t{1} << 31;  // fused_stats.MAX_PERM_ROWS
+
 bool perm_layout(const HostTensor& t, PermLayout& out) {
   struct Dim {
     int64_t ms, ls, n;
@@ -200,7 +203,7 @@ bool perm_layout(const HostTensor& t, PermLayout& out) {
       best = i;
     }
   }
-  if (best == nd) return false;
+  if (best == nd || logical / dims[best].n >= kMaxPermRows) return false;
   out.inner = dims[best].n;
   out.inner_stride = dims[best].ls;
   for (size_t i = best + 1; i < nd; ++i) dims[i - 1] = dims[i];
