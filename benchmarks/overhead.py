@@ -319,6 +319,10 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(workdir, exist_ok=True)
     signal.signal(signal.SIGTERM, _interrupt)
 
+    def time_left() -> float:
+        """Seconds a row may take now (``--time-limit`` less what has run, else ``--row-timeout``)."""
+        return args.row_timeout if args.time_limit is None else args.time_limit - (time.monotonic() - start)
+
     def progress(msg: str) -> None:
         print(f"[{time.monotonic() - start:6.0f} s] {msg}", file=sys.stderr, flush=True)
 
@@ -338,8 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             for row in warm_rows(rows):
                 what = f"{row['wrapper']} {row['mode']} {row['config']}"
                 progress(f"warming the Triton cache: {what} (untimed) ...")
-                left = args.row_timeout if args.time_limit is None else args.time_limit - (time.monotonic() - start)
-                r = run_row(row, {**spec, "steps": 1}, workdir, runtime, min(args.row_timeout, max(left, 1.0)),
+                r = run_row(row, {**spec, "steps": 1}, workdir, runtime, min(args.row_timeout, max(time_left(), 1.0)),
                             args.triton_cache)
                 r.pop("log", None)
                 if "error" in r:
@@ -348,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                     cold.append(f"{what} {r['first_call']:.1f} s")
                     progress(f"warming {what}: first call {r['first_call']:.1f} s")
         for i, row in enumerate(rows):
-            left = args.row_timeout if args.time_limit is None else args.time_limit - (time.monotonic() - start)
+            left = time_left()
             what = f"{row['wrapper']} {row['mode']} {row['config']}"
             if left < 10:
                 results.append({**row, "skipped": "not run: time limit"})

@@ -509,6 +509,15 @@ def _side_key(tensors: Sequence[torch.Tensor], stream_key: tuple) -> tuple[tuple
     return tuple(key), ready
 
 
+def rows_from(first: int, rows: int) -> int:
+    """The ``k_total`` a launch writing rows ``first ..`` of a ring buffer of ``rows`` rows
+    is given, its output pointer at row ``first``: the kernel writes row r's stats at
+    ``out + 8r`` and its checksum at ``out + 8*k_total + r``, which are rows ``first + r``
+    of the buffer's two regions when ``8*k_total = 8*rows - 7*first`` (``first`` a
+    multiple of 8)."""
+    return rows - 7 * first // 8
+
+
 def _launch_side(launches: tuple[_Launch, ...], out: torch.Tensor, first: int, rows: int) -> bool:
     """The launches of a side seen before, into rows ``first ..`` of the ring buffer
     ``out`` (of ``rows`` rows), as :func:`summarize` addresses them; False where they
@@ -523,7 +532,7 @@ def _launch_side(launches: tuple[_Launch, ...], out: torch.Tensor, first: int, r
     aligned = out_addr % 16 == 0
     if any(x.out_aligned != aligned for x in launches):
         return False
-    k_total = rows - 7 * first // 8
+    k_total = rows_from(first, rows)
     launch = _library_launch
     if launch:
         packed = getattr(launches, "packed", False)  # (a plain tuple: Triton's launcher)
@@ -820,11 +829,8 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tu
         kout, shift, ktotal = out, 0, rows
         if into is not None and static is None and first % 8 == 0:
             # Rows relative to `first`, so that a side's pointer table is the same whichever
-            # ring rows it gets (the table cache hits step after step): the kernel writes row
-            # r's stats at kout + 8r and its checksum at kout + 8*ktotal + r, which are rows
-            # first + r of the buffer's two regions when kout starts at row `first` and
-            # 8*ktotal = 8*rows - 7*first.
-            kout, shift, ktotal = out[8 * first:], first, rows - 7 * first // 8
+            # ring rows it gets (the table cache hits step after step).
+            kout, shift, ktotal = out[8 * first:], first, rows_from(first, rows)
         launches: list[_Launch | None] = []
         with _on_device(device):
             for (spec, cols), items in groups.items():

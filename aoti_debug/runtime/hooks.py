@@ -583,7 +583,8 @@ class GraphHandle:
         seg, first = ring.reserve(plan.ring_count)
         if fast:
             if fast[0] is ring and not fused_stats._launch_hooks_installed():
-                rc = fused_stats.side_function(fast[2], values, seg.addr + 64 * first, seg.cap - 7 * first // 8)
+                rc = fused_stats.side_function(fast[2], values, seg.addr + 64 * first,
+                                               fused_stats.rows_from(first, seg.cap))
                 if rc == fused_stats.SIDE_LAUNCHED:
                     return seg.arrival, first
                 # (values it cannot read, such as a tensor subclass: this plan stops asking)
