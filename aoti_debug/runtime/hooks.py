@@ -169,6 +169,9 @@ class GraphHandle:
         self._last_label: tuple = (None, None, None)
         self._ring_plans: dict[tuple, ring_records.SidePlan] = {}
         """CUDA sides at level stats whose records are made from a plan (``_ring_side``)."""
+        self._express: dict[int, _Express] = {}
+        """``id(site)`` -> the plans of both sides of a launch whose every side is planned
+        (:meth:`_express_launch`): its hooks go straight to them."""
         self._tls = threading.local()
         self._reuse: dict[int, tuple[tuple[int, int, int], ...]] = {}
         """Site number -> ``(arg position, producer site, its after position)`` of each
@@ -220,6 +223,9 @@ class GraphHandle:
     def launch(self, site: Site, values: Sequence[Any]) -> None:
         """Before a kernel launch: count it, name it, record its inputs."""
         try:
+            x = self._express.get(id(site))
+            if x is not None and self._express_launch(x, site, values):
+                return
             subgraph, kernel = site.subgraph, site.kernel
             sess = _session.current()
             if self.level != "names":
@@ -267,6 +273,9 @@ class GraphHandle:
         if self.sync:
             self._synchronize(site)
         try:
+            x = self._express.get(id(site))
+            if x is not None and extra is None and self._express_done(x, site, values):
+                return
             sess = _session.current()
             if self.level == "stats" and _capturing():
                 self._capture(sess, self._tls.label, site, site.after, values, "after")
@@ -308,7 +317,9 @@ class GraphHandle:
 
     # -- records -----------------------------------------------------------------------
     def _record(self, sess, site: Site, args: Sequence[SiteArg], values: Sequence[Any], phase: str,
-                extra: Sequence[dict | None] | None = None) -> None:
+                extra: Sequence[dict | None] | None = None, planned: bool = True) -> None:
+        """One launch side's records: from its plan where it has one that takes these
+        values, else in full (``planned`` False: in full, its plan declined them already)."""
         if self.level != "stats" and _capturing():  # (launch and done asked already at stats)
             warn_once("cuda-graph", "a CUDA graph is being captured: instrumented launches are not recorded inside it")
             return
@@ -316,13 +327,17 @@ class GraphHandle:
         launch, call, label = tls.launch, tls.call, tls.label
         sess.write_site(label, site.id, site.kernel, site.provenance)
         key = (id(site), label, phase)
-        plan = self._ring_plans.get(key)
+        plan = self._ring_plans.get(key) if planned else None
         if plan is not None and extra is None and sess.flight is None and plan.site is site:
             flat, structure = values, None
             if plan.structure is not None:  # lists or tuples among them: compared and summarised flattened
                 flat, structure = _flat_values(args, values)
             # (a plan with a C function's spec is checked by that function: _planned_rows)
             if (plan.fast or plan.matches(flat, structure)) and self._ring_side(sess, site, plan, flat, launch, call):
+                if phase == "after":
+                    x = self._express.get(id(site))
+                    if x is None or x.sess is not sess:  # (none yet, or made in an earlier session)
+                        self._offer_express(sess, site, label, plan)
                 return
         # A CPU side the runtime library writes as text in one call. Not with a flight
         # recorder: its ring and trigger take each record through Session.submit.
@@ -395,6 +410,17 @@ class GraphHandle:
                 if row is not None:
                     taken[i] = (arrival, first + row, producer)
         return taken or None
+
+    def _taken_rows(self, plan: ring_records.SidePlan) -> list[tuple[Any, int]] | None | bool:
+        """``(arrival, ring row)`` of each input a planned side takes from its producer, in
+        ``plan.reused`` order; None: it takes none; False: one of them is not in the ring
+        this call (the side takes the full path)."""
+        if not plan.reused:
+            return None
+        taken = self._taken(plan.reused)
+        if taken is None or len(taken) != len(plan.reused):
+            return False
+        return [taken[k][:2] for k, _p, _at in plan.reused]
 
     def _made(self, site: Site, jobs: list[Job], n: int, first_seq: int) -> None:
         """Keep the ring rows of a producer's after side (one per value; None: not in the
@@ -562,6 +588,7 @@ class GraphHandle:
         old = self._ring_plans.get(key)
         if old is not None and len(old.reused) > len(reused) and old.site is site and old.matches(values, structure):
             return  # a producer's row was missing this once: the plan that takes it stays
+        self._express.pop(id(site), None)  # (its plans change)
         try:
             self._ring_plans[key] = ring_records.SidePlan(site, records, list(values), [id(r) in ring for r in records],
                                                           self._ring_lines(), structure,
@@ -577,20 +604,27 @@ class GraphHandle:
         With the plan's spec for the library's C function (``plan.fast``), that one call
         checks the values (``SidePlan.matches`` was not asked) and launches; None: they do
         not match the plan (the side takes the full path)."""
-        device = plan.device
-        ring = device_ring.ring_for(device)
+        ring = device_ring.ring_for(plan.device)
         fast = plan.fast  # one read: another thread may replace it
         seg, first = ring.reserve(plan.ring_count)
+        rc = None
+        if fast and fast[0] is ring and not fused_stats._launch_hooks_installed():
+            rc = fused_stats.side_function(fast[2], values, seg.addr + 64 * first, fused_stats.rows_from(first, seg.cap))
+            if rc == fused_stats.SIDE_LAUNCHED:
+                return seg.arrival, first
+        return self._rows_in_python(plan, values, fast, rc, ring, seg, first)
+
+    def _rows_in_python(self, plan: ring_records.SidePlan, values: Sequence[Any], fast: Any, rc: int | None,
+                        ring: device_ring.Ring, seg: Any, first: int) -> tuple[Any, int] | None:
+        """The rest of :meth:`_planned_rows` where the C function did not launch the side
+        (``rc``: its answer; None: not asked, another stream's ring or launch hooks), into
+        the rows ``first ..`` of ``seg`` reserved already."""
+        device = plan.device
         if fast:
-            if fast[0] is ring and not fused_stats._launch_hooks_installed():
-                rc = fused_stats.side_function(fast[2], values, seg.addr + 64 * first,
-                                               fused_stats.rows_from(first, seg.cap))
-                if rc == fused_stats.SIDE_LAUNCHED:
-                    return seg.arrival, first
-                # (values it cannot read, such as a tensor subclass: this plan stops asking)
-                plan.fast = False if rc == fused_stats.SIDE_NOT_HERE else None
-            else:  # another stream's ring, or launch hooks: the Python path, which keeps anew
+            if rc is None:  # another stream's ring, or launch hooks: the Python path, which keeps anew
                 rc, plan.fast = fused_stats.SIDE_NOT_HERE, None
+            else:  # (values it cannot read, such as a tensor subclass: this plan stops asking)
+                plan.fast = False if rc == fused_stats.SIDE_NOT_HERE else None
             if rc == fused_stats.SIDE_MISMATCH or (rc == fused_stats.SIDE_NOT_HERE and not plan.matches(values)):
                 return None  # (the rows reserved stay unused)
             if rc >= fused_stats.SIDE_CUDA or rc == fused_stats.SIDE_NO_DRIVER:
@@ -628,12 +662,9 @@ class GraphHandle:
         warns; or an input it takes from its producer is not in the ring this call)."""
         if not device_ring.ENABLED:
             return False
-        reused = None
-        if plan.reused:
-            taken = self._taken(plan.reused)
-            if taken is None or len(taken) != len(plan.reused):
-                return False
-            reused = [taken[k][:2] for k, _p, _at in plan.reused]
+        reused = self._taken_rows(plan)
+        if reused is False:
+            return False
         host = None
         if plan.host:  # its CPU tensors, read by the runtime library now as the full path reads them
             host = self._host_stats([values[k] for k in plan.host])
@@ -648,9 +679,92 @@ class GraphHandle:
                     return False
                 arrival, first = rows
             except Exception as e:  # the full path tries the ring again (and warns when it fails too)
-                warn_once(f"ring-plan-{type(e).__name__}", f"a planned launch side failed, recording it in full: {e}")
-                self._ring_plans.clear()
+                self._plan_failed(e)
                 return False
+        self._queue_planned(sess, site, plan, arrival, first, reused, host, launch, call)
+        return True
+
+    # -- launches whose every side is planned ------------------------------------------
+    def _offer_express(self, sess, site: Site, label: str, after: ring_records.SidePlan) -> None:
+        """Once a launch's after side ran from its plan: where its before side has one too
+        (or no values) and nothing else asks the hooks for more (a device sync, a flight
+        recorder, values in lists), its next launches go straight to the two plans."""
+        if self.sync or sess.flight is not None or after.structure is not None:
+            return
+        before = None
+        if site.before:
+            before = self._ring_plans.get((id(site), label, "before"))
+            if before is None or before.site is not site or before.structure is not None:
+                return
+        self._express[id(site)] = _Express(sess, label, before, after, site.id in self._producers)
+
+    def _express_launch(self, x: "_Express", site: Site, values: Sequence[Any]) -> bool:
+        """:meth:`launch` of a launch with both sides planned: its numbers, then its before
+        side from its plan (in full where the plan declines the values). False: the
+        session changed or a CUDA graph is being captured (the hook's own path)."""
+        sess = _session.current()
+        if sess is not x.sess or _capturing():
+            return False
+        label = x.label
+        launch, call = sess.next_launch(label, site.kernel)
+        tls = self._tls
+        tls.launch, tls.call, tls.label = launch, call, label
+        if x.producer:
+            made = getattr(tls, "made", None)
+            if made is not None:
+                made.pop(site.id, None)
+        plan = x.before
+        if plan is not None and not self._express_side(sess, site, plan, values, launch, call):
+            self._record(sess, site, site.before, values, "before", planned=False)
+        return True
+
+    def _express_done(self, x: "_Express", site: Site, values: Sequence[Any]) -> bool:
+        """:meth:`done` of a launch with both sides planned (``_express_launch``)."""
+        sess = _session.current()
+        if sess is not x.sess or _capturing():
+            return False
+        tls = self._tls
+        if not self._express_side(sess, site, x.after, values, tls.launch, tls.call):
+            self._record(sess, site, site.after, values, "after", planned=False)
+        return True
+
+    def _express_side(self, sess, site: Site, plan: ring_records.SidePlan, values: Sequence[Any], launch: int,
+                      call: int) -> bool:
+        """A planned side as :meth:`_record` takes it from its plan (``_ring_side``), with
+        the C function's call made here; False: the plan declined the values."""
+        fast = plan.fast  # one read: another thread may replace it
+        if not fast or plan.host or not device_ring.ENABLED:
+            return bool(fast or plan.matches(values)) and self._ring_side(sess, site, plan, values, launch, call)
+        reused = self._taken_rows(plan)
+        if reused is False:
+            return False
+        try:
+            ring = device_ring.ring_for(plan.device)
+            seg, first = ring.reserve(plan.ring_count)
+            rc = None
+            if fast[0] is ring and not fused_stats._launch_hooks_installed():
+                rc = fused_stats.side_function(fast[2], values, seg.addr + 64 * first,
+                                               fused_stats.rows_from(first, seg.cap))
+            if rc != fused_stats.SIDE_LAUNCHED and self._rows_in_python(plan, values, fast, rc, ring, seg,
+                                                                        first) is None:
+                return False
+        except Exception as e:  # the full path tries the ring again (and warns when it fails too)
+            self._plan_failed(e)
+            return False
+        self._queue_planned(sess, site, plan, seg.arrival, first, reused, None, launch, call)
+        return True
+
+    def _plan_failed(self, e: Exception) -> None:
+        warn_once(f"ring-plan-{type(e).__name__}", f"a planned launch side failed, recording it in full: {e}")
+        self._ring_plans.clear()
+        self._express.clear()
+
+    def _queue_planned(self, sess, site: Site, plan: ring_records.SidePlan, arrival: Any, first: int,
+                       reused: list | None, host: list | None, launch: int, call: int) -> None:
+        """Queue a planned side whose stats are in rows ``first ..`` of ``arrival`` (and
+        ``reused``'s ``(arrival, row)`` of each input taken from its producer, ``host``
+        the stats of its CPU tensors): in the writer's run of planned sides where its
+        records can join one, else as its own job; keep its rows for its consumers."""
         seq = sess.next_seq(len(plan.records))
         lines = plan.lines
         if lines is not None and host is None and (reused is None or all([a is arrival for a, _r in reused])) and \
@@ -662,7 +776,6 @@ class GraphHandle:
                                                                       reused)))
         if plan.after and site.id in self._producers and plan.structure is None and plan.device is not None:
             self._made_rows()[site.id] = (arrival, first, plan.rows)
-        return True
 
     @staticmethod
     def _template(lines: ring_records.RingLines, plan: ring_records.SidePlan) -> bool:
@@ -974,6 +1087,18 @@ def _content_key(rec: dict) -> tuple | None:
         return None
     return (rec["dtype"], tuple(rec["shape"]), rec["checksum"], stats.get("min"), stats.get("max"),
             stats.get("mean"), stats.get("std"), stats.get("nan"), stats.get("inf"))
+
+
+class _Express:
+    """Both sides of one launch planned (``GraphHandle._offer_express``), in the session
+    and graph label they were planned in; ``producer``: some consumer takes its outputs'
+    rows."""
+
+    __slots__ = ("sess", "label", "before", "after", "producer")
+
+    def __init__(self, sess: Any, label: str, before: ring_records.SidePlan | None, after: ring_records.SidePlan,
+                 producer: bool):
+        self.sess, self.label, self.before, self.after, self.producer = sess, label, before, after, producer
 
 
 class _Unrecorded(GraphHandle):

@@ -155,6 +155,16 @@ def test_planned_sides_repeat_their_launches_bit_for_bit(tmp_path, monkeypatch):
         return done
 
     monkeypatch.setattr(hooks.GraphHandle, "_ring_side", planned)
+    # Once both sides of a launch are planned, its hooks go straight to the plans.
+    express = [0] * 7
+    express_side = hooks.GraphHandle._express_side
+
+    def counted_express(self, *args):
+        done = express_side(self, *args)
+        express[call[0]] += done
+        return done
+
+    monkeypatch.setattr(hooks.GraphHandle, "_express_side", counted_express)
 
     def between(i):
         call[0] = i
@@ -172,6 +182,8 @@ def test_planned_sides_repeat_their_launches_bit_for_bit(tmp_path, monkeypatch):
     # The attention fallback's output, a tuple (its RNG seeds on the CPU: read by the
     # runtime library), is planned from call 1: one side per block.
     assert [tuples[(i, False)] + tuples[(i, True)] for i in range(6)] == [0, 2, 2, 2, 0, 0], tuples
+    # From call 2 most sides go the express way; without the ring (calls 4-5) none does.
+    assert express[0] == express[1] == 0 and express[2] > 10 and express[3] > 20 and express[4:6] == [0, 0], express
     _same(calls[2], calls[4])
     _same(calls[3], calls[5])
     _same(calls[0], calls[2])
@@ -233,6 +245,41 @@ def test_inputs_taken_from_their_producers_equal_reading_them(tmp_path, monkeypa
     _same(calls[1], calls[4])
     _same(calls[2], calls[5])
     assert calls[0] != calls[1]
+
+
+def test_express_launches_follow_a_new_session(tmp_path, monkeypatch):
+    """A launch whose sides are planned goes straight to its plans (``_express_launch``)
+    in the session it was planned in; in the next session (a new run) its plans serve
+    again from that session's first call, and each run holds every call's records."""
+    torch.manual_seed(0)
+    model = MLP(64, 128, 32).cuda().eval()
+    x = torch.randn(16, 64, device="cuda")
+    express = [0]
+    express_side = hooks.GraphHandle._express_side
+
+    def counted(self, *args):
+        done = express_side(self, *args)
+        express[0] += done
+        return done
+
+    monkeypatch.setattr(hooks.GraphHandle, "_express_side", counted)
+    torch._dynamo.reset()
+    session.reset()
+    counts = []
+    with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path / "runs")):
+        fn = torch.compile(model)
+        for _ in range(2):
+            express[0] = 0
+            for _ in range(4):
+                fn(x)
+            aoti_debug.flush()
+            counts.append(express[0])
+            run_dir = session.dump_path()
+            session.reset()
+            recs = records(run_dir)
+            per_call = _per_call(recs, 4)
+            _same(per_call[0], per_call[3])
+    assert counts[0] > 0 and counts[1] >= counts[0], counts
 
 
 def test_ring_print_lines_in_launch_order(tmp_path, capfd):
