@@ -25,6 +25,11 @@ read the tensor again. Each thread keeps the rows of its producers' last calls
 (``made``), forgotten when the producer launches again; a producer whose record did not
 go to the ring leaves none, and its consumers read their inputs.
 
+A CUDA launch side at level stats or print is recorded in full once, then from a plan
+of it (``ring_records.SidePlan``: its stats kernel's launches repeated, its records
+written from a template); once both sides of a launch have plans, its hooks go straight
+to them (``_Express``), asking nothing else until a plan declines the values.
+
 Several Python threads may run compiled graphs at once: the launch number and the
 kernel call of the launch a thread is inside are kept per thread, and counters are
 taken under one lock.
