@@ -34,7 +34,7 @@ def timed_parts():
 
     h, s = hooks.GraphHandle, session.Session
     return [(h, "launch"), (h, "done"), (h, "_record"), (h, "_ring_side"), (h, "_planned_rows"), (h, "_ring_rows"),
-            (h, "_express_launch"), (h, "_express_done"), (h, "_express_side"), (h, "_queue_planned"),
+            (h, "_express_launch"), (h, "_express_done"), (h, "_express_side"),
             (h, "_tensors"), (h, "_label"), (fused_stats, "summarize"), (fused_stats, "_side_key"),
             (fused_stats, "kept_launches"), (fused_stats, "_launch_side"), (fused_stats, "side_function"),
             (fused_stats, "_run"),

@@ -416,17 +416,6 @@ class GraphHandle:
                     taken[i] = (arrival, first + row, producer)
         return taken or None
 
-    def _taken_rows(self, plan: ring_records.SidePlan) -> list[tuple[Any, int]] | None | bool:
-        """``(arrival, ring row)`` of each input a planned side takes from its producer, in
-        ``plan.reused`` order; None: it takes none; False: one of them is not in the ring
-        this call (the side takes the full path)."""
-        if not plan.reused:
-            return None
-        taken = self._taken(plan.reused)
-        if taken is None or len(taken) != len(plan.reused):
-            return False
-        return [taken[k][:2] for k, _p, _at in plan.reused]
-
     def _made(self, site: Site, jobs: list[Job], n: int, first_seq: int) -> None:
         """Keep the ring rows of a producer's after side (one per value; None: not in the
         ring) for the inputs of later launches that take them (``_taken``)."""
@@ -609,27 +598,20 @@ class GraphHandle:
         With the plan's spec for the library's C function (``plan.fast``), that one call
         checks the values (``SidePlan.matches`` was not asked) and launches; None: they do
         not match the plan (the side takes the full path)."""
-        ring = device_ring.ring_for(plan.device)
+        device = plan.device
+        ring = device_ring.ring_for(device)
         fast = plan.fast  # one read: another thread may replace it
         seg, first = ring.reserve(plan.ring_count)
-        rc = None
-        if fast and fast[0] is ring and not fused_stats._launch_hooks_installed():
-            rc = fused_stats.side_function(fast[2], values, seg.addr + 64 * first, fused_stats.rows_from(first, seg.cap))
-            if rc == fused_stats.SIDE_LAUNCHED:
-                return seg.arrival, first
-        return self._rows_in_python(plan, values, fast, rc, ring, seg, first)
-
-    def _rows_in_python(self, plan: ring_records.SidePlan, values: Sequence[Any], fast: Any, rc: int | None,
-                        ring: device_ring.Ring, seg: Any, first: int) -> tuple[Any, int] | None:
-        """The rest of :meth:`_planned_rows` where the C function did not launch the side
-        (``rc``: its answer; None: not asked, another stream's ring or launch hooks), into
-        the rows ``first ..`` of ``seg`` reserved already."""
-        device = plan.device
         if fast:
-            if rc is None:  # another stream's ring, or launch hooks: the Python path, which keeps anew
-                rc, plan.fast = fused_stats.SIDE_NOT_HERE, None
-            else:  # (values it cannot read, such as a tensor subclass: this plan stops asking)
+            if fast[0] is ring and not fused_stats._launch_hooks_installed():
+                rc = fused_stats.side_function(fast[2], values, seg.addr + 64 * first,
+                                               fused_stats.rows_from(first, seg.cap))
+                if rc == fused_stats.SIDE_LAUNCHED:
+                    return seg.arrival, first
+                # (values it cannot read, such as a tensor subclass: this plan stops asking)
                 plan.fast = False if rc == fused_stats.SIDE_NOT_HERE else None
+            else:  # another stream's ring, or launch hooks: the Python path, which keeps anew
+                rc, plan.fast = fused_stats.SIDE_NOT_HERE, None
             if rc == fused_stats.SIDE_MISMATCH or (rc == fused_stats.SIDE_NOT_HERE and not plan.matches(values)):
                 return None  # (the rows reserved stay unused)
             if rc >= fused_stats.SIDE_CUDA or rc == fused_stats.SIDE_NO_DRIVER:
@@ -667,9 +649,12 @@ class GraphHandle:
         warns; or an input it takes from its producer is not in the ring this call)."""
         if not device_ring.ENABLED:
             return False
-        reused = self._taken_rows(plan)
-        if reused is False:
-            return False
+        reused = None
+        if plan.reused:
+            taken = self._taken(plan.reused)
+            if taken is None or len(taken) != len(plan.reused):
+                return False
+            reused = [taken[k][:2] for k, _p, _at in plan.reused]
         host = None
         if plan.host:  # its CPU tensors, read by the runtime library now as the full path reads them
             host = self._host_stats([values[k] for k in plan.host])
@@ -686,7 +671,17 @@ class GraphHandle:
             except Exception as e:  # the full path tries the ring again (and warns when it fails too)
                 self._plan_failed(e)
                 return False
-        self._queue_planned(sess, site, plan, arrival, first, reused, host, launch, call)
+        seq = sess.next_seq(len(plan.records))
+        lines = plan.lines
+        if lines is not None and host is None and (reused is None or all([a is arrival for a, _r in reused])) and \
+                (plan.texts is not None or self._template(lines, plan)):
+            sess.submit_planned(arrival, lines, plan, seq, launch, call, first,
+                                () if reused is None else tuple([r for _a, r in reused]))
+        else:
+            sess.submit_side(Job(None, arrival, ring_records.RingSide(plan, seq, launch, call, arrival, first, host,
+                                                                      reused)))
+        if plan.after and site.id in self._producers and plan.structure is None and plan.device is not None:
+            self._made_rows()[site.id] = (arrival, first, plan.rows)
         return True
 
     # -- launches whose every side is planned ------------------------------------------
@@ -733,54 +728,18 @@ class GraphHandle:
             self._record(sess, site, site.after, values, "after", planned=False)
         return True
 
-    def _express_side(self, sess, site: Site, plan: ring_records.SidePlan, values: Sequence[Any], launch: int,
-                      call: int) -> bool:
-        """A planned side as :meth:`_record` takes it from its plan (``_ring_side``), with
-        the C function's call made here; False: the plan declined the values."""
-        fast = plan.fast  # one read: another thread may replace it
-        if not fast or plan.host or not device_ring.ENABLED:
-            return bool(fast or plan.matches(values)) and self._ring_side(sess, site, plan, values, launch, call)
-        reused = self._taken_rows(plan)
-        if reused is False:
-            return False
-        try:
-            ring = device_ring.ring_for(plan.device)
-            seg, first = ring.reserve(plan.ring_count)
-            rc = None
-            if fast[0] is ring and not fused_stats._launch_hooks_installed():
-                rc = fused_stats.side_function(fast[2], values, seg.addr + 64 * first,
-                                               fused_stats.rows_from(first, seg.cap))
-            if rc != fused_stats.SIDE_LAUNCHED and self._rows_in_python(plan, values, fast, rc, ring, seg,
-                                                                        first) is None:
-                return False
-        except Exception as e:  # the full path tries the ring again (and warns when it fails too)
-            self._plan_failed(e)
-            return False
-        self._queue_planned(sess, site, plan, seg.arrival, first, reused, None, launch, call)
-        return True
-
     def _plan_failed(self, e: Exception) -> None:
+        """A planned side raised: every plan (and express entry) goes; sides are recorded in
+        full and planned anew."""
         warn_once(f"ring-plan-{type(e).__name__}", f"a planned launch side failed, recording it in full: {e}")
         self._ring_plans.clear()
         self._express.clear()
 
-    def _queue_planned(self, sess, site: Site, plan: ring_records.SidePlan, arrival: Any, first: int,
-                       reused: list | None, host: list | None, launch: int, call: int) -> None:
-        """Queue a planned side whose stats are in rows ``first ..`` of ``arrival`` (and
-        ``reused``'s ``(arrival, row)`` of each input taken from its producer, ``host``
-        the stats of its CPU tensors): in the writer's run of planned sides where its
-        records can join one, else as its own job; keep its rows for its consumers."""
-        seq = sess.next_seq(len(plan.records))
-        lines = plan.lines
-        if lines is not None and host is None and (reused is None or all([a is arrival for a, _r in reused])) and \
-                (plan.texts is not None or self._template(lines, plan)):
-            sess.submit_planned(arrival, lines, plan, seq, launch, call, first,
-                                () if reused is None else tuple([r for _a, r in reused]))
-        else:
-            sess.submit_side(Job(None, arrival, ring_records.RingSide(plan, seq, launch, call, arrival, first, host,
-                                                                      reused)))
-        if plan.after and site.id in self._producers and plan.structure is None and plan.device is not None:
-            self._made_rows()[site.id] = (arrival, first, plan.rows)
+    def _express_side(self, sess, site: Site, plan: ring_records.SidePlan, values: Sequence[Any], launch: int,
+                      call: int) -> bool:
+        """A planned side as :meth:`_record` takes it from its plan (the C function's
+        check where the plan has its spec); False: the plan declined the values."""
+        return bool(plan.fast or plan.matches(values)) and self._ring_side(sess, site, plan, values, launch, call)
 
     @staticmethod
     def _template(lines: ring_records.RingLines, plan: ring_records.SidePlan) -> bool:
