@@ -316,6 +316,22 @@ def test_each_case_many_programs(interpreted, name, t):
     check([t], [name], _min_tiles=1, _max_programs=1000)  # the GPU test's variant
 
 
+def test_partials_combined_in_one_pass_or_in_steps(interpreted):
+    # The last program loads every partial once when there are at most _RBLOCK of them,
+    # else combines them _RBLOCK at a time in two passes: both give the exact fields alike.
+    t = torch.randn(24, 250, generator=torch.Generator().manual_seed(3)) * 40 + 7
+    t[3, 5], t[9, 1] = float("nan"), float("-inf")
+    ts = [t, t[:, :100].t()]  # the contiguous kernel and the strided one
+    assert fused_stats._RBLOCK < 6000 // 8
+    one = fused_stats.summarize(ts, _block=8, _min_tiles=1, _max_programs=fused_stats._RBLOCK)
+    steps = fused_stats.summarize(ts, _block=8, _min_tiles=1, _max_programs=6000)  # 750 programs for t
+    assert torch.equal(one[1], steps[1])
+    exact = [0, 1, 4, 5, 6, 7]
+    torch.testing.assert_close(one[0][:, exact], steps[0][:, exact], rtol=0, atol=0)
+    torch.testing.assert_close(one[0], steps[0], rtol=1e-12, atol=0, equal_nan=True)
+    check(ts, ["24x250", "24x100 transposed"], _block=8, _min_tiles=1, _max_programs=6000)
+
+
 def test_all_cases_in_one_batch(interpreted):
     names = [n for n, _ in CASES]
     tensors = [t for _, t in CASES]

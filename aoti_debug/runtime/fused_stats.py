@@ -83,12 +83,14 @@ from .stats import device_summary
 #: Elements per tile (one vector of the program), warps per program.
 BLOCK = 1024
 NUM_WARPS = 4
-#: A tensor gets at most this many programs per SM (more tiles per program beyond).
-PROGRAMS_PER_SM = 4
-#: Tiles per program at least (small tensors: one program).
+#: A tensor gets at most this many programs per SM (more tiles per program beyond): as
+#: many as the registers let an SM hold at once (the kernels use 140-170 of a thread's;
+#: 65536 an SM), so that a tensor's programs run in one wave.
+PROGRAMS_PER_SM = 3
+#: Tiles per program at least (small tensors: one program; fewer partials to combine).
 MIN_TILES = 4
 _TBLOCK = 64   # tensors looked up per step when a program finds its tensor
-_RBLOCK = 128  # partials combined per step by a tensor's last program
+_RBLOCK = 512  # partials a tensor's last program combines in one step (one load of each up to this many)
 #: A strided tensor read in place has at most this many dims besides its inner run (after
 #: merging dims adjacent in both memory and logical order); more go through a contiguous copy.
 MAX_ROW_DIMS = 6

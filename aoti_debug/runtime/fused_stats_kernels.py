@@ -74,6 +74,13 @@ def _tile_at(p, off, li, mask, K, mn, mx, s1, s2, cnt, nan, cs,
         bits = tl.load(p + off, mask=mask, other=0)
     else:
         bits = tl.load(p + off)
+    return _acc(bits, li, mask, K, mn, mx, s1, s2, cnt, nan, cs, KIND, IS_FLOAT, MASKED)
+
+
+@triton.jit
+def _acc(bits, li, mask, K, mn, mx, s1, s2, cnt, nan, cs,
+         KIND: tl.constexpr, IS_FLOAT: tl.constexpr, MASKED: tl.constexpr):
+    """Accumulates loaded ``bits`` whose logical indices are ``li``."""
     x = _decode(bits, KIND)
     if IS_FLOAT:
         fin = tl.abs(x) < float("inf")
@@ -133,8 +140,13 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
     end = tl.minimum(start + ctiles * BLOCK, n)
     nvalid = tl.maximum(end - start, 0)
     nfull = nvalid // BLOCK
-    # -- shift: the chunk's first element (0 when absent or not finite)
-    K = _decode(tl.load(p + start, mask=nvalid > 0, other=0), KIND).to(tl.float64)
+    # -- the shift (the chunk's first element; 0 when absent or not finite) and the first
+    # tile, loaded together: one wait for memory before the loop, not two
+    kbits = tl.load(p + start, mask=nvalid > 0, other=0)
+    ar = tl.arange(0, BLOCK)
+    idx = t0 * BLOCK + ar
+    bits = tl.load(p + idx, mask=idx < end, other=0)
+    K = _decode(kbits, KIND).to(tl.float64)
     if IS_FLOAT:
         K = tl.where(tl.abs(K) < float("inf"), K, 0.0)
     if IS_FLOAT and WIDTH < 8:
@@ -148,12 +160,13 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
     cnt = tl.zeros([BLOCK], tl.int32)
     nan = tl.zeros([BLOCK], tl.int32)
     cs = tl.zeros([BLOCK], tl.int64)
-    ar = tl.arange(0, BLOCK)
-    for i in range(0, nfull):
+    mn, mx, s1, s2, cnt, nan, cs = _acc(bits, idx, idx < end, K, mn, mx, s1, s2, cnt, nan, cs,
+                                        KIND, IS_FLOAT, True)
+    for i in range(1, nfull):
         idx = (t0 + i) * BLOCK + ar
         mn, mx, s1, s2, cnt, nan, cs = _tile(p, idx, idx < end, K, mn, mx, s1, s2, cnt, nan, cs,
                                              KIND, IS_FLOAT, False)
-    if nfull * BLOCK < nvalid:
+    if nfull >= 1 and nfull * BLOCK < nvalid:
         idx = (t0 + nfull) * BLOCK + ar
         mn, mx, s1, s2, cnt, nan, cs = _tile(p, idx, idx < end, K, mn, mx, s1, s2, cnt, nan, cs,
                                              KIND, IS_FLOAT, True)
@@ -191,41 +204,59 @@ def _finish(part, counters, out, k_total, pid, first, nprog, row, K, nvalid, cnt
         # program means relative to the first program's shift K0: d_p = (K_p - K0) + S1_p/n_p
         K0 = tl.load(pb + 1, cache_modifier=".cg")
         rs = tl.arange(0, RBLOCK)
-        Nv = tl.zeros([RBLOCK], tl.float64)
-        Dv = tl.zeros([RBLOCK], tl.float64)
-        mnv = tl.full([RBLOCK], float("inf"), tl.float64)
-        mxv = tl.full([RBLOCK], float("-inf"), tl.float64)
-        nanv = tl.zeros([RBLOCK], tl.float64)
-        infv = tl.zeros([RBLOCK], tl.float64)
-        csv = tl.zeros([RBLOCK], tl.int64)
-        for r0 in range(0, nprog, RBLOCK):
-            rr = r0 + rs
-            rm = rr < nprog
-            q9 = pb + rr * 9
-            cp = tl.load(q9 + 0, mask=rm, other=0.0, cache_modifier=".cg")
-            kp = tl.load(q9 + 1, mask=rm, other=0.0, cache_modifier=".cg")
-            s1p = tl.load(q9 + 2, mask=rm, other=0.0, cache_modifier=".cg")
-            Nv += cp
-            Dv += tl.where(cp > 0.0, cp * (kp - K0) + s1p, 0.0)
-            mnv = tl.minimum(mnv, tl.load(q9 + 4, mask=rm, other=float("inf"), cache_modifier=".cg"))
-            mxv = tl.maximum(mxv, tl.load(q9 + 5, mask=rm, other=float("-inf"), cache_modifier=".cg"))
-            nanv += tl.load(q9 + 6, mask=rm, other=0.0, cache_modifier=".cg")
-            infv += tl.load(q9 + 7, mask=rm, other=0.0, cache_modifier=".cg")
-            csv += tl.load(q9 + 8, mask=rm, other=0.0, cache_modifier=".cg").to(tl.int64, bitcast=True)
-        N = tl.sum(Nv, axis=0)
-        mu = tl.sum(Dv, axis=0) / tl.maximum(N, 1.0)  # mean - K0
-        M2v = tl.zeros([RBLOCK], tl.float64)
-        for r0 in range(0, nprog, RBLOCK):
-            rr = r0 + rs
-            rm = rr < nprog
-            q9 = pb + rr * 9
+        if nprog <= RBLOCK:
+            # one load of every partial; the M2 pass from registers
+            rm = rs < nprog
+            q9 = pb + rs * 9
             cp = tl.load(q9 + 0, mask=rm, other=0.0, cache_modifier=".cg")
             kp = tl.load(q9 + 1, mask=rm, other=0.0, cache_modifier=".cg")
             s1p = tl.load(q9 + 2, mask=rm, other=0.0, cache_modifier=".cg")
             m2p = tl.load(q9 + 3, mask=rm, other=0.0, cache_modifier=".cg")
+            mnv = tl.load(q9 + 4, mask=rm, other=float("inf"), cache_modifier=".cg")
+            mxv = tl.load(q9 + 5, mask=rm, other=float("-inf"), cache_modifier=".cg")
+            nanv = tl.load(q9 + 6, mask=rm, other=0.0, cache_modifier=".cg")
+            infv = tl.load(q9 + 7, mask=rm, other=0.0, cache_modifier=".cg")
+            csv = tl.load(q9 + 8, mask=rm, other=0.0, cache_modifier=".cg").to(tl.int64, bitcast=True)
+            N = tl.sum(cp, axis=0)
+            mu = tl.sum(tl.where(cp > 0.0, cp * (kp - K0) + s1p, 0.0), axis=0) / tl.maximum(N, 1.0)
             dm = (kp - K0) + s1p / tl.maximum(cp, 1.0) - mu
-            M2v += tl.where(cp > 0.0, m2p + cp * dm * dm, 0.0)
-        M2 = tl.sum(M2v, axis=0)
+            M2 = tl.sum(tl.where(cp > 0.0, m2p + cp * dm * dm, 0.0), axis=0)
+        else:
+            Nv = tl.zeros([RBLOCK], tl.float64)
+            Dv = tl.zeros([RBLOCK], tl.float64)
+            mnv = tl.full([RBLOCK], float("inf"), tl.float64)
+            mxv = tl.full([RBLOCK], float("-inf"), tl.float64)
+            nanv = tl.zeros([RBLOCK], tl.float64)
+            infv = tl.zeros([RBLOCK], tl.float64)
+            csv = tl.zeros([RBLOCK], tl.int64)
+            for r0 in range(0, nprog, RBLOCK):
+                rr = r0 + rs
+                rm = rr < nprog
+                q9 = pb + rr * 9
+                cp = tl.load(q9 + 0, mask=rm, other=0.0, cache_modifier=".cg")
+                kp = tl.load(q9 + 1, mask=rm, other=0.0, cache_modifier=".cg")
+                s1p = tl.load(q9 + 2, mask=rm, other=0.0, cache_modifier=".cg")
+                Nv += cp
+                Dv += tl.where(cp > 0.0, cp * (kp - K0) + s1p, 0.0)
+                mnv = tl.minimum(mnv, tl.load(q9 + 4, mask=rm, other=float("inf"), cache_modifier=".cg"))
+                mxv = tl.maximum(mxv, tl.load(q9 + 5, mask=rm, other=float("-inf"), cache_modifier=".cg"))
+                nanv += tl.load(q9 + 6, mask=rm, other=0.0, cache_modifier=".cg")
+                infv += tl.load(q9 + 7, mask=rm, other=0.0, cache_modifier=".cg")
+                csv += tl.load(q9 + 8, mask=rm, other=0.0, cache_modifier=".cg").to(tl.int64, bitcast=True)
+            N = tl.sum(Nv, axis=0)
+            mu = tl.sum(Dv, axis=0) / tl.maximum(N, 1.0)  # mean - K0
+            M2v = tl.zeros([RBLOCK], tl.float64)
+            for r0 in range(0, nprog, RBLOCK):
+                rr = r0 + rs
+                rm = rr < nprog
+                q9 = pb + rr * 9
+                cp = tl.load(q9 + 0, mask=rm, other=0.0, cache_modifier=".cg")
+                kp = tl.load(q9 + 1, mask=rm, other=0.0, cache_modifier=".cg")
+                s1p = tl.load(q9 + 2, mask=rm, other=0.0, cache_modifier=".cg")
+                m2p = tl.load(q9 + 3, mask=rm, other=0.0, cache_modifier=".cg")
+                dm = (kp - K0) + s1p / tl.maximum(cp, 1.0) - mu
+                M2v += tl.where(cp > 0.0, m2p + cp * dm * dm, 0.0)
+            M2 = tl.sum(M2v, axis=0)
         mean = K0 + mu
         none = N == 0.0
         mnf = tl.where(none, float("nan"), tl.min(mnv, axis=0))

@@ -1,0 +1,212 @@
+"""Device time of the stats kernels over one real step's launch sides, for kernel variants.
+
+    CXX=/usr/bin/g++ PYTHONPATH=. python3 benchmarks/stats_kernel_sides.py --model transformer \
+        [--variant name=path/to/kernels.py[:RBLOCK]] ... [--calls 20]
+
+Compiles the model at level stats (Python wrapper), records the tensors of every launch
+side its first call summarises (shapes, strides, dtypes, offsets: the stats kernels' real
+work, the strided views included), rebuilds them on fresh random storage, and times
+``fused_stats.summarize`` over all of them per step (torch.profiler, device time of the
+stats kernels), first with the package's own kernels, then with each variant module (a
+copy of ``runtime/fused_stats_kernels.py``). Prints per variant the device time per step,
+the bytes read per second, and whether min/max/absmax/nan/inf and the checksums are bit for
+bit those of the package's kernels (mean/std: the largest relative difference). CUDA only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from benchmarks.overhead_row import MODELS, build_model, quiet  # noqa: E402
+
+
+def record_sides(model_name: str, preset: str) -> list[list[tuple]]:
+    """The launch sides the first instrumented call summarises: per side, per tensor
+    ``(shape, stride, dtype, storage offset, storage elements)``."""
+    import torch
+
+    import aoti_debug
+    from aoti_debug.runtime import fused_stats as fs
+
+    sides: list[list[tuple]] = []
+    real = fs.summarize
+
+    def spy(tensors, *a, **k):
+        sides.append([(tuple(t.shape), tuple(t.stride()), t.dtype, t.storage_offset(),
+                       t.untyped_storage().nbytes() // t.element_size()) for t in tensors])
+        return real(tensors, *a, **k)
+
+    os.environ.setdefault("AOTI_DEBUG_DIR", tempfile.mkdtemp(prefix="aoti_debug_sides_"))
+    model, x, _ = build_model(model_name, preset, "cuda")
+    with torch.no_grad(), quiet():
+        aoti_debug.enable("stats")
+        fn = torch.compile(model)
+        fs.summarize = spy
+        try:
+            fn(x)
+            torch.cuda.synchronize()
+            aoti_debug.flush()
+        finally:
+            fs.summarize = real
+        aoti_debug.disable()
+    torch._dynamo.reset()
+    return sides
+
+
+def rebuild(sides: list[list[tuple]]) -> list[list]:
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    out = []
+    for side in sides:
+        ts = []
+        for shape, stride, dtype, offset, size in side:
+            if dtype.is_floating_point:
+                store = torch.randn(size, device="cuda", generator=g).to(dtype)
+            elif dtype == torch.bool:
+                store = torch.rand(size, device="cuda", generator=g) > 0.5
+            else:
+                store = torch.randint(-100, 100, (size,), device="cuda", generator=g).to(dtype)
+            ts.append(store.as_strided(shape, stride, offset))
+        out.append(ts)
+    return out
+
+
+def _package_settings() -> tuple[int, int, int]:
+    from aoti_debug.runtime import fused_stats as fs
+
+    return fs._RBLOCK, fs.PROGRAMS_PER_SM, fs.MIN_TILES
+
+
+#: The package's own RBLOCK, programs per SM and minimum tiles (a variant's defaults).
+_PACKAGE = _package_settings()
+
+
+def use_kernels(path: str | None, rblock: int | None = None, per_sm: int | None = None, min_tiles: int | None = None) -> None:
+    from aoti_debug.runtime import fused_stats as fs
+
+    if path is None:
+        from aoti_debug.runtime import fused_stats_kernels as mod
+    else:
+        name = "stats_variant_" + os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    fs._kernel()
+    fs._kernel_obj, fs._perm_kernel_obj = mod._stats_kernel, mod._stats_kernel_perm
+    fs._RBLOCK = rblock or _PACKAGE[0]
+    fs.PROGRAMS_PER_SM = per_sm or _PACKAGE[1]
+    fs.MIN_TILES = min_tiles or _PACKAGE[2]
+    fs._compiled.clear()
+    fs._sides.clear()
+
+
+def run(sides: list[list], out, calls: int) -> tuple[float, list]:
+    """Device ms per step of the stats kernels, and each side's packed rows."""
+    import torch
+
+    from aoti_debug.runtime import fused_stats as fs
+
+    def step():
+        for ts in sides:
+            fs.summarize(ts, into=(out, 0))
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    rows = []
+    for ts in sides:  # each side's rows, read back one side at a time
+        fs.summarize(ts, into=(out, 0))
+        s, c = fs.unpack(out)
+        rows.append((s[: len(ts)].clone(), c[: len(ts)].clone()))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            step()
+        torch.cuda.synchronize()
+    us = sum(e.device_time_total for e in prof.key_averages() if "_stats_kernel" in e.key) / calls
+    return us / 1e3, rows
+
+
+def per_side(sides: list[list], out, calls: int = 10) -> None:
+    """Each side's stats kernels alone: device us, MiB, GB/s, strided or not."""
+    import torch
+
+    from aoti_debug.runtime import fused_stats as fs
+
+    for i, ts in enumerate(sides):
+        for _ in range(2):
+            fs.summarize(ts, into=(out, 0))
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fs.summarize(ts, into=(out, 0))
+            torch.cuda.synchronize()
+        us = sum(e.device_time_total for e in prof.key_averages() if "_stats_kernel" in e.key) / calls
+        mib = sum(t.numel() * t.element_size() for t in ts) / 2**20
+        strided = sum(1 for t in ts if not t.is_contiguous())
+        print(f"  side {i:3d}: {len(ts)} tensors ({strided} strided) {mib:8.2f} MiB {us:8.1f} us "
+              f"{mib * 2**20 / max(us, 1e-9) / 1e3:6.0f} GB/s", flush=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=sorted(MODELS), default="transformer")
+    p.add_argument("--preset", choices=["full", "small", "tiny"], default="full")
+    p.add_argument("--variant", action="append", default=[],
+                   help="name=path of a kernels module[:RBLOCK[:programs per SM[:min tiles]]] (repeatable)")
+    p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--per-side", action="store_true", help="also time each side alone (package kernels)")
+    p.add_argument("--rounds", type=int, default=2, help="every variant this many times, alternating")
+    args = p.parse_args()
+    import torch
+
+    from aoti_debug.runtime import fused_stats as fs
+
+    if not torch.cuda.is_available():
+        print("stats_kernel_sides.py needs a CUDA device", file=sys.stderr)
+        return 2
+    recorded = record_sides(args.model, args.preset)
+    sides = rebuild(recorded)
+    nbytes = sum(t.numel() * t.element_size() for ts in sides for t in ts)
+    k = max(len(ts) for ts in sides)
+    out = torch.zeros(9 * (k + 8), dtype=torch.float64, device="cuda")
+    print(f"{args.model}: {len(sides)} sides, {sum(len(ts) for ts in sides)} tensors, {nbytes / 2**20:.1f} MiB a step; "
+          f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if args.per_side:
+        use_kernels(None, None)
+        per_side(sides, out)
+    variants = [("package", None, ())]
+    for v in args.variant:
+        name, rest = v.split("=", 1)
+        path, *nums = rest.split(":")
+        variants.append((name, path, tuple(int(n) for n in nums)))
+    ref = None
+    for r in range(args.rounds):
+        for name, path, nums in variants:
+            use_kernels(path, *nums)
+            ms, rows = run(sides, out, args.calls)
+            if ref is None:
+                ref = rows
+            exact = all(torch.equal(a[1], b[1]) and torch.equal(a[0][:, [0, 1, 4, 5, 6, 7]].nan_to_num(7.0),
+                                                                b[0][:, [0, 1, 4, 5, 6, 7]].nan_to_num(7.0))
+                        for a, b in zip(ref, rows))
+            regs = sorted({(c.name if hasattr(c, "name") else "?", getattr(c, "n_regs", -1), getattr(c, "n_spills", -1))
+                           for c in fs._compiled.values()})
+            rel = max(float(((a[0][:, 2:4] - b[0][:, 2:4]).abs() / b[0][:, 2:4].abs().clamp_min(1e-300))
+                            .nan_to_num(0.0).max()) for a, b in zip(ref, rows))
+            print(f"round {r} {name:<12} {ms:7.3f} ms/step  {nbytes / ms / 1e6:6.0f} GB/s  "
+                  f"exact fields {'same' if exact else 'DIFFER'}  mean/std rel diff {rel:.1e}  regs/spills {regs}", flush=True)
+    use_kernels(None, None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
