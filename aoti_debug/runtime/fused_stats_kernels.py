@@ -204,24 +204,13 @@ def _finish(part, counters, out, k_total, pid, first, nprog, row, K, nvalid, cnt
         # program means relative to the first program's shift K0: d_p = (K_p - K0) + S1_p/n_p
         K0 = tl.load(pb + 1, cache_modifier=".cg")
         rs = tl.arange(0, RBLOCK)
-        if nprog <= RBLOCK:
-            # one load of every partial; the M2 pass from registers
-            rm = rs < nprog
-            q9 = pb + rs * 9
-            cp = tl.load(q9 + 0, mask=rm, other=0.0, cache_modifier=".cg")
-            kp = tl.load(q9 + 1, mask=rm, other=0.0, cache_modifier=".cg")
-            s1p = tl.load(q9 + 2, mask=rm, other=0.0, cache_modifier=".cg")
-            m2p = tl.load(q9 + 3, mask=rm, other=0.0, cache_modifier=".cg")
-            mnv = tl.load(q9 + 4, mask=rm, other=float("inf"), cache_modifier=".cg")
-            mxv = tl.load(q9 + 5, mask=rm, other=float("-inf"), cache_modifier=".cg")
-            nanv = tl.load(q9 + 6, mask=rm, other=0.0, cache_modifier=".cg")
-            infv = tl.load(q9 + 7, mask=rm, other=0.0, cache_modifier=".cg")
-            csv = tl.load(q9 + 8, mask=rm, other=0.0, cache_modifier=".cg").to(tl.int64, bitcast=True)
+        if nprog <= RBLOCK:  # one load of every partial, the M2 pass from registers
+            cp, kp, s1p, m2p, mnv, mxv, nanv, infv, csv = _partials(pb, rs, nprog)
             N = tl.sum(cp, axis=0)
             mu = tl.sum(tl.where(cp > 0.0, cp * (kp - K0) + s1p, 0.0), axis=0) / tl.maximum(N, 1.0)
             dm = (kp - K0) + s1p / tl.maximum(cp, 1.0) - mu
             M2 = tl.sum(tl.where(cp > 0.0, m2p + cp * dm * dm, 0.0), axis=0)
-        else:
+        else:  # RBLOCK at a time: the mean, then M2 about it
             Nv = tl.zeros([RBLOCK], tl.float64)
             Dv = tl.zeros([RBLOCK], tl.float64)
             mnv = tl.full([RBLOCK], float("inf"), tl.float64)
@@ -230,30 +219,19 @@ def _finish(part, counters, out, k_total, pid, first, nprog, row, K, nvalid, cnt
             infv = tl.zeros([RBLOCK], tl.float64)
             csv = tl.zeros([RBLOCK], tl.int64)
             for r0 in range(0, nprog, RBLOCK):
-                rr = r0 + rs
-                rm = rr < nprog
-                q9 = pb + rr * 9
-                cp = tl.load(q9 + 0, mask=rm, other=0.0, cache_modifier=".cg")
-                kp = tl.load(q9 + 1, mask=rm, other=0.0, cache_modifier=".cg")
-                s1p = tl.load(q9 + 2, mask=rm, other=0.0, cache_modifier=".cg")
+                cp, kp, s1p, m2p, mnp, mxp, nanp, infp, csp = _partials(pb, r0 + rs, nprog)
                 Nv += cp
                 Dv += tl.where(cp > 0.0, cp * (kp - K0) + s1p, 0.0)
-                mnv = tl.minimum(mnv, tl.load(q9 + 4, mask=rm, other=float("inf"), cache_modifier=".cg"))
-                mxv = tl.maximum(mxv, tl.load(q9 + 5, mask=rm, other=float("-inf"), cache_modifier=".cg"))
-                nanv += tl.load(q9 + 6, mask=rm, other=0.0, cache_modifier=".cg")
-                infv += tl.load(q9 + 7, mask=rm, other=0.0, cache_modifier=".cg")
-                csv += tl.load(q9 + 8, mask=rm, other=0.0, cache_modifier=".cg").to(tl.int64, bitcast=True)
+                mnv = tl.minimum(mnv, mnp)
+                mxv = tl.maximum(mxv, mxp)
+                nanv += nanp
+                infv += infp
+                csv += csp
             N = tl.sum(Nv, axis=0)
             mu = tl.sum(Dv, axis=0) / tl.maximum(N, 1.0)  # mean - K0
             M2v = tl.zeros([RBLOCK], tl.float64)
             for r0 in range(0, nprog, RBLOCK):
-                rr = r0 + rs
-                rm = rr < nprog
-                q9 = pb + rr * 9
-                cp = tl.load(q9 + 0, mask=rm, other=0.0, cache_modifier=".cg")
-                kp = tl.load(q9 + 1, mask=rm, other=0.0, cache_modifier=".cg")
-                s1p = tl.load(q9 + 2, mask=rm, other=0.0, cache_modifier=".cg")
-                m2p = tl.load(q9 + 3, mask=rm, other=0.0, cache_modifier=".cg")
+                cp, kp, s1p, m2p, mnp, mxp, nanp, infp, csp = _partials(pb, r0 + rs, nprog)
                 dm = (kp - K0) + s1p / tl.maximum(cp, 1.0) - mu
                 M2v += tl.where(cp > 0.0, m2p + cp * dm * dm, 0.0)
             M2 = tl.sum(M2v, axis=0)
@@ -274,6 +252,25 @@ def _finish(part, counters, out, k_total, pid, first, nprog, row, K, nvalid, cnt
         tl.store(ob + 7, N)
         tl.store(out + k_total * 8 + row, tl.sum(csv, axis=0).to(tl.float64, bitcast=True))
         tl.store(counters + row, 0)  # ready for the next launch on this stream
+
+
+@triton.jit
+def _partials(pb, rr, nprog):
+    """The partials of programs ``rr`` of a tensor (those below ``nprog``; the others as
+    nothing): count, shift, sum, M2, min, max, nan, inf, checksum. ``.cg`` loads: from L2,
+    where the other programs' stores are (never a stale L1 line)."""
+    rm = rr < nprog
+    q9 = pb + rr * 9
+    cp = tl.load(q9 + 0, mask=rm, other=0.0, cache_modifier=".cg")
+    kp = tl.load(q9 + 1, mask=rm, other=0.0, cache_modifier=".cg")
+    s1p = tl.load(q9 + 2, mask=rm, other=0.0, cache_modifier=".cg")
+    m2p = tl.load(q9 + 3, mask=rm, other=0.0, cache_modifier=".cg")
+    mnp = tl.load(q9 + 4, mask=rm, other=float("inf"), cache_modifier=".cg")
+    mxp = tl.load(q9 + 5, mask=rm, other=float("-inf"), cache_modifier=".cg")
+    nanp = tl.load(q9 + 6, mask=rm, other=0.0, cache_modifier=".cg")
+    infp = tl.load(q9 + 7, mask=rm, other=0.0, cache_modifier=".cg")
+    csp = tl.load(q9 + 8, mask=rm, other=0.0, cache_modifier=".cg").to(tl.int64, bitcast=True)
+    return cp, kp, s1p, m2p, mnp, mxp, nanp, infp, csp
 
 
 #: A strided tensor's table row (int64): offset (units of VEC elements), numel, first
