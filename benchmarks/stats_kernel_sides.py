@@ -1,7 +1,7 @@
 """Device time of the stats kernels over one real step's launch sides, for kernel variants.
 
     CXX=/usr/bin/g++ PYTHONPATH=. python3 benchmarks/stats_kernel_sides.py --model transformer \
-        [--variant name=path/to/kernels.py[:RBLOCK]] ... [--calls 20]
+        [--per-side] [--variant NAME=PATH[:RBLOCK[:PER_SM[:MIN_TILES]]]] ... [--calls 20]
 
 Compiles the model at level stats (Python wrapper), records the tensors of every launch
 side its first call summarises (shapes, strides, dtypes, offsets: the stats kernels' real
@@ -127,12 +127,18 @@ def run(sides: list[list], out, calls: int) -> tuple[float, list]:
         fs.summarize(ts, into=(out, 0))
         s, c = fs.unpack(out)
         rows.append((s[: len(ts)].clone(), c[: len(ts)].clone()))
+    return device_us(step, calls) / 1e3, rows
+
+
+def device_us(fn, calls: int) -> float:
+    """Device time (us) of the stats kernels in one call of ``fn``, the mean of ``calls``."""
+    import torch
+
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
-            step()
+            fn()
         torch.cuda.synchronize()
-    us = sum(e.device_time_total for e in prof.key_averages() if "_stats_kernel" in e.key) / calls
-    return us / 1e3, rows
+    return sum(e.device_time_total for e in prof.key_averages() if "_stats_kernel" in e.key) / calls
 
 
 def per_side(sides: list[list], out, calls: int = 10) -> None:
@@ -145,11 +151,7 @@ def per_side(sides: list[list], out, calls: int = 10) -> None:
         for _ in range(2):
             fs.summarize(ts, into=(out, 0))
         torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                fs.summarize(ts, into=(out, 0))
-            torch.cuda.synchronize()
-        us = sum(e.device_time_total for e in prof.key_averages() if "_stats_kernel" in e.key) / calls
+        us = device_us(lambda ts=ts: fs.summarize(ts, into=(out, 0)), calls)
         mib = sum(t.numel() * t.element_size() for t in ts) / 2**20
         strided = sum(1 for t in ts if not t.is_contiguous())
         print(f"  side {i:3d}: {len(ts)} tensors ({strided} strided) {mib:8.2f} MiB {us:8.1f} us "
