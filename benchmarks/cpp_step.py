@@ -1,9 +1,10 @@
 """A cpp_wrapper step on the GPU and its device time by kind of kernel, one configuration per process.
 
-    python benchmarks/cpp_step.py --model transformer --mode base|stats [--blocks 6] [--steps 10]
+    python benchmarks/cpp_step.py --model transformer --mode base|stats [--no-reuse] [--blocks 6] [--steps 10]
 
 Compiles the model (``benchmarks/overhead_row.build_model``) with ``cpp_wrapper=True``,
-uninstrumented (``base``) or at level ``stats``, runs three warm-up steps, then
+uninstrumented (``base``) or at level ``stats`` (``--no-reuse``: every input read, none
+taken from its producer's record: ``aoti_debug.enable(reuse=False)``), runs three warm-up steps, then
 ``--blocks`` blocks of ``--steps`` steps in lockstep (each step ends when the device is
 done and, at ``stats``, its records are written: ``aoti_debug.flush()``) and prints the
 median of the blocks' median step. At ``stats`` it then profiles ten steps and prints
@@ -48,6 +49,7 @@ def main() -> int:
     p.add_argument("--mode", choices=["base", "stats"], default="stats")
     p.add_argument("--blocks", type=int, default=6)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--no-reuse", action="store_true", help="read every input, none taken from its producer")
     args = p.parse_args()
 
     import torch
@@ -81,14 +83,15 @@ def main() -> int:
 
     with torch.no_grad(), torch._inductor.config.patch(cpp_wrapper=True):
         if args.mode == "stats":
-            aoti_debug.enable("stats")
+            aoti_debug.enable("stats", reuse=not args.no_reuse)
         fn = torch.compile(model)
         for _ in range(3):
             fn(x)
         torch.cuda.synchronize()
         aoti_debug.flush()
         blocks = [block(fn) for _ in range(args.blocks)]
-        print(f"{source}, cpp_wrapper, {args.mode}, {torch.cuda.get_device_name()}, torch {torch.__version__}: "
+        mode = args.mode + (" (no reuse)" if args.no_reuse and args.mode != "base" else "")
+        print(f"{source}, cpp_wrapper, {mode}, {torch.cuda.get_device_name()}, torch {torch.__version__}: "
               f"{statistics.median(blocks):.3f} ms/step (blocks: {' '.join(f'{b:.2f}' for b in blocks)})")
         print("  step parts, median ms: " + ", ".join(f"{k} {statistics.median(v) * 1e3:.3f}" for k, v in parts.items()))
         if args.mode == "base":

@@ -1,10 +1,11 @@
 """A compiled GPT-2 stepped on CPU without pause: the median step of one configuration.
 
-    OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/cpu_loop.py [--level stats] [--wrapper cpp] [--repo DIR]
+    OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/cpu_loop.py [--level stats] [--wrapper cpp] [--no-reuse] [--repo DIR]
 
 GPT-2 from ``transformers`` (2 layers, random weights, as tests/real_models.py builds it)
 is compiled with ``torch.compile`` (``cpp_wrapper=True`` for ``--wrapper cpp``) at
-``--level`` (``base``: aoti_debug off), run once, then stepped ``--rounds`` x ``--steps``
+``--level`` (``base``: aoti_debug off; ``--no-reuse``: every input read, none taken
+from its producer's record), run once, then stepped ``--rounds`` x ``--steps``
 times, a new input each step (made before each round), each step ended by
 ``aoti_debug.flush()``; prints the median and mean step. Unlike ``overhead_cpu.py``, no
 other process takes turns with it: how a training loop steps. ``--repo DIR`` imports
@@ -30,6 +31,7 @@ def main() -> int:
     p.add_argument("--wrapper", default="cpp", choices=["cpp", "python"])
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--steps", type=int, default=50, help="steps a round")
+    p.add_argument("--no-reuse", action="store_true", help="read every input, none taken from its producer")
     p.add_argument("--repo", default=REPO, help="the checkout aoti_debug is imported from")
     args = p.parse_args()
     if args.rounds < 1 or args.steps < 1:
@@ -46,7 +48,7 @@ def main() -> int:
     torch.manual_seed(0)
     model = gpt2().module
     if args.level != "base":
-        aoti_debug.enable(args.level)
+        aoti_debug.enable(args.level, reuse=not args.no_reuse)
     times: list[float] = []
     with torch.no_grad(), torch._inductor.config.patch(cpp_wrapper=args.wrapper == "cpp"):
         f = torch.compile(model)
@@ -58,7 +60,8 @@ def main() -> int:
                 f(x)
                 aoti_debug.flush()
                 times.append(time.perf_counter() - t)
-    print(f"{args.wrapper} {args.level} ({args.repo}): median {statistics.median(times) * 1e3:.3f} ms, "
+    level = args.level + (" (no reuse)" if args.no_reuse and args.level != "base" else "")
+    print(f"{args.wrapper} {level} ({args.repo}): median {statistics.median(times) * 1e3:.3f} ms, "
           f"mean {statistics.mean(times) * 1e3:.3f} ms over {len(times)} steps")
     return 0
 

@@ -363,6 +363,29 @@ def test_inputs_linked_to_their_producer_hold_what_it_wrote(builder, model):
     assert checked >= len(links), (checked, len(links))
 
 
+@pytest.mark.parametrize("model,wrapper", [
+    pytest.param(m, w, marks=() if m in FAST_MODELS else (pytest.mark.slow,), id=f"{m}-{w}")
+    for m in BUILDERS for w in ("cpp", "aoti")])
+def test_cpp_inputs_taken_from_their_producers_equal_the_values_read(builder, model, wrapper):
+    """The C++ runtime gives an input that codegen linked to its producer the stats that
+    launch's after record got in this call (``Record.reused``; records.h) instead of reading
+    it. Each such record equals, exactly, the Python wrapper's record of the same value,
+    which its runtime read on CPU."""
+    py = builder.get(model, "python", "stats")
+    d = builder.get(model, wrapper, "stats")
+    taken = [r for r in records(d.a) if r["kind"] == "tensor" and r.get("reused") is not None]
+    inputs = sum(1 for r in records(d.a) if r["kind"] == "tensor" and r["phase"] == "before"
+                 and r["arg"].startswith("buf") and not r.get("uninitialised"))
+    print(f"\n[{model} {wrapper}] {len(taken)} of {inputs} intermediate input records taken from their producer")
+    assert len(taken) >= inputs // 4, f"only {len(taken)} of {inputs} intermediate inputs taken from a producer"
+    result = aoti_debug.diff(py.a, d.a)
+    paired = {(rc.b.launch, rc.b.arg, rc.b.phase): rc for rc in result.records if rc.b is not None}
+    for r in taken:
+        rc = paired.get((r["launch"], r["arg"], r["phase"]))
+        assert rc is not None and rc.a is not None, f"taken record not paired with the Python wrapper's: {r}"
+        assert rc.b.reused == r["reused"] and (rc.a.checksum, rc.a.stats) == (rc.b.checksum, rc.b.stats), (str(rc), r)
+
+
 @pytest.mark.parametrize("model,wrapper,level", COMBOS)
 def test_identical_runs_diff_equal(builder, model, wrapper, level):
     d = builder.get(model, wrapper, level)

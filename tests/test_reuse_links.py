@@ -53,21 +53,26 @@ def _links(between: list[str], level: str = "stats", reuse: bool = True, cpp: bo
 
 def test_an_output_read_next_is_linked():
     assert _links([]) == ((0, 0), ())
+    assert _links([], cpp=True) == ((0, 0), ())  # the C++ runtime takes them too (records.h)
     assert _links(["del arg0_1", "buf1 = empty_strided_cuda((16,), (1,), torch.float32)",
                    "# Topologically Sorted Source Nodes: [buf0]"]) == ((0, 0), ())
+    assert _links(["arg0_1.reset();", "// Topologically Sorted Source Nodes: [buf0]",
+                   "auto buf9 = std::move(buf7);  // reuse"], cpp=True) == ((0, 0), ())
 
 
 def test_a_line_outside_a_launch_naming_the_storage_breaks_the_link():
     for line in ("buf0.copy_(arg2_1)", "torch.ops._c10d_functional.all_reduce_(buf0, 'sum', '0')",
                  "buf0.zero_()", "buf2 = buf0"):
         assert _links([line]) == ((), ()), line
+    for line in ("AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_copy_(buf0, arg2_1, 0));",
+                 "auto buf2 = std::move(buf0);", "buf0.reset(); buf0 = buf3;"):
+        assert _links([line], cpp=True) == ((), ()), line
 
 
 def test_no_link_where_reuse_is_off_or_the_level_reads_no_ring():
     assert _links([], reuse=False) == ((), ())
     for level in ("save", "names"):
         assert _links([], level=level) == ((), ()), level
-    assert _links([], cpp=True) == ((), ())  # the C++ runtime reads every input
 
 
 def test_an_uninstrumented_producer_is_no_link():

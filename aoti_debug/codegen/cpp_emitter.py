@@ -97,9 +97,11 @@ def call_end_line(wrapper) -> str | None:
     return f"::{cpp_runtime.NAMESPACE}::call_end();"
 
 
-def _arg_literal(a: LaunchArg, index: int) -> str:
+def _arg_literal(a: LaunchArg, index: int, phase: str) -> str:
     fields = [*(cpp_string(x) for x in (a.name, a.role, a.kind, a.expr)), str(index),
               "1" if a.uninitialised else "0", cpp_string(a.volatile_reason(a.name) or "")]
+    if a.reuse and phase == "before":  # (Arg's last two fields: no link by default)
+        fields += [str(int(a.reuse[0])), str(int(a.reuse[1]))]
     return "{" + ", ".join(fields) + "}"
 
 
@@ -168,7 +170,7 @@ def site_line(manager, launch: Launch, phase: str, wrapper=None) -> str:
     ns = NS_PREFIX
     parts = ["{"]
     if args:
-        literals = ", ".join(_arg_literal(a, i) for a, i in zip(args, python_indices(args)))
+        literals = ", ".join(_arg_literal(a, i, phase) for a, i in zip(args, python_indices(args)))
         parts.append(f"static constexpr {ns}::Arg aoti_debug_args[] = {{{literals}}};")
     fields = [
         cpp_string(launch.graph),

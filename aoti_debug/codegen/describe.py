@@ -246,7 +246,24 @@ def _ref(node) -> str:
 def _tensor_arg(node, role: str) -> LaunchArg:
     expr = _ref(node)
     return LaunchArg(name=_ir_name(node) or base_name(expr), expr=expr, role=role, kind="tensor",
-                     dtype=str(node.get_dtype()).replace("torch.", "") if hasattr(node, "get_dtype") else None)
+                     dtype=str(node.get_dtype()).replace("torch.", "") if hasattr(node, "get_dtype") else None,
+                     layout=_static_layout(node))
+
+
+def _static_layout(node) -> tuple:
+    """``LaunchArg.layout`` of an IR node: a buffer or a view of one (``ReinterpretView``:
+    the buffer it reinterprets, in the buffer's dtype), with static sizes, strides and
+    offset; ``()`` otherwise."""
+    try:
+        from torch._inductor.virtualized import V
+
+        layout, buffer = node.get_layout(), node.get_name()
+        if layout.dtype != V.graph.get_buffer(buffer).get_dtype():
+            return ()  # a bitcast view: other elements than the buffer's
+        return (str(buffer), tuple(int(v) for v in layout.size), tuple(int(v) for v in layout.stride),
+                int(layout.offset))
+    except Exception:  # no layout, no such buffer, a symbolic size (int() raises)
+        return ()
 
 
 def extern_out_launch(wrapper, node, *a, **k) -> Launch:

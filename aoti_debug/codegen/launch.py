@@ -45,6 +45,10 @@ class LaunchArg:
     reuse: tuple[int, int] = ()
     """``(site, position among its after args)`` of the earlier instrumented launch whose
     output this input is, unchanged (set by the manager; ``SiteArg.reuse``)."""
+    layout: tuple = ()
+    """``(buffer, sizes, strides, offset)`` of a tensor as Inductor's IR lays it out, where
+    all are static (``describe``): what the manager compares where ``expr`` is a C++ view,
+    whose sizes are named arrays; ``()``: not known."""
 
     def volatile_reason(self, name: str) -> str | None:
         """The reason recorded for ``name`` (this arg or one element of it), if volatile."""

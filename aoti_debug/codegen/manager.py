@@ -15,6 +15,12 @@ from ..config import CompileSettings
 from .launch import Launch, LaunchArg, base_name
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Wrapper lines that only name buffers (comments, deletions, the reuse and alias lines
+#: whose storage the manager follows), in Python and in C++ (``buf3.reset();``,
+#: ``auto buf5 = std::move(buf2);  // reuse``): no write between a producer and its reader.
+_NAMES_ONLY = ("#", "del ", "//")
+_NAMES_ONLY_END = ("# reuse", "# alias", "// reuse", "// alias")
+_RESET = re.compile(r"[A-Za-z_]\w*\.reset\(\);")
 #: The levels whose records of CUDA tensors come from the device ring, where an input's
 #: record may take its producer's stats (``SiteArg.reuse``).
 REUSE_LEVELS = ("stats", "print")
@@ -40,7 +46,7 @@ class Manager:
         self.producers: dict[str, dict[str, tuple[int, int]]] = {}
         """Storage -> {expression -> (site, position among its after args)}: the values an
         instrumented launch wrote that no launch, and no line outside one, touched since
-        (``SiteArg.reuse``; the Python wrapper only, at ``REUSE_LEVELS``)."""
+        (``SiteArg.reuse``, at ``REUSE_LEVELS``)."""
         self.reuse_of: dict[str, str] = {}
         """Buffer name -> the buffer whose memory it reuses from its start (``ReuseLine``)."""
         self._mark: tuple[int, int] = (0, 0)
@@ -150,27 +156,36 @@ class Manager:
         """``a`` with its producer, where it is an input that an earlier instrumented
         launch's output is: the same expression of the same storage, or another view of
         the same elements in the same order (both contiguous from one offset, as
-        ``reinterpret_tensor(buf3, (24, 64), (64, 1), 0)`` of a ``(2, 12, 64)`` ``buf3``):
-        the same stats and checksum (which weighs each element by its logical index)."""
+        ``reinterpret_tensor(buf3, (24, 64), (64, 1), 0)`` of a ``(2, 12, 64)`` ``buf3``,
+        read from the expression or, for a C++ view whose sizes are named arrays, from the
+        IR's layout): the same stats and checksum (which weighs each element by its
+        logical index)."""
         if not a.before or a.uninitialised or a.kind not in ("tensor", "unknown"):
             return a
         made = self.producers.get(self.root(a.name))
         if not made:
             return a
-        spelled = _spelled(a.expr)
-        found = made.get(spelled)
+        found = made.get(_spelled(a.expr))
         if found is None:
-            span = _contiguous_span(spelled, self._start)
+            span = self._span(a.expr, a.layout)
             if span is not None:
-                found = next((p for expr, p in made.items() if _contiguous_span(expr, self._start) == span), None)
-        return dataclasses.replace(a, reuse=found) if found is not None else a
+                found = next((p for expr, p in made.items() if self._span(expr, p[2]) == span), None)
+        return dataclasses.replace(a, reuse=found[:2]) if found is not None else a
+
+    def _span(self, expr: str, layout: tuple) -> tuple[str, int, int] | None:
+        """``_contiguous_span`` of ``expr``, else of its IR ``layout`` (``LaunchArg.layout``)."""
+        span = _contiguous_span(_spelled(expr), self._start)
+        if span is None and layout:
+            span = _contiguous(*layout, self._start)
+        return span
 
     def _produced(self, launch: Launch) -> None:
         """Keep the tensors an instrumented launch wrote as producers (after its lines)."""
         after = [a for a in launch.args if a.after]
         for i, a in enumerate(after):
             if a.kind in ("tensor", "unknown") and "#" not in a.name:
-                self.producers.setdefault(self.root(a.name), {}).setdefault(_spelled(a.expr), (launch.site, i))
+                self.producers.setdefault(self.root(a.name), {}).setdefault(_spelled(a.expr),
+                                                                            (launch.site, i, a.layout))
 
     def lines_written(self, code, phase: str) -> None:
         """Called as a launch's line is written out (``wrapper_lines``): before a launch,
@@ -192,7 +207,7 @@ class Manager:
             return
         for line in lines[start:]:
             text = str(getattr(line, "line", line)).strip()
-            if text.startswith(("#", "del ")) or text.endswith(("# reuse", "# alias")):
+            if text.startswith(_NAMES_ONLY) or text.endswith(_NAMES_ONLY_END) or _RESET.fullmatch(text):
                 continue  # (names only: the storage tracking follows reuse and alias lines)
             for name in _NAME.findall(text):
                 self.producers.pop(self.root(name), None)
@@ -203,16 +218,19 @@ class Manager:
             self.mark_written(launch)
         if not self.matches(launch):
             return []
+        lines = self._emit(wrapper, launch, phase, cpp)
+        if phase == "after" and self.reuses and launch.site >= 0:
+            self._produced(launch)
+        return lines
+
+    def _emit(self, wrapper, launch: Launch, phase: str, cpp: bool) -> list[str]:
         if cpp:
             from . import cpp_emitter
 
             return cpp_emitter.emit(self, wrapper, launch, phase)
         from . import python_emitter
 
-        lines = python_emitter.emit(self, wrapper, launch, phase)
-        if phase == "after" and self.reuses and launch.site >= 0:
-            self._produced(launch)
-        return lines
+        return python_emitter.emit(self, wrapper, launch, phase)
 
 
 def _spelled(expr: str) -> str:
@@ -244,6 +262,11 @@ def _contiguous_span(expr: str, start) -> tuple[str, int, int] | None:
             return None
     except (SyntaxError, ValueError, TypeError):
         return None
+    return _contiguous(name, size, stride, offset, start)
+
+
+def _contiguous(name: str, size, stride, offset, start) -> tuple[str, int, int] | None:
+    """``_contiguous_span`` of ``name`` viewed with ``size``, ``stride`` and ``offset``."""
     if not (isinstance(size, tuple) and isinstance(stride, tuple) and len(size) == len(stride) and
             all(type(v) is int for v in (*size, *stride, offset))):
         return None

@@ -247,6 +247,34 @@ def test_inputs_taken_from_their_producers_equal_reading_them(tmp_path, monkeypa
     assert calls[0] != calls[1]
 
 
+@pytest.mark.parametrize("name,level", [("transformer", "stats"), ("resnet", "stats"), ("transformer", "print")])
+def test_cpp_wrapper_inputs_taken_from_their_producers_equal_reading_them(tmp_path, name, level):
+    """The C++ runtime (cpp_wrapper) gives each linked input the stats its producer's after
+    record got in this call (a ring row at stats, the summary at print: records.h) instead
+    of reading it: bit for bit what a compile without links (``reuse=False``) reads, call
+    by call, on the same inputs; and the links are there (more than five taken a call)."""
+    model, (a, b) = _linked_model(name)
+    per_run, taken = [], []
+    for reuse in (True, False):
+        root = str(tmp_path / f"cpp-{name}-{level}-{reuse}")
+        torch._dynamo.reset()
+        with torch.no_grad(), aoti_debug.enabled(level=level, dump_dir=root, reuse=reuse), \
+                torch._inductor.config.patch(cpp_wrapper=True):
+            fn = torch.compile(model)
+            for x in (a, b, a):
+                fn(x)
+        torch.cuda.synchronize()
+        aoti_debug.flush()
+        recs = records(only_run(root))
+        assert {r["wrapper"] for r in recs} == {"cpp"}, {r["wrapper"] for r in recs}
+        per_run.append(_per_call(recs, 3))
+        taken.append(sum(1 for r in recs if r.get("reused") is not None))
+    assert taken[0] > 15 and taken[1] == 0, taken
+    for with_links, reading in zip(*per_run):
+        _same(with_links, reading)
+    assert per_run[0][0] != per_run[0][1]
+
+
 def test_express_launches_follow_a_new_session(tmp_path, monkeypatch):
     """A launch whose sides are planned goes straight to its plans (``_express_launch``)
     in the session it was planned in; in the next session (a new run) its plans serve

@@ -60,7 +60,8 @@ struct Segment {
   cu::Handle event = nullptr, stream = nullptr;
   uint32_t used = 0;
   uint64_t tab_used = 0;
-  int64_t sides = 0;    // queued sides that read it
+  int64_t sides = 0;    // queued sides that read it (and a side that takes rows of it, while made)
+  uint64_t fills = 0;   // how often it was taken to be filled: a row is the same row only in one fill
   std::string after;    // the kernel after which its first stats kernel was queued
   std::string error;    // kDone: why its results are not there ("" when they are)
 };
@@ -79,6 +80,7 @@ struct Ring {
 struct QueuedHole {
   size_t stats_at, checksum_at, end_at;
   uint32_t row;
+  bool taken = false;  // a row of the side's `taken` segment (an input's producer's), not of `segment`
 };
 
 // One launch side's manifest lines, waiting for the results of `segment` (a Segment of
@@ -88,6 +90,7 @@ struct QueuedSide {
   std::vector<QueuedHole> holes;
   void* segment = nullptr;
   void* owner = nullptr;  // its DeviceStats
+  void* taken = nullptr;  // an earlier segment whose rows some of its inputs take (records.h's links), or null
 };
 
 // Sides queued for the manifest, in record order. Shared by every runtime copy of the
@@ -241,12 +244,13 @@ bool settle(Shared& S, DeviceStats& D, Segment& g, bool wait) {
 }
 
 // A queued side's lines with its results filled in (or, for a failed segment, no stats
-// and the error).
-std::string filled(const QueuedSide& q, const Segment& g) {
+// and the error); a hole marked `taken` from `taken`'s rows.
+std::string filled(const QueuedSide& q, const Segment& own, const Segment* taken) {
   std::string o;
   o.reserve(q.lines.size() + q.holes.size() * 200);
   size_t at = 0;
   for (const QueuedHole& h : q.holes) {
+    const Segment& g = h.taken && taken ? *taken : own;
     o.append(q.lines, at, h.stats_at - at);
     if (g.error.empty()) {
       uint64_t checksum;
@@ -274,6 +278,17 @@ std::string filled(const QueuedSide& q, const Segment& g) {
   return o;
 }
 
+// One reader of `g` less (a queued side written, or a side that took none of its rows):
+// the last one frees it for the next fill.
+void unpin(Segment& g) {
+  if (--g.sides == 0 && g.state == Segment::kDone) {
+    g.state = Segment::kFree;
+    g.used = 0;
+    g.tab_used = 0;
+    g.error.clear();
+  }
+}
+
 // Writes the first queued side if it can be (or appends its lines to `batch`, for the
 // caller to write): false when it waits for its segment (and `wait` is false). Caller
 // holds S.mu.
@@ -283,20 +298,21 @@ bool drain_one(Shared& S, bool wait, std::string* batch = nullptr) {
   QueuedSide& q = Q.sides.front();
   if (q.segment) {
     Segment& g = *static_cast<Segment*>(q.segment);
+    Segment* t = static_cast<Segment*>(q.taken);
     DeviceStats& D = *static_cast<DeviceStats*>(q.owner);
-    if (g.state == Segment::kFilling) {
-      if (!wait) return false;
-      ship(S, D, g);
+    for (Segment* each : {t, &g}) {  // (the taken one was shipped first)
+      if (!each) continue;
+      if (each->state == Segment::kFilling) {
+        if (!wait) return false;
+        ship(S, D, *each);
+      }
+      if (!settle(S, D, *each, wait)) return false;
     }
-    if (!settle(S, D, g, wait)) return false;
-    q.lines = filled(q, g);  // (std::bad_alloc: nothing changed)
+    q.lines = filled(q, g, t);  // (std::bad_alloc: nothing changed)
     q.holes.clear();
-    q.segment = nullptr;
-    if (--g.sides == 0) {
-      g.state = Segment::kFree;
-      g.used = 0;
-      g.tab_used = 0;
-      g.error.clear();
+    q.segment = q.taken = nullptr;
+    for (Segment* each : {t, &g}) {
+      if (each) unpin(*each);
     }
   }
   if (batch) {
@@ -378,6 +394,7 @@ Segment* take_rows(Shared& S, DeviceStats& D, Ring& R, cu::Handle stream, const 
   }
   if (n.state != Segment::kFree || D.broken) return nullptr;
   n.state = Segment::kFilling;
+  n.fills += 1;
   n.stream = stream;
   n.after = after;
   R.current = next;

@@ -580,9 +580,11 @@ struct Deferred {
 // The summaries of the CUDA tensors among `v` (one launch side) that the device computes:
 // `done[i]` is 1 where `out[i]` holds one, 2 where it comes later, from row
 // `deferred.rows[i]` of `deferred.segment` (with `defer`: level stats, records queued).
+// `skip[i]` (where given): not this one (an input taken from its producer: records.h).
 // Caller holds S.mu. Never throws.
 void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, const char* phase, const DeviceOps* dev,
-                      std::vector<Summary>& out, std::vector<char>& done, bool defer, Deferred& deferred) {
+                      std::vector<Summary>& out, std::vector<char>& done, bool defer, Deferred& deferred,
+                      const std::vector<char>* skip = nullptr) {
   if (!dev || !dev->current_stream || (!dev->stats_pack && !(dev->stats_pack_file && *dev->stats_pack_file))) return;
   DeviceStats& D = device_stats();
   if (D.broken || D.off) return;
@@ -594,7 +596,7 @@ void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, con
     LoadedPack* lp = nullptr;
     int32_t device = -1;
     for (size_t i = 0; i < n; ++i) {
-      if (v[i].kind() != Value::kTensor || (before && site.args[i].uninitialised)) continue;
+      if (v[i].kind() != Value::kTensor || (before && site.args[i].uninitialised) || (skip && (*skip)[i])) continue;
       HostTensor t;
       if (!describe(v[i].handle(), t).empty() || t.device_type != kDeviceCuda) continue;
       if (!D.tried) {

@@ -199,8 +199,10 @@ void entry_call_end(Graph* graph) noexcept {
   Shared& S = shared();
   std::lock_guard<std::mutex> guard(S.mu);
   try {
-    graph_local(*graph).ends_calls = true;
+    Local& L = graph_local(*graph);
+    L.ends_calls = true;
 #if AOTI_DEBUG_WITH_RECORDS
+    links_of(L).call += 1;  // what its launches made is this call's no more
     write_held(S);
 #endif
   } catch (...) {  // std::bad_alloc making the graph's state: its sides write at once

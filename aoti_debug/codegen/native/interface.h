@@ -26,6 +26,11 @@ struct Arg {
   int index;         // position among this phase's values as the Python runtime counts them
   int uninitialised;         // before a launch: no earlier launch wrote its storage (metadata only)
   const char* volatile_why;  // nondeterministic by contract (an RNG seed): why, or "" if not
+  // Before a launch: the earlier launch of this wrapper whose output this input is,
+  // unchanged (manager.py's SiteArg.reuse): its site number and the value's position among
+  // that site's after args; the record takes that one's stats (records.h). -1: none.
+  int reuse_site = -1;
+  int reuse_at = -1;
 };
 
 struct Site {

@@ -107,8 +107,10 @@ std::string save_values(Shared& S, const Site& site, const Arg& a, const char* p
 // `on_device`: the tensor's stats computed on the device (device_stats.h), or null;
 // `hole`: they come later (level stats, device_stats.h's ring): where they go in the
 // record's text is noted there instead.
+// `made` (where given): set to the stats recorded, if any (`*have` then true).
 void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase, AtenTensorHandle h,
-                   const DeviceOps* dev, JsonObject& rec, const Summary* on_device, QueuedHole* hole = nullptr) {
+                   const DeviceOps* dev, JsonObject& rec, const Summary* on_device, QueuedHole* hole = nullptr,
+                   Summary* made = nullptr, bool* have = nullptr) {
   namespace R = schema::rec;
   HostTensor t;
   std::string err;
@@ -128,6 +130,10 @@ void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase,
   if (on_device) sm = *on_device;
   bool have_stats = err.empty() && (on_device || (t.data && summarize(t.data, t.numel, t.dtype, sm)));
   if (err.empty() && !have_stats) err = "stats: unsupported dtype";
+  if (made && have_stats) {
+    *made = sm;
+    *have = true;
+  }
   std::string content_key;
   if (have_stats) {
     std::string& o = rec.value(R::kStats);  // the record's text, appended to in place
@@ -242,8 +248,59 @@ const std::vector<std::string>& site_texts(Local& L, const Site& site, const cha
   return t;
 }
 
+// ---- inputs taken from their producers' records (Arg::reuse_site; manager.py's links)
+// What the after records of a launch got, per value, for the inputs of later launches of
+// the same graph call that codegen linked to them: its summary (computed on the host, or
+// on the device at level print) or its row of a device-ring segment (level stats), the
+// row only while that segment is in the same fill.
+struct Made {
+  enum Kind : uint8_t { kNone, kSummary, kRow };
+  Kind kind = kNone;
+  uint32_t row = 0;
+  Segment* seg = nullptr;
+  uint64_t fill = 0;
+  DeviceStats* owner = nullptr;
+  Summary sm;
+};
+
+struct MadeSide {
+  uint64_t call = ~uint64_t{0};  // the graph call it was made in (none yet)
+  std::vector<Made> values;
+};
+
+// Per thread (two threads may run one wrapper at once: AOTInductor's model container)
+// and graph: the number of its calls that ended on this thread (entry_call_end), and per
+// site number what its after side made in the current call.
+struct Links {
+  uint64_t call = 0;
+  std::vector<MadeSide> sites;
+};
+
+Links& links_of(const Local& L) {
+  thread_local std::map<const Local*, Links> all;
+  return all[&L];
+}
+
+// What `a` (an input of a launch side) takes from its producer in this call, or null
+// (no link, the producer's record not made in this call or not summarised, its row's
+// segment filled anew since).
+const Made* producer_made(const Links& k, const Arg& a) {
+  if (a.reuse_site < 0 || a.reuse_at < 0 || static_cast<size_t>(a.reuse_site) >= k.sites.size()) return nullptr;
+  const MadeSide& ms = k.sites[static_cast<size_t>(a.reuse_site)];
+  if (ms.call != k.call || static_cast<size_t>(a.reuse_at) >= ms.values.size()) return nullptr;
+  const Made& m = ms.values[static_cast<size_t>(a.reuse_at)];
+  if (m.kind == Made::kNone) return nullptr;
+  if (m.kind == Made::kRow && (m.seg->fills != m.fill || m.seg->state == Segment::kFree)) return nullptr;
+  return &m;
+}
+
 // Caller holds S.mu; the run is open. The records go to the manifest, or one line each
-// (no newline) into `lines_out` where given (the flight recorder: flight.h).
+// (no newline) into `lines_out` where given (the flight recorder: flight.h). At levels
+// stats and print an input linked to its producer (Arg::reuse_site) takes the stats that
+// launch's after record got in this call (its summary, or its ring row: the side's rows
+// may then be in two segments, its own and the producer's, kept from reuse until the
+// side is written), and says so ("reused"); outside the flight recorder, whose sides are
+// judged as they are made.
 void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t count, const char* phase,
                  const std::string& label, const DeviceOps* dev, std::vector<std::string>* lines_out = nullptr) {
   namespace R = schema::rec;
@@ -258,7 +315,47 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
   std::vector<char> done;
   Deferred deferred;
   const bool defer = site.level == schema::kStats && !lines_out;
-  if (site.level != schema::kSave) device_summaries(S, site, v, n, phase, dev, on_device, done, defer, deferred);
+  const bool before = std::strcmp(phase, "before") == 0;
+  Links* links = !lines_out && site.id >= 0 && (site.level == schema::kStats || site.level == schema::kPrint)
+                     ? &links_of(L) : nullptr;
+  std::vector<const Made*> take;  // per value: what it takes from its producer, or null
+  std::vector<char> taken;        // (device_summaries' mask)
+  struct Pin {  // the one producer's segment whose rows this side takes: not reused meanwhile
+    Segment* g = nullptr;
+    DeviceStats* owner = nullptr;
+    ~Pin() {
+      if (g) unpin(*g);  // (a queued side holds it by then)
+    }
+  } pin;
+  if (links && before) {
+    const size_t id = static_cast<size_t>(site.id);
+    if (id < links->sites.size()) links->sites[id].call = ~uint64_t{0};  // its after side makes them anew
+    for (size_t i = 0; i < n; ++i) {
+      const Made* m = site.args[i].reuse_site >= 0 && v[i].kind() == Value::kTensor
+                          ? producer_made(*links, site.args[i]) : nullptr;
+      if (!m) continue;
+      if (m->kind == Made::kRow) {
+        if (pin.g && pin.g != m->seg) continue;  // rows of one earlier segment a side: this one is read
+        if (!pin.g) {
+          m->seg->sides += 1;
+          pin.g = m->seg;
+          pin.owner = m->owner;
+        }
+      }
+      take.resize(n, nullptr);
+      taken.resize(n, 0);
+      take[i] = m;
+      taken[i] = 1;
+    }
+  }
+  if (site.level != schema::kSave) {
+    device_summaries(S, site, v, n, phase, dev, on_device, done, defer, deferred, taken.empty() ? nullptr : &taken);
+  }
+  if (!take.empty()) {
+    on_device.resize(n);
+    done.resize(n, 0);
+    deferred.rows.resize(n, 0);
+  }
   // The model may run on a stream of its own (AOTI's run(stream)); the shim's copy runs
   // on the current one: wait for the device before reading any of its tensors.
   for (size_t i = 0; dev && dev->synchronize && i < n; ++i) {
@@ -280,6 +377,17 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
   lines.clear();
   if (!lines_out) lines.reserve(512 * n);
   std::vector<QueuedHole> holes;
+  // The rows taken from the pinned segment are the side's own segment's where it has none other.
+  Segment* pinned = pin.g;
+  Segment* own = deferred.segment ? deferred.segment : pinned;
+  MadeSide* made = nullptr;
+  if (links && !before) {
+    const size_t id = static_cast<size_t>(site.id);
+    if (id >= links->sites.size()) links->sites.resize(id + 1);
+    made = &links->sites[id];
+    made->call = links->call;
+    made->values.assign(n, Made());
+  }
   for (size_t i = 0; i < n; ++i) {
     const Arg& a = site.args[i];
     S.seq += 1;
@@ -287,10 +395,24 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
     rec.num(R::kSeq, S.seq).num(R::kLaunch, tl_launch).fields(texts[0]).num(R::kKernelCall, tl_call);
     rec.fields(texts[1 + i]);
     if (v[i].kind() == Value::kTensor) {
+      const Made* m = i < take.size() ? take[i] : nullptr;
+      if (m) rec.num(R::kReused, a.reuse_site);
       const bool later = i < done.size() && done[i] == 2;
-      const Summary* sm = i < done.size() && done[i] == 1 ? &on_device[i] : nullptr;
-      QueuedHole hole{std::string::npos, 0, 0, later ? deferred.rows[i] : 0};
-      record_tensor(S, site, a, phase, v[i].handle(), dev, rec, sm, later ? &hole : nullptr);
+      const bool from_row = m && m->kind == Made::kRow;
+      const Summary* sm = m && !from_row ? &m->sm : i < done.size() && done[i] == 1 ? &on_device[i] : nullptr;
+      QueuedHole hole{std::string::npos, 0, 0, from_row ? m->row : later ? deferred.rows[i] : 0};
+      hole.taken = from_row && own != pinned;
+      Summary kept;
+      bool have = false;
+      record_tensor(S, site, a, phase, v[i].handle(), dev, rec, sm, later || from_row ? &hole : nullptr,
+                    made ? &kept : nullptr, &have);
+      if (made && later && hole.stats_at != std::string::npos) {
+        made->values[i] = Made{Made::kRow, deferred.rows[i], deferred.segment, deferred.segment->fills,
+                               deferred.owner, Summary()};
+      } else if (made && have) {
+        made->values[i].kind = Made::kSummary;
+        made->values[i].sm = kept;
+      }
       if (hole.stats_at != std::string::npos) {  // offsets in the record's text -> in the side's lines
         hole.stats_at += lines.size();
         hole.checksum_at += lines.size();
@@ -320,9 +442,13 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
   q.lines = lines;
   if (!holes.empty()) {
     q.holes = std::move(holes);
-    q.segment = deferred.segment;
-    q.owner = deferred.owner;
-    deferred.segment->sides += 1;
+    q.segment = own;
+    q.owner = deferred.segment ? deferred.owner : pin.owner;
+    own->sides += 1;
+    if (own != pinned && pinned) {
+      q.taken = pinned;
+      pinned->sides += 1;
+    }
   }
   Q.append = &append_manifest;
   Q.drain = &drain_queue;
