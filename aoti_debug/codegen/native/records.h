@@ -357,10 +357,13 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
     deferred.rows.resize(n, 0);
   }
   // The model may run on a stream of its own (AOTI's run(stream)); the shim's copy runs
-  // on the current one: wait for the device before reading any of its tensors.
+  // on the current one: wait for the device before reading any of its tensors (not those
+  // summarised on the device, taken from a producer, or never written: none is read).
   for (size_t i = 0; dev && dev->synchronize && i < n; ++i) {
     int32_t type = kDeviceCpu;
-    if (i < done.size() && done[i]) continue;
+    if ((i < done.size() && done[i]) || (i < take.size() && take[i]) || (before && site.args[i].uninitialised)) {
+      continue;
+    }
     if (v[i].kind() == Value::kTensor && aoti_torch_get_device_type(v[i].handle(), &type) == 0 &&
         type != kDeviceCpu) {
       int e = dev->synchronize();
