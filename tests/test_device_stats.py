@@ -379,6 +379,36 @@ def test_level_stats_waits_for_no_side_and_keeps_record_order(built, tmp_path, h
         assert ships == 4 and calls.count("sync") == 2 and max(records_rows) < 14
 
 
+@pytest.mark.parametrize("harness,level", [("harness", "stats"), ("harness", "print"),
+                                           *((f"harness-ring{r}x{n}", "stats") for r, n in SMALL_RINGS)])
+def test_linked_inputs_take_their_producers_stats_across_segments(built, tmp_path, harness, level):
+    """A chain of launches, each reading its predecessor's output (records.h's links), three
+    calls with new values each, on a slow stream: the linked inputs take the stats their
+    producer's after record got in this call, at stats its ring row (in small rings, a row
+    of an earlier segment than the side's own, held until the side is written, or the only
+    segment, which the side then cannot refill), and the records are those of the same
+    chain with no links and of the host path, but for ``reused``, in record order."""
+    pack = fake_pack(tmp_path / "pack.bin")
+    plain, _c, _b, _e = run_harness(built, tmp_path, "plain", pack, level=level, args=("chain-unlinked",),
+                                    harness=harness, FAKE_CU_EVENT_DELAY="3")
+    host, _c, _b, _e = run_harness(built, tmp_path, "host", pack, level=level, args=("chain",),
+                                   AOTI_DEBUG_FUSED_STATS="0")
+    recs, calls, _copied, err = run_harness(built, tmp_path, "linked", pack, level=level, args=("chain",),
+                                            harness=harness, FAKE_CU_EVENT_DELAY="3")
+    assert "warning" not in err, err
+    taken = [r for r in recs if "reused" in r]
+    # Launches 1-5 of each call take input x from the launch before: 15 records.
+    assert [(r["kernel_call"], r["arg"], r["reused"]) for r in taken] == \
+        [(c, "x", s - 1) for c in range(3) for s in range(1, 6)], taken
+    assert all(r["checksum"] and r["stats"] for r in taken)
+    assert [{k: v for k, v in r.items() if k != "reused"} for r in recs] == plain and _manifest_order(recs)
+    assert host == recs
+    assert len({r["checksum"] for r in recs if r["arg"] == "y"}) == 18  # new values at every launch of every call
+    if level == "stats":  # a taken input is no row of a stats kernel
+        rows = sum(len(rows) for _f, rows in launches(calls))
+        assert rows == 3 * (6 * 3 - 5), rows
+
+
 def test_a_cuda_error_at_a_shipped_segment_is_named_and_its_records_say_so(built, tmp_path):
     """The event of a shipped segment reports the fault: one warning naming the launch after
     which its kernels were queued, the records of every side queued until then without

@@ -43,10 +43,10 @@ class Manager:
         """Buffer name -> the name of the buffer whose memory it is (alias, reuse)."""
         self.header_done = False
         self.launches = 0
-        self.producers: dict[str, dict[str, tuple[int, int]]] = {}
-        """Storage -> {expression -> (site, position among its after args)}: the values an
-        instrumented launch wrote that no launch, and no line outside one, touched since
-        (``SiteArg.reuse``, at ``REUSE_LEVELS``)."""
+        self.producers: dict[str, dict[str, tuple[int, int, tuple]]] = {}
+        """Storage -> {expression -> (site, position among its after args, its IR layout)}:
+        the values an instrumented launch wrote that no launch, and no line outside one,
+        touched since (``SiteArg.reuse``, at ``REUSE_LEVELS``; ``LaunchArg.layout``)."""
         self.reuse_of: dict[str, str] = {}
         """Buffer name -> the buffer whose memory it reuses from its start (``ReuseLine``)."""
         self._mark: tuple[int, int] = (0, 0)

@@ -12,6 +12,10 @@
 //   aligned), so that each side's table is the same at both calls; moved: steady, and the
 //   second call reads the 3,000,000 floats at another address (the same values);
 //   unsynced: copies of device values made before any DeviceOps::synchronize)
+//   harness PACK file|linked stats|print chain|chain-unlinked
+//                                      -> a graph call of kChain launches, each reading the
+//   previous one's output (linked to it: Arg::reuse_site; or not) and a weight, three calls
+//   with new values each; the records; "copied=<bytes> unsynced=<copies>"
 //   harness PACK parse                                    -> parse_pack's verdict
 //   harness PACK bench [CALLS]                            -> "us_per_side=" (benchmarks/cpp_side_cost.py)
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -226,6 +230,49 @@ int bench(int calls) {
   return 0;
 }
 
+// A chain of launches whose inputs are their predecessors' outputs (records.h's links):
+// launch s reads buf[s] (from launch s-1, unchanged: linked where `links`) and a weight,
+// and writes buf[s+1] (filled between its two sides, as a kernel would). Three graph
+// calls, each with new values, each ended by entry_call_end.
+int chain(const DeviceOps* device, schema::Level level, bool links) {
+  constexpr int kChain = 6;
+  std::vector<AtenTensorHandle> bufs;
+  for (int i = 0; i <= kChain; ++i) bufs.push_back(make(kF32, kDeviceCuda, {4, 100}, {100, 1}));
+  AtenTensorHandle w = make(kF32, kDeviceCuda, {4, 100}, {100, 1});
+  fill(w, 99);
+  std::vector<std::string> names;
+  std::vector<std::vector<Arg>> in(kChain), out(kChain);
+  std::vector<Site> before(kChain), after(kChain);
+  for (int s = 0; s < kChain; ++s) names.push_back("triton_poi_fused_chain_" + std::to_string(s));
+  for (int s = 0; s < kChain; ++s) {
+    const int producer = links && s > 0 ? s - 1 : -1;
+    in[s] = {{"x", "input", "tensor", "x", 0, 0, "", producer, producer >= 0 ? 0 : -1},
+             {"w", "input", "tensor", "w", 1, 0, ""}};
+    out[s] = {{"y", "output", "tensor", "y", 2, 0, ""}};
+    before[s] = {"", names[s].c_str(), names[s].c_str(), level, 0, 2, 2, in[s].data(), "", "before,after", __FILE__,
+                 __LINE__, "", "inference", "", s, ""};
+    after[s] = before[s];
+    after[s].n = 1;
+    after[s].args = out[s].data();
+  }
+  Graph graph = {nullptr, device};
+  Token token = {0, 0};
+  for (int call = 0; call < 3; ++call) {
+    fill(bufs[0], 1000 + call);
+    for (int s = 0; s < kChain; ++s) {
+      Value bv[2] = {Value(bufs[s]), Value(w)};
+      entry_launch(&graph, &token, &before[s], bv, 2);
+      fill(bufs[s + 1], 100 * call + s);  // what the kernel writes
+      Value av[1] = {Value(bufs[s + 1])};
+      entry_done(&graph, &token, &after[s], av, 1);
+    }
+    entry_call_end(&graph);
+  }
+  std::printf("copied=%llu unsynced=%llu\n", static_cast<unsigned long long>(g_copied),
+              static_cast<unsigned long long>(g_unsynced));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   g_pack_file = argv[1];
   std::string mode = argv[2];
@@ -251,6 +298,7 @@ int main(int argc, char** argv) {
   bool moved = variant == "moved";
   bool steady = moved || variant == "steady";
   schema::Level lv = level == "print" ? schema::kPrint : level == "save" ? schema::kSave : schema::kStats;
+  if (variant == "chain" || variant == "chain-unlinked") return chain(ops(mode, pack), lv, variant == "chain");
   const int cuda = kDeviceCuda, cpu = kDeviceCpu;
   std::vector<AtenTensorHandle> ts = {
       make(kF32, cuda, {3, 1000}, {1000, 1}),     // 0
