@@ -278,15 +278,18 @@ std::string filled(const QueuedSide& q, const Segment& own, const Segment* taken
   return o;
 }
 
+// `g` free for the next fill (its results read, or never to be).
+void free_segment(Segment& g) {
+  g.state = Segment::kFree;
+  g.used = 0;
+  g.tab_used = 0;
+  g.error.clear();
+}
+
 // One reader of `g` less (a queued side written, or a side that took none of its rows):
 // the last one frees it for the next fill.
 void unpin(Segment& g) {
-  if (--g.sides == 0 && g.state == Segment::kDone) {
-    g.state = Segment::kFree;
-    g.used = 0;
-    g.tab_used = 0;
-    g.error.clear();
-  }
+  if (--g.sides == 0 && g.state == Segment::kDone) free_segment(g);
 }
 
 // Writes the first queued side if it can be (or appends its lines to `batch`, for the
@@ -386,11 +389,7 @@ Segment* take_rows(Shared& S, DeviceStats& D, Ring& R, cu::Handle stream, const 
   if (n.state != Segment::kFree && n.sides == 0 && !D.broken) {  // rows no record reads (a side that failed)
     ship(S, D, n);
     settle(S, D, n, true);
-    if (n.state == Segment::kDone && n.error.empty()) {
-      n.state = Segment::kFree;
-      n.used = 0;
-      n.tab_used = 0;
-    }
+    if (n.state == Segment::kDone && n.error.empty()) free_segment(n);
   }
   if (n.state != Segment::kFree || D.broken) return nullptr;
   n.state = Segment::kFilling;
