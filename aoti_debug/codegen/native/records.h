@@ -351,11 +351,6 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
   if (site.level != schema::kSave) {
     device_summaries(S, site, v, n, phase, dev, on_device, done, defer, deferred, taken.empty() ? nullptr : &taken);
   }
-  if (!take.empty()) {
-    on_device.resize(n);
-    done.resize(n, 0);
-    deferred.rows.resize(n, 0);
-  }
   // The model may run on a stream of its own (AOTI's run(stream)); the shim's copy runs
   // on the current one: wait for the device before reading any of its tensors (not those
   // summarised on the device, taken from a producer, or never written: none is read).
