@@ -155,7 +155,8 @@ def per_side(sides: list[list], out, calls: int = 10) -> None:
         mib = sum(t.numel() * t.element_size() for t in ts) / 2**20
         strided = sum(1 for t in ts if not t.is_contiguous())
         print(f"  side {i:3d}: {len(ts)} tensors ({strided} strided) {mib:8.2f} MiB {us:8.1f} us "
-              f"{mib * 2**20 / max(us, 1e-9) / 1e3:6.0f} GB/s", flush=True)
+              f"{mib * 2**20 / max(us, 1e-9) / 1e3:6.0f} GB/s  "
+              + " ".join(f"{tuple(t.shape)}{'' if t.is_contiguous() else tuple(t.stride())}" for t in ts), flush=True)
 
 
 def main() -> int:

@@ -6,7 +6,7 @@ checked against their values in ``test_real_models.py``."""
 from __future__ import annotations
 
 from aoti_debug import config
-from aoti_debug.codegen.launch import Launch, LaunchArg
+from aoti_debug.codegen.launch import Launch, LaunchArg, base_name
 from aoti_debug.codegen.manager import Manager
 
 
@@ -77,3 +77,78 @@ def test_no_link_where_reuse_is_off_or_the_level_reads_no_ring():
 
 def test_an_uninstrumented_producer_is_no_link():
     assert _links([], kernels="triton_poi_fused_1") == ((), ())
+
+
+def _input_links(monkeypatch, between: list[str], device: str = "cuda", cpp: bool = False) -> tuple:
+    """Launch 1 reads arg0_1 and a transposed view of arg2_1, ``between`` is written out,
+    launch 2 reads arg0_1, arg1_1 and the view again: their links, and the inputs site's
+    values (``Manager.inputs``), with every graph input on ``device``."""
+    from aoti_debug.codegen import describe
+
+    monkeypatch.setattr(describe, "input_device", lambda name: device)
+    m = Manager(config.make_compile_settings("stats"))
+    code, root = _Code(), _Root()
+    root._aoti_debug_header = root._aoti_debug_cpp_header = True  # (no header: nothing is imported)
+    view = "reinterpret_tensor(arg2_1, (16, 32), (1, 16), 0)"
+    links = []
+    for n, reads in enumerate((["arg0_1", view], ["arg0_1", "arg1_1", view])):
+        m.lines_written(code, "before")
+        launch = Launch(kernel=f"triton_poi_fused_{n}", op="", kind="triton",
+                        args=[LaunchArg(base_name(r), r, "input") for r in reads] + [LaunchArg(f"buf{n}", f"buf{n}", "output")])
+        m.open_inputs(root, code, cpp)
+        launch = m.prepare(launch)
+        for phase, line in (("before", f"triton_poi_fused_{n}.run(...)"), ("after", None)):
+            for text in m.emit(root, launch, phase, cpp):
+                code.writeline(text)
+            if line:
+                code.writeline(line)
+        m.lines_written(code, "after")
+        links.append(tuple(a.reuse for a in launch.args if a.before))
+        for line in between if n == 0 else ():
+            code.writeline(line)
+    values = () if m.inputs is None else tuple(a.expr for a in m.inputs.args)
+    return tuple(links), values, code, root
+
+
+def test_graph_inputs_are_read_once_a_call_before_the_first_launch(monkeypatch):
+    """The inputs site (number 0, reserved at the first launch) reads each graph input
+    once, in the form a launch reads it; every launch takes it from there. Its lines are
+    written when the wrapper is: the header's site constant, the call before launch 1."""
+    links, values, code, root = _input_links(monkeypatch, ["assert_size_stride(arg1_1, (16,), (1,))"])
+    view = "reinterpret_tensor(arg2_1, (16, 32), (1, 16), 0)"
+    assert links == (((0, 0), (0, 1)), ((0, 0), (0, 2), (0, 1)))
+    assert values == ("arg0_1", view, "arg1_1")
+    first = code._lines[0]
+    assert not isinstance(first, str) and first() == \
+        f"_aoti_debug.launch(_AD_SITE_0, ()); _aoti_debug.done(_AD_SITE_0, (arg0_1, {view}, arg1_1))  # 'graph_inputs'"
+    assert first.with_prefix("    ")().startswith("    _aoti_debug.launch(_AD_SITE_0, ())")
+    constant = root.imports._lines[0]
+    assert constant().startswith("_AD_SITE_0 = _aoti_debug.site(('', 'graph_inputs', 'graph_inputs', (), (('arg0_1', ")
+    assert code._lines[1].startswith("_aoti_debug.launch(_AD_SITE_1, ")
+
+
+def test_a_graph_input_touched_in_the_call_is_read_where_used(monkeypatch):
+    for line in ("arg1_1.copy_(buf0)", "buf7 = arg1_1", "torch.ops._c10d_functional.all_reduce_(arg1_1, 'sum', '0')"):
+        links, values, _code, _root = _input_links(monkeypatch, [line])
+        assert links[1] == ((0, 0), (), (0, 1)), line  # (arg0_1 and the view of arg2_1 untouched)
+        assert values == ("arg0_1", "reinterpret_tensor(arg2_1, (16, 32), (1, 16), 0)"), line
+
+
+def test_graph_inputs_are_read_once_only_where_their_records_come_from_the_ring(monkeypatch):
+    """CPU inputs (the Python runtime reads every CPU input: nothing would be saved) and
+    the C++ wrapper (its runtime has no inputs site) read each input where it is used;
+    the first launch then writes no line for it."""
+    for device, cpp in (("cpu", False), (None, False), ("cuda", True)):
+        links, values, code, _root = _input_links(monkeypatch, [], device=device, cpp=cpp)
+        assert links == (((), ()), ((), (), ())) and values == (), (device, cpp)
+        assert all(isinstance(line, str) or not line() for line in code._lines), (device, cpp)
+
+
+def test_only_expressions_the_first_launch_can_evaluate_are_read_there():
+    from aoti_debug.codegen.manager import _of_input
+
+    assert _of_input("arg2_1", "arg2_1")
+    assert _of_input("reinterpret_tensor(arg2_1,(16,32),(1,16),0)", "arg2_1")
+    for expr in ("reinterpret_tensor(arg2_1,(s0,32),(1,s0),0)", "reinterpret_tensor(arg2_1,(16,),(1,16),0)",
+                 "arg2_1[0]", "reinterpret_tensor(buf2,(16,32),(1,16),0)", "as_strided(arg2_1,(16,),(1,))"):
+        assert not _of_input(expr, "arg2_1"), expr

@@ -366,3 +366,21 @@ def runtime_lookup_launch(wrapper, buf_name, python_kernel_name, get_args, op_ov
         op = f"{op_overload.namespace}.{op_overload._schema.name.split('::')[-1]}"
         mark_volatile(args, op_overload, tuple_output=len(op_overload._schema.returns) > 1)
     return Launch(kernel=str(python_kernel_name), op=op, kind="custom_op", args=args, graph=graph_name())
+
+
+def input_device(name: str) -> str | None:
+    """The device type (``cuda``, ``cpu``) of graph input or constant ``name`` of the
+    graph being generated; None where it is neither or its device is not known."""
+    try:
+        from torch._inductor.virtualized import V
+
+        graph = V.graph
+        node = graph.graph_inputs.get(name)
+        if node is not None:
+            device = node.get_device()
+        else:
+            constant = graph.constants.get(name)
+            device = None if constant is None else constant.device
+        return None if device is None else str(device.type)
+    except Exception:  # no graph being generated, an input without a device (a symint)
+        return None

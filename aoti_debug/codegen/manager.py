@@ -15,15 +15,45 @@ from ..config import CompileSettings
 from .launch import Launch, LaunchArg, base_name
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: Wrapper lines that only name buffers (comments, deletions, the reuse and alias lines
-#: whose storage the manager follows), in Python and in C++ (``buf3.reset();``,
+#: Wrapper lines that only name buffers (comments, deletions, checks of an input's layout,
+#: the reuse and alias lines whose storage the manager follows), in Python and in C++ (``buf3.reset();``,
 #: ``auto buf5 = std::move(buf2);  // reuse``): no write between a producer and its reader.
-_NAMES_ONLY = ("#", "del ", "//")
+_NAMES_ONLY = ("#", "del ", "//", "assert_size_stride(", "assert_alignment(")
 _NAMES_ONLY_END = ("# reuse", "# alias", "// reuse", "// alias")
 _RESET = re.compile(r"[A-Za-z_]\w*\.reset\(\);")
 #: The levels whose records of CUDA tensors come from the device ring, where an input's
 #: record may take its producer's stats (``SiteArg.reuse``).
 REUSE_LEVELS = ("stats", "print")
+#: Devices whose graph inputs a graph call reads once, at its first launch (``Inputs``):
+#: those whose records the Python runtime takes from a producer (the device ring).
+INPUTS_DEVICES = ("cuda",)
+#: The inputs site's kernel and op name in records (no kernel of Inductor's is so named).
+INPUTS_KERNEL = "graph_inputs"
+
+
+@dataclasses.dataclass
+class Inputs:
+    """The graph inputs and constants a graph call reads, read once before its first
+    launch (the Python wrapper, levels ``REUSE_LEVELS``): an instrumented launch of its
+    own (``INPUTS_KERNEL``, after args only) that the launches reading them take their
+    stats from (``SiteArg.reuse``), as from any producer, while neither a launch nor a
+    line outside one touched their storage. Its code is written when the wrapper is
+    (``python_emitter.inputs_lines``): only then are all its values known."""
+
+    code: int
+    """``id`` of the code buffer it was opened in: launches in another one take nothing."""
+    site: int
+    graph: str
+    args: list[LaunchArg] = dataclasses.field(default_factory=list)
+    exprs: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Spelled expression -> position among ``args``."""
+    touched: set[str] = dataclasses.field(default_factory=set)
+    """Storages written or named outside a launch since it was opened: read where used."""
+    closed: bool = False
+
+    def launch(self) -> Launch:
+        return Launch(kernel=INPUTS_KERNEL, op=INPUTS_KERNEL, kind="other", args=list(self.args),
+                      graph=self.graph, source="graph inputs and constants, read once a call", site=self.site)
 
 
 class Manager:
@@ -51,6 +81,8 @@ class Manager:
         """Buffer name -> the buffer whose memory it reuses from its start (``ReuseLine``)."""
         self._mark: tuple[int, int] = (0, 0)
         """``(id(code), lines)``: where the last launch's lines ended in the wrapper's code."""
+        self.inputs: Inputs | None = None
+        """The graph inputs read once a call (Python wrapper), once its first launch is written."""
 
     # -- the DebugPrinterManager interface (Inductor's own call sites) ----------------
     debug_printer_level = "0"
@@ -96,7 +128,7 @@ class Manager:
             fixed.append(a)
         launch = dataclasses.replace(launch, args=fixed)
         launch.unique_names()
-        if self.producers:
+        if self.producers or (self.inputs is not None and not self.inputs.closed):
             launch.args = [self._reuse(a) for a in launch.args]
         if not launch.provenance:
             from .provenance import describe
@@ -145,6 +177,8 @@ class Manager:
                 for root in (self.root(a.name), self.root(a.expr)):
                     self.written.add(root)
                     self.producers.pop(root, None)
+                    if self.inputs is not None:
+                        self.inputs.touched.add(root)
 
     # -- input stats reuse (SiteArg.reuse) -------------------------------------------
     @property
@@ -163,14 +197,62 @@ class Manager:
         if not a.before or a.uninitialised or a.kind not in ("tensor", "unknown"):
             return a
         made = self.producers.get(self.root(a.name))
-        if not made:
-            return a
-        found = made.get(_spelled(a.expr))
-        if found is None:
+        found = made.get(_spelled(a.expr)) if made else None
+        if found is None and made:
             span = self._span(a.expr, a.layout)
             if span is not None:
                 found = next((p for expr, p in made.items() if self._span(expr, p[2]) == span), None)
+        if found is None and self.inputs is not None:
+            at = self._from_inputs(a)
+            return dataclasses.replace(a, reuse=(self.inputs.site, at)) if at is not None else a
         return dataclasses.replace(a, reuse=found[:2]) if found is not None else a
+
+    # -- graph inputs read once a call (Inputs) ----------------------------------------
+    def open_inputs(self, wrapper, code, cpp: bool) -> None:
+        """Before a launch's lines are written: at the graph's first, open its ``Inputs``
+        there (Python wrapper, where inputs are linked at all); at a launch in another
+        code buffer (a subgraph), stop taking from it."""
+        if self.inputs is not None:
+            if self.inputs.code != id(code):
+                self.inputs.closed = True
+            return
+        if cpp or not self.reuses or getattr(code, "_lines", None) is None:
+            return
+        from . import python_emitter
+
+        self.inputs = Inputs(code=id(code), site=-1, graph="")
+        try:
+            self.inputs.site = python_emitter.open_inputs(self, wrapper, code, self.inputs)
+        except Exception:
+            self.inputs.closed = True
+            raise
+
+    def _from_inputs(self, a: LaunchArg) -> int | None:
+        """``a``'s position among the inputs site's values (added there if new), where it
+        is a graph input or constant on an ``INPUTS_DEVICES`` device, untouched in this
+        call, spelled as itself or as a ``reinterpret_tensor`` of it with literal sizes
+        (an expression the call's first launch can evaluate too); else None."""
+        inputs = self.inputs
+        if inputs.closed or a.kind != "tensor":
+            return None
+        root = self.root(a.name)
+        if root.startswith("buf") or root in self.written or root in inputs.touched:
+            return None
+        expr = _spelled(a.expr)
+        at = inputs.exprs.get(expr)
+        if at is not None:
+            return at
+        if not _of_input(expr, root):
+            return None
+        from .describe import input_device
+
+        if input_device(root) not in INPUTS_DEVICES:
+            return None
+        at = inputs.exprs[expr] = len(inputs.args)
+        name = root if not any(x.name == root for x in inputs.args) else f"{root}#{at + 1}"
+        inputs.args.append(LaunchArg(name=name, expr=a.expr, role="output", kind="tensor", dtype=a.dtype,
+                                     layout=a.layout))
+        return at
 
     def _span(self, expr: str, layout: tuple) -> tuple[str, int, int] | None:
         """``_contiguous_span`` of ``expr``, else of its IR ``layout`` (``LaunchArg.layout``)."""
@@ -193,24 +275,34 @@ class Manager:
         (a ``copy_``, a collective, a reuse of the buffer: anything not bracketed as a
         launch may write it); after one, remember where its lines end."""
         lines = getattr(code, "_lines", None)
+        inputs = self.inputs if self.inputs is not None and not self.inputs.closed else None
         if lines is None:
             self.producers.clear()
+            if inputs is not None:
+                inputs.closed = True
             return
         if phase == "after":
             self._mark = (id(code), len(lines))
             return
-        if not self.producers:
+        if not self.producers and inputs is None:
             return
         known, start = self._mark
         if known != id(code):
             self.producers.clear()
+            if inputs is not None and inputs.code != id(code):
+                inputs.closed = True
             return
         for line in lines[start:]:
+            if not isinstance(line, str) and not hasattr(line, "line"):
+                continue  # (a LineContext: where the lines came from, no code)
             text = str(getattr(line, "line", line)).strip()
             if text.startswith(_NAMES_ONLY) or text.endswith(_NAMES_ONLY_END) or _RESET.fullmatch(text):
                 continue  # (names only: the storage tracking follows reuse and alias lines)
             for name in _NAME.findall(text):
-                self.producers.pop(self.root(name), None)
+                root = self.root(name)
+                self.producers.pop(root, None)
+                if inputs is not None:
+                    inputs.touched.add(root)
 
     def emit(self, wrapper, launch: Launch, phase: str, cpp: bool) -> list[str]:
         """Lines to put before or after the launch, in the wrapper's language."""
@@ -235,6 +327,26 @@ class Manager:
 
 def _spelled(expr: str) -> str:
     return "".join(expr.split())
+
+
+def _of_input(expr: str, root: str) -> bool:
+    """Whether spelled ``expr`` is ``root`` or ``reinterpret_tensor(root, sizes, strides,
+    offset)`` with literal integers only."""
+    if expr == root:
+        return True
+    import ast
+
+    try:
+        node = ast.parse(expr, mode="eval").body
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and
+                node.func.id == "reinterpret_tensor" and len(node.args) == 4 and not node.keywords and
+                isinstance(node.args[0], ast.Name) and node.args[0].id == root):
+            return False
+        size, stride, offset = (ast.literal_eval(x) for x in node.args[1:])
+    except (SyntaxError, ValueError, TypeError):
+        return False
+    return isinstance(offset, int) and all(isinstance(v, tuple) and all(type(i) is int for i in v)
+                                           for v in (size, stride)) and len(size) == len(stride)
 
 
 def _contiguous_span(expr: str, start) -> tuple[str, int, int] | None:

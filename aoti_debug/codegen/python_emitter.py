@@ -113,6 +113,72 @@ def site_constant(wrapper, launch_site: Site) -> tuple[str, int]:
     return found
 
 
+def open_inputs(manager, wrapper, code, inputs) -> int:
+    """Reserve the site of a graph's ``Inputs`` (``manager.Inputs``) and write its two
+    lines, each a line whose text is made when the wrapper is written out (all launches
+    known): its site constant into the header, and its launch, here, before the graph's
+    first launch. Returns the site's number."""
+    ensure_header(manager, wrapper)
+    root = _root(wrapper)
+    names = getattr(root, "_aoti_debug_sites", None)
+    if names is None:
+        names = root._aoti_debug_sites = {}
+    number = len(names)
+    name = names[("inputs", number)] = (f"{SITE_PREFIX}{number}", number)
+    from .context import graph_name
+
+    try:
+        inputs.graph = graph_name()
+    except Exception:  # (no graph being generated: the manager driven alone, in tests)
+        inputs.graph = ""
+    level, phases = manager.settings.level, manager.settings.phases
+    cls = _later_line_class()
+
+    def constant() -> str:
+        if not inputs.args:
+            return ""
+        launch_site, _before, _after = site(inputs.launch(), phases, level)
+        return f"{name[0]} = {HANDLE}.site({py_literal(launch_site._replace(id=number))})"
+
+    def call() -> str:
+        if not inputs.args:
+            return ""
+        values = py_tuple([a.expr for a in inputs.args])
+        kernel = py_literal(inputs.launch().kernel)
+        return f"{HANDLE}.launch({name[0]}, ()); {HANDLE}.done({name[0]}, {values})  # {kernel}"
+
+    root.imports.writeline(cls(constant))
+    code.writeline(cls(call))
+    return number
+
+
+_LaterLine = None
+
+
+def _later_line_class():
+    """A wrapper line whose text ``make()`` gives when the wrapper's code is written out
+    (Inductor's ``DeferredLineBase``: its buffers keep such lines and call them then)."""
+    global _LaterLine
+    if _LaterLine is None:
+        from torch._inductor.utils import DeferredLineBase
+
+        class LaterLine(DeferredLineBase):
+            def __init__(self, make, prefix: str = ""):
+                super().__init__(prefix + "#")  # (any text: an empty line would be dropped)
+                self.make = make
+                self.prefix = prefix
+
+            def __call__(self) -> str:
+                text = self.make()
+                return self.prefix + text if text else ""
+
+            def _new_line(self, line: str):  # (line: our "#" with another prefix)
+                return type(self)(self.make, line[:-1] if line.endswith("#") else self.prefix)
+
+        _LaterLine = LaterLine
+    return _LaterLine
+
+
 def emit(manager, wrapper, launch: Launch, phase: str) -> list[str]:
     ensure_header(manager, wrapper)
     settings = manager.settings
