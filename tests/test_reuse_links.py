@@ -85,7 +85,7 @@ def _input_links(monkeypatch, between: list[str], device: str = "cuda", cpp: boo
     values (``Manager.inputs``), with every graph input on ``device``."""
     from aoti_debug.codegen import describe
 
-    monkeypatch.setattr(describe, "input_device", lambda name: device)
+    monkeypatch.setattr(describe, "static_input_device", lambda name: device)
     m = Manager(config.make_compile_settings("stats"))
     code, root = _Code(), _Root()
     root._aoti_debug_header = root._aoti_debug_cpp_header = True  # (no header: nothing is imported)
@@ -152,3 +152,47 @@ def test_only_expressions_the_first_launch_can_evaluate_are_read_there():
     for expr in ("reinterpret_tensor(arg2_1,(s0,32),(1,s0),0)", "reinterpret_tensor(arg2_1,(16,),(1,16),0)",
                  "arg2_1[0]", "reinterpret_tensor(buf2,(16,32),(1,16),0)", "as_strided(arg2_1,(16,),(1,))"):
         assert not _of_input(expr, "arg2_1"), expr
+
+
+def test_a_compiled_model_reads_its_weights_once_a_call_and_its_input_where_used(tmp_path, monkeypatch):
+    """End to end, the Python wrapper on the CPU with CPU inputs let in (the runtime reads
+    CPU inputs where they are used as well, so both records of each value are there):
+    the ``graph_inputs`` launch comes first in every call, reads each weight and bias in
+    the form a launch reads it (a transposed view), not the model input (new every call);
+    each launch's record of such an input links to it and equals it; the outputs are
+    eager's."""
+    import torch
+
+    import aoti_debug
+    from aoti_debug.codegen import manager
+    from tests.conftest import only_run, records
+
+    monkeypatch.setattr(manager, "INPUTS_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 8)).eval()
+    xs = [torch.randn(4, 16) for _ in range(2)]
+    torch._dynamo.reset()
+    with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path)):
+        fn = torch.compile(model)
+        outs = [fn(x) for x in xs]
+    aoti_debug.flush()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        for x, out in zip(xs, outs):
+            torch.testing.assert_close(out, model(x))
+    recs = [r for r in records(only_run(str(tmp_path))) if r["kind"] == "tensor"]
+    inputs = [r for r in recs if r["kernel"] == manager.INPUTS_KERNEL]
+    assert len(inputs) == 2 * 6 and {r["phase"] for r in inputs} == {"after"}, inputs
+    assert [r["shape"] for r in inputs[:6]] == [[32], [16, 32], [32], [32], [8], [32, 8]], inputs[:6]
+    def key(r):
+        return r["arg"].split("#")[0], tuple(r["shape"]), tuple(r["stride"])
+
+    read = {key(r) for r in inputs}
+    users = [r for r in recs if r["phase"] == "before" and r["kernel"] != manager.INPUTS_KERNEL and key(r) in read]
+    assert len(users) == 2 * 6, [(r["kernel"], r["arg"]) for r in recs if r["phase"] == "before"]
+    for r in users:
+        q = [q for q in inputs if q["launch"] < r["launch"] and key(q) == key(r)][-1]  # this call's
+        assert (q["checksum"], q["stats"]) == (r["checksum"], r["stats"]), (q, r)
+    assert all(r["shape"] != [4, 16] for r in inputs)

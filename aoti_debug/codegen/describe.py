@@ -368,19 +368,31 @@ def runtime_lookup_launch(wrapper, buf_name, python_kernel_name, get_args, op_ov
     return Launch(kernel=str(python_kernel_name), op=op, kind="custom_op", args=args, graph=graph_name())
 
 
-def input_device(name: str) -> str | None:
-    """The device type (``cuda``, ``cpu``) of graph input or constant ``name`` of the
-    graph being generated; None where it is neither or its device is not known."""
+
+def static_input_device(name: str) -> str | None:
+    """The device type (``cuda``, ``cpu``) of ``name`` where it is a constant of the graph
+    being generated or a graph input at the same address call after call: a parameter or
+    buffer, or a tensor marked static (``fw_metadata.static_input_indices``, by position
+    among the graph's inputs, as Inductor's CUDA graphs read them; not for a backward
+    graph, whose inputs those positions do not describe). None otherwise: a model input
+    that may be new at every call, or nothing known."""
     try:
+        import torch
         from torch._inductor.virtualized import V
 
         graph = V.graph
+        constant = graph.constants.get(name)
+        if constant is not None:
+            return str(constant.device.type)
         node = graph.graph_inputs.get(name)
-        if node is not None:
-            device = node.get_device()
-        else:
-            constant = graph.constants.get(name)
-            device = None if constant is None else constant.device
+        if node is None or graph.is_backward:
+            return None
+        context = torch._guards.TracingContext.try_get()
+        metadata = getattr(context, "fw_metadata", None)
+        static = getattr(metadata, "static_input_indices", None) or ()
+        if graph.graph_input_names.index(name) not in static:
+            return None
+        device = node.get_device()
         return None if device is None else str(device.type)
     except Exception:  # no graph being generated, an input without a device (a symint)
         return None

@@ -229,8 +229,10 @@ class Manager:
 
     def _from_inputs(self, a: LaunchArg) -> int | None:
         """``a``'s position among the inputs site's values (added there if new), where it
-        is a graph input or constant on an ``INPUTS_DEVICES`` device, untouched in this
-        call, spelled as itself or as a ``reinterpret_tensor`` of it with literal sizes
+        is a constant or a graph input at the same address every call (a parameter, a
+        buffer: ``describe.static_input_device``; a model input new at every call would
+        make the site's planned launches miss) on an ``INPUTS_DEVICES`` device, untouched
+        in this call, spelled as itself or as a ``reinterpret_tensor`` of it with literal sizes
         (an expression the call's first launch can evaluate too); else None."""
         inputs = self.inputs
         if inputs.closed or a.kind != "tensor":
@@ -244,9 +246,9 @@ class Manager:
             return at
         if not _of_input(expr, root):
             return None
-        from .describe import input_device
+        from .describe import static_input_device
 
-        if input_device(root) not in INPUTS_DEVICES:
+        if static_input_device(root) not in INPUTS_DEVICES:
             return None
         at = inputs.exprs[expr] = len(inputs.args)
         name = root if not any(x.name == root for x in inputs.args) else f"{root}#{at + 1}"

@@ -275,6 +275,53 @@ def test_cpp_wrapper_inputs_taken_from_their_producers_equal_reading_them(tmp_pa
     assert per_run[0][0] != per_run[0][1]
 
 
+@pytest.mark.parametrize("name,level", [("transformer", "stats"), ("resnet", "stats"), ("resnet", "print")])
+def test_graph_inputs_read_once_a_call_equal_reading_them_where_used(tmp_path, monkeypatch, name, level):
+    """The Python wrapper reads the graph's inputs and weights once a call, before its
+    first launch (``graph_inputs``: codegen's ``Inputs``), and the launches that read them
+    take those records: bit for bit what a compile without links (``reuse=False``) reads
+    at each launch, call by call, on the same inputs; with fewer values summarised (rows)."""
+    from aoti_debug.codegen.manager import INPUTS_KERNEL
+
+    model, (a, b) = _linked_model(name)
+    rows = [0]
+    reserve = device_ring.Ring.reserve
+
+    def counted(self, k):
+        rows[0] += k
+        return reserve(self, k)
+
+    monkeypatch.setattr(device_ring.Ring, "reserve", counted)
+    per_run, taken, summarised = [], [], []
+    for reuse in (True, False):
+        root = str(tmp_path / f"inputs-{name}-{level}-{reuse}")
+        torch._dynamo.reset()
+        session.reset()
+        with torch.no_grad(), aoti_debug.enabled(level=level, dump_dir=root, reuse=reuse):
+            fn = torch.compile(model)
+            fn(a)
+            torch.cuda.synchronize()
+            aoti_debug.flush()
+            rows[0] = 0
+            for x in (a, b, a):
+                fn(x)
+            torch.cuda.synchronize()
+            aoti_debug.flush()
+        summarised.append(rows[0])
+        recs = records(only_run(root))
+        sites = {r["site"] for r in recs if r["kernel"] == INPUTS_KERNEL}
+        taken.append(sum(1 for r in recs if r.get("reused") is not None and r["reused"] in sites))
+        per_run.append(_per_call([r for r in recs if r["kernel"] != INPUTS_KERNEL], 4))
+        if reuse:
+            inputs = [r for r in recs if r["kernel"] == INPUTS_KERNEL]
+            assert inputs and {r["phase"] for r in inputs} == {"after"}, inputs[:2]
+    assert taken[0] > 15 and taken[1] == 0, taken
+    assert summarised[0] < summarised[1], summarised
+    for with_inputs, reading in zip(*per_run):
+        _same(with_inputs, reading)
+    assert per_run[0][1] != per_run[0][2]
+
+
 def test_express_launches_follow_a_new_session(tmp_path, monkeypatch):
     """A launch whose sides are planned goes straight to its plans (``_express_launch``)
     in the session it was planned in; in the next session (a new run) its plans serve
