@@ -5,6 +5,8 @@ checked against their values in ``test_real_models.py``."""
 
 from __future__ import annotations
 
+import pytest
+
 from aoti_debug import config
 from aoti_debug.codegen.launch import Launch, LaunchArg, base_name
 from aoti_debug.codegen.manager import Manager
@@ -135,10 +137,10 @@ def test_a_graph_input_touched_in_the_call_is_read_where_used(monkeypatch):
 
 
 def test_graph_inputs_are_read_once_only_where_their_records_come_from_the_ring(monkeypatch):
-    """CPU inputs (the Python runtime reads every CPU input: nothing would be saved) and
-    the C++ wrapper (its runtime has no inputs site) read each input where it is used;
-    the first launch then writes no line for it."""
-    for device, cpp in (("cpu", False), (None, False), ("cuda", True)):
+    """CPU inputs (the runtimes read them on the host: nothing would be saved) and inputs
+    that are no constant and no static graph input (None: a model input, new at every
+    call) are read where they are used; the first launch then writes no line for them."""
+    for device, cpp in (("cpu", False), (None, False), ("cpu", True), (None, True)):
         links, values, code, _root = _input_links(monkeypatch, [], device=device, cpp=cpp)
         assert links == (((), ()), ((), (), ())) and values == (), (device, cpp)
         assert all(isinstance(line, str) or not line() for line in code._lines), (device, cpp)
@@ -196,3 +198,50 @@ def test_a_compiled_model_reads_its_weights_once_a_call_and_its_input_where_used
         q = [q for q in inputs if q["launch"] < r["launch"] and key(q) == key(r)][-1]  # this call's
         assert (q["checksum"], q["stats"]) == (r["checksum"], r["stats"]), (q, r)
     assert all(r["shape"] != [4, 16] for r in inputs)
+
+
+@pytest.mark.parametrize("wrapper", ["cpp", pytest.param("aoti", marks=pytest.mark.slow)])
+def test_the_cpp_runtime_takes_weights_read_once_a_call(tmp_path, monkeypatch, wrapper):
+    """``cpp_wrapper`` and AOTInductor (CPU inputs let in: the C++ runtime takes linked CPU
+    inputs too): the ``graph_inputs`` launch reads the weights (AOTInductor's constants),
+    a transposed view spelled with arrays of its own; every launch's record of them is
+    taken from it (``reused``: its site), equal to it; the model input is read where used."""
+    import torch
+
+    import aoti_debug
+    from aoti_debug.codegen import manager
+    from tests.conftest import only_run, records
+
+    monkeypatch.setattr(manager, "INPUTS_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 8)).eval()
+    xs = [torch.randn(4, 16) for _ in range(2)]
+    torch._dynamo.reset()
+    with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path / "dump")):
+        if wrapper == "cpp":
+            with torch._inductor.config.patch(cpp_wrapper=True):
+                fn = torch.compile(model)
+                outs = [fn(x) for x in xs]
+        else:
+            package = torch._inductor.aoti_compile_and_package(torch.export.export(model, (xs[0],)),
+                                                               package_path=str(tmp_path / "m.pt2"))
+            fn = torch._inductor.aoti_load_package(package)
+            outs = [fn(x) for x in xs]
+    aoti_debug.flush()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        for x, out in zip(xs, outs):
+            torch.testing.assert_close(out, model(x))
+    recs = [r for r in records(only_run(str(tmp_path / "dump"))) if r["kind"] == "tensor"]
+    assert {r["wrapper"] for r in recs} == {"cpp"}
+    inputs = [r for r in recs if r["kernel"] == manager.INPUTS_KERNEL]
+    assert len(inputs) >= 2 * 5 and all(r["shape"] != [4, 16] for r in inputs), inputs
+    assert [16, 32] in [r["shape"] for r in inputs]  # (the first weight, transposed)
+    site = inputs[0]["site"]
+    taken = [r for r in recs if r.get("reused") == site]
+    assert len(taken) == len(inputs), [(r["kernel"], r["arg"], r.get("reused")) for r in recs if r["phase"] == "before"]
+    for r in taken:
+        q = [q for q in inputs if q["launch"] < r["launch"] and q["arg"] == r["arg"]][-1]  # this call's
+        assert (q["checksum"], q["stats"], q["shape"], q["stride"]) == (r["checksum"], r["stats"], r["shape"], r["stride"])

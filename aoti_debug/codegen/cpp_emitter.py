@@ -160,7 +160,7 @@ def site_number(wrapper, launch: Launch) -> int:
     return launch.site
 
 
-def site_line(manager, launch: Launch, phase: str, wrapper=None) -> str:
+def site_line(manager, launch: Launch, phase: str, wrapper=None, values: list[str] | None = None) -> str:
     settings = manager.settings
     graph_info = python_emitter.graph_info()
     # The same selection as the Python wrapper's site (python_emitter.site): at level
@@ -193,9 +193,10 @@ def site_line(manager, launch: Launch, phase: str, wrapper=None) -> str:
     ]
     parts.append(f"static constexpr {ns}::Site aoti_debug_site = {{{', '.join(fields)}}};")
     call = "launch" if phase == "before" else "done"
-    views = not _aot_mode()
-    values = ", ".join(value_expr(a.expr, views) for a in args)
-    parts.append(f"{ns}::{call}(aoti_debug_site, {{{values}}});")
+    if values is None:
+        views = not _aot_mode()
+        values = [value_expr(a.expr, views) for a in args]
+    parts.append(f"{ns}::{call}(aoti_debug_site, {{{', '.join(values)}}});")
     parts.append("}")
     return " ".join(parts)
 
@@ -203,3 +204,48 @@ def site_line(manager, launch: Launch, phase: str, wrapper=None) -> str:
 def emit(manager, wrapper, launch: Launch, phase: str) -> list[str]:
     ensure_header(manager, wrapper)
     return [site_line(manager, launch, phase, wrapper)]
+
+
+def input_view(expr: str, root: str, layout: tuple) -> bool:
+    """Whether C++ ``expr`` is graph input ``root`` itself or a view of it whose layout
+    is static (``LaunchArg.layout``): one that the graph's first launch can make too
+    (:func:`open_inputs` spells it with arrays of its own; the wrapper's are declared
+    where the view is used)."""
+    if expr == root:
+        return True
+    m = _VIEW_RE.match(expr)
+    return bool(m) and m["base"] == root and bool(layout) and layout[0] == root
+
+
+def open_inputs(manager, wrapper, code, inputs) -> int:
+    """``python_emitter.open_inputs`` for the C++ wrapper: the site's number, and its one
+    line (both phases, the site constant inside), made when the wrapper is written."""
+    ensure_header(manager, wrapper)
+    from .context import graph_name
+
+    try:
+        inputs.graph = graph_name()
+    except Exception:  # (no graph being generated: the manager driven alone, in tests)
+        inputs.graph = ""
+    number = site_number(wrapper, Launch(kernel="", op="", kind="other", args=[]))
+    views = not _aot_mode()
+
+    def line() -> str:
+        if not inputs.args:
+            return ""
+        launch = inputs.launch()
+        arrays, values = [], []
+        for k, a in enumerate(launch.args):
+            expr = a.expr
+            if a.layout and expr != a.layout[0]:  # a view: spelled with arrays declared here
+                buffer, sizes, strides, offset = a.layout
+                for name, numbers in ((f"aoti_debug_sizes_{k}", sizes), (f"aoti_debug_strides_{k}", strides)):
+                    arrays.append(f"static constexpr int64_t {name}[] = {{{', '.join(f'{v}L' for v in numbers)}}};")
+                expr = (f"wrap_with_raii_handle_if_needed(reinterpret_tensor_wrapper({buffer}, {len(sizes)}, "
+                        f"aoti_debug_sizes_{k}, aoti_debug_strides_{k}, {offset}L))")
+            values.append(value_expr(expr, views))
+        return " ".join(["{", *arrays, site_line(manager, launch, "before", wrapper, []),
+                         site_line(manager, launch, "after", wrapper, values), "}"])
+
+    code.writeline(python_emitter._later_line_class()(line))
+    return number

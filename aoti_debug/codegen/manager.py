@@ -50,6 +50,8 @@ class Inputs:
     touched: set[str] = dataclasses.field(default_factory=set)
     """Storages written or named outside a launch since it was opened: read where used."""
     closed: bool = False
+    cpp: bool = False
+    """The C++ wrapper's (its views spelled anew from their layout: ``cpp_emitter``)."""
 
     def launch(self) -> Launch:
         return Launch(kernel=INPUTS_KERNEL, op=INPUTS_KERNEL, kind="other", args=list(self.args),
@@ -216,13 +218,14 @@ class Manager:
             if self.inputs.code != id(code):
                 self.inputs.closed = True
             return
-        if cpp or not self.reuses or getattr(code, "_lines", None) is None:
+        if not self.reuses or getattr(code, "_lines", None) is None:
             return
-        from . import python_emitter
+        from . import cpp_emitter, python_emitter
 
-        self.inputs = Inputs(code=id(code), site=-1, graph="")
+        self.inputs = Inputs(code=id(code), site=-1, graph="", cpp=cpp)
         try:
-            self.inputs.site = python_emitter.open_inputs(self, wrapper, code, self.inputs)
+            emitter = cpp_emitter if cpp else python_emitter
+            self.inputs.site = emitter.open_inputs(self, wrapper, code, self.inputs)
         except Exception:
             self.inputs.closed = True
             raise
@@ -244,7 +247,7 @@ class Manager:
         at = inputs.exprs.get(expr)
         if at is not None:
             return at
-        if not _of_input(expr, root):
+        if not (_cpp_input(a.expr, root, a.layout) if inputs.cpp else _of_input(expr, root)):
             return None
         from .describe import static_input_device
 
@@ -329,6 +332,12 @@ class Manager:
 
 def _spelled(expr: str) -> str:
     return "".join(expr.split())
+
+
+def _cpp_input(expr: str, root: str, layout: tuple) -> bool:
+    from .cpp_emitter import input_view
+
+    return input_view(expr.strip(), root, layout)
 
 
 def _of_input(expr: str, root: str) -> bool:
