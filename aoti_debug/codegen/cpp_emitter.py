@@ -217,9 +217,9 @@ def input_view(expr: str, root: str, layout: tuple) -> bool:
     return bool(m) and m["base"] == root and bool(layout) and layout[0] == root
 
 
-def open_inputs(manager, wrapper, code, inputs) -> int:
-    """``python_emitter.open_inputs`` for the C++ wrapper: the site's number, and its one
-    line (both phases, the site constant inside), made when the wrapper is written."""
+def open_inputs(manager, wrapper, code, inputs) -> None:
+    """``python_emitter.open_inputs`` for the C++ wrapper: its one line (both phases, the
+    site constant inside), made when the wrapper is written; ``reserve`` the site's number."""
     ensure_header(manager, wrapper)
     from .context import graph_name
 
@@ -227,7 +227,6 @@ def open_inputs(manager, wrapper, code, inputs) -> int:
         inputs.graph = graph_name()
     except Exception:  # (no graph being generated: the manager driven alone, in tests)
         inputs.graph = ""
-    number = site_number(wrapper, Launch(kernel="", op="", kind="other", args=[]))
     views = not _aot_mode()
 
     def line() -> str:
@@ -247,5 +246,5 @@ def open_inputs(manager, wrapper, code, inputs) -> int:
         return " ".join(["{", *arrays, site_line(manager, launch, "before", wrapper, []),
                          site_line(manager, launch, "after", wrapper, values), "}"])
 
+    inputs.reserve = lambda: site_number(wrapper, Launch(kernel="", op="", kind="other", args=[]))
     code.writeline(python_emitter._later_line_class()(line))
-    return number

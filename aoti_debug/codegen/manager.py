@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from ..config import CompileSettings
 from .launch import Launch, LaunchArg, base_name
@@ -52,6 +53,9 @@ class Inputs:
     closed: bool = False
     cpp: bool = False
     """The C++ wrapper's (its views spelled anew from their layout: ``cpp_emitter``)."""
+    reserve: Any = None
+    """The emitter's: the site's number, taken when a launch first links to it (a graph
+    that takes nothing from it numbers its sites as without it)."""
 
     def launch(self) -> Launch:
         return Launch(kernel=INPUTS_KERNEL, op=INPUTS_KERNEL, kind="other", args=list(self.args),
@@ -224,8 +228,7 @@ class Manager:
 
         self.inputs = Inputs(code=id(code), site=-1, graph="", cpp=cpp)
         try:
-            emitter = cpp_emitter if cpp else python_emitter
-            self.inputs.site = emitter.open_inputs(self, wrapper, code, self.inputs)
+            (cpp_emitter if cpp else python_emitter).open_inputs(self, wrapper, code, self.inputs)
         except Exception:
             self.inputs.closed = True
             raise
@@ -253,6 +256,8 @@ class Manager:
 
         if static_input_device(root) not in INPUTS_DEVICES:
             return None
+        if inputs.site < 0:
+            inputs.site = inputs.reserve()
         at = inputs.exprs[expr] = len(inputs.args)
         name = root if not any(x.name == root for x in inputs.args) else f"{root}#{at + 1}"
         inputs.args.append(LaunchArg(name=name, expr=a.expr, role="output", kind="tensor", dtype=a.dtype,

@@ -113,18 +113,12 @@ def site_constant(wrapper, launch_site: Site) -> tuple[str, int]:
     return found
 
 
-def open_inputs(manager, wrapper, code, inputs) -> int:
-    """Reserve the site of a graph's ``Inputs`` (``manager.Inputs``) and write its two
-    lines, each a line whose text is made when the wrapper is written out (all launches
-    known): its site constant into the header, and its launch, here, before the graph's
-    first launch. Returns the site's number."""
+def open_inputs(manager, wrapper, code, inputs) -> None:
+    """Write the launch line of a graph's ``Inputs`` (``manager.Inputs``) here, before the
+    graph's first launch, as a line whose text is made when the wrapper is written out
+    (all launches known), and give it ``reserve``: the site's number, taken with its
+    constant (a line of the header made the same way) when a launch first links to it."""
     ensure_header(manager, wrapper)
-    root = _root(wrapper)
-    names = getattr(root, "_aoti_debug_sites", None)
-    if names is None:
-        names = root._aoti_debug_sites = {}
-    number = len(names)
-    name = names[("inputs", number)] = (f"{SITE_PREFIX}{number}", number)
     from .context import graph_name
 
     try:
@@ -135,21 +129,28 @@ def open_inputs(manager, wrapper, code, inputs) -> int:
     cls = _later_line_class()
 
     def constant() -> str:
-        if not inputs.args:
-            return ""
         launch_site, _before, _after = site(inputs.launch(), phases, level)
-        return f"{name[0]} = {HANDLE}.site({py_literal(launch_site._replace(id=number))})"
+        return f"{SITE_PREFIX}{inputs.site} = {HANDLE}.site({py_literal(launch_site._replace(id=inputs.site))})"
 
     def call() -> str:
         if not inputs.args:
             return ""
+        name = f"{SITE_PREFIX}{inputs.site}"
         values = py_tuple([a.expr for a in inputs.args])
-        kernel = py_literal(inputs.launch().kernel)
-        return f"{HANDLE}.launch({name[0]}, ()); {HANDLE}.done({name[0]}, {values})  # {kernel}"
+        return f"{HANDLE}.launch({name}, ()); {HANDLE}.done({name}, {values})  # {py_literal(inputs.launch().kernel)}"
 
-    root.imports.writeline(cls(constant))
+    def reserve() -> int:
+        root = _root(wrapper)
+        names = getattr(root, "_aoti_debug_sites", None)
+        if names is None:
+            names = root._aoti_debug_sites = {}
+        number = len(names)
+        names[("inputs", number)] = (f"{SITE_PREFIX}{number}", number)
+        root.imports.writeline(cls(constant))
+        return number
+
+    inputs.reserve = reserve
     code.writeline(cls(call))
-    return number
 
 
 _LaterLine = None
