@@ -176,7 +176,7 @@ def test_a_compiled_model_reads_its_weights_once_a_call_and_its_input_where_used
                                 torch.nn.Linear(32, 8)).eval()
     xs = [torch.randn(4, 16) for _ in range(2)]
     torch._dynamo.reset()
-    with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path)):
+    with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path / "a")):
         fn = torch.compile(model)
         outs = [fn(x) for x in xs]
     aoti_debug.flush()
@@ -184,7 +184,7 @@ def test_a_compiled_model_reads_its_weights_once_a_call_and_its_input_where_used
     with torch.no_grad():
         for x, out in zip(xs, outs):
             torch.testing.assert_close(out, model(x))
-    recs = [r for r in records(only_run(str(tmp_path))) if r["kind"] == "tensor"]
+    recs = [r for r in records(only_run(str(tmp_path / "a"))) if r["kind"] == "tensor"]
     inputs = [r for r in recs if r["kernel"] == manager.INPUTS_KERNEL]
     assert len(inputs) == 2 * 6 and {r["phase"] for r in inputs} == {"after"}, inputs
     assert [r["shape"] for r in inputs[:6]] == [[32], [16, 32], [32], [32], [8], [32, 8]], inputs[:6]
@@ -198,6 +198,24 @@ def test_a_compiled_model_reads_its_weights_once_a_call_and_its_input_where_used
         q = [q for q in inputs if q["launch"] < r["launch"] and key(q) == key(r)][-1]  # this call's
         assert (q["checksum"], q["stats"]) == (r["checksum"], r["stats"]), (q, r)
     assert all(r["shape"] != [4, 16] for r in inputs)
+    # A run without it (``reuse=False``, or level save) pairs with this one launch by launch:
+    # diff leaves the inputs launch out (its values are compared where they are used).
+    from click.testing import CliRunner
+
+    from aoti_debug.cli import main
+
+    torch._dynamo.reset()
+    with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path / "b"), reuse=False):
+        fn = torch.compile(model)
+        for x in xs:
+            fn(x)
+    aoti_debug.flush()
+    torch._dynamo.reset()
+    other = only_run(str(tmp_path / "b"))
+    assert not any(r["kernel"] == manager.INPUTS_KERNEL for r in records(other))
+    for a, b in ((only_run(str(tmp_path / "a")), other), (other, only_run(str(tmp_path / "a")))):
+        res = CliRunner().invoke(main, ["diff", a, b])
+        assert res.exit_code == 0 and "EQUAL" in res.output and "unpaired" not in res.output, res.output
 
 
 @pytest.mark.parametrize("wrapper", ["cpp", pytest.param("aoti", marks=pytest.mark.slow)])

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from ..config import CompileSettings
+from ..format import schema
 from .launch import Launch, LaunchArg, base_name
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -26,20 +27,25 @@ _RESET = re.compile(r"[A-Za-z_]\w*\.reset\(\);")
 #: record may take its producer's stats (``SiteArg.reuse``).
 REUSE_LEVELS = ("stats", "print")
 #: Devices whose graph inputs a graph call reads once, at its first launch (``Inputs``):
-#: those whose records the Python runtime takes from a producer (the device ring).
+#: CUDA, where a launch that takes a record launches no stats kernel for it (the device
+#: ring). On the CPU the Python runtime reads every input where it is used, and in the C++
+#: runtime a weight read once a call costs what reading it where it is used costs.
 INPUTS_DEVICES = ("cuda",)
 #: The inputs site's kernel and op name in records (no kernel of Inductor's is so named).
-INPUTS_KERNEL = "graph_inputs"
+INPUTS_KERNEL = schema.INPUTS_KERNEL
 
 
 @dataclasses.dataclass
 class Inputs:
-    """The graph inputs and constants a graph call reads, read once before its first
-    launch (the Python wrapper, levels ``REUSE_LEVELS``): an instrumented launch of its
+    """The weights and other constant inputs a graph call reads, read once before its
+    first launch (levels ``REUSE_LEVELS``, every wrapper): an instrumented launch of its
     own (``INPUTS_KERNEL``, after args only) that the launches reading them take their
     stats from (``SiteArg.reuse``), as from any producer, while neither a launch nor a
-    line outside one touched their storage. Its code is written when the wrapper is
-    (``python_emitter.inputs_lines``): only then are all its values known."""
+    line outside one touched their storage. One side for all of them instead of one per
+    launch that reads them: on the transformer of benchmarks/ its 16 transposed weights
+    and 16 biases and norms go into one stats launch, and most ``before`` sides launch
+    nothing. Its line is written when the wrapper is (``open_inputs`` of the emitters):
+    only then are all its values known."""
 
     code: int
     """``id`` of the code buffer it was opened in: launches in another one take nothing."""

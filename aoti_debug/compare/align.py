@@ -23,7 +23,7 @@ from typing import Iterator
 
 from ..config import KernelFilter
 from ..format.reader import RunReader
-from ..format.schema import Record
+from ..format.schema import INPUTS_KERNEL, Record
 
 
 @dataclasses.dataclass
@@ -135,7 +135,7 @@ class Aligner:
         return {key for key, _g in self._keyed_a()} == set(self._b_index)
 
     def _wanted(self, r: Record) -> bool:
-        return self.kernels.matches(r.kernel, r.op)
+        return r.kernel != INPUTS_KERNEL and self.kernels.matches(r.kernel, r.op)
 
     def _take_b(self, key: tuple) -> tuple[int | None, list[Record]]:
         g = self._b_index.get(key)

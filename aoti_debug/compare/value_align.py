@@ -45,7 +45,7 @@ from typing import Iterator
 
 from ..config import KernelFilter
 from ..format.reader import RunReader
-from ..format.schema import Record, RunInfo
+from ..format.schema import INPUTS_KERNEL, Record, RunInfo
 from .align import Pair, PairedLaunch
 
 _NUMBERED = re.compile(r"_\d+$")
@@ -264,7 +264,7 @@ class ValueAligner:
         self._edges: list[tuple[int, int]] = []
 
     def _wanted(self, r: Record) -> bool:
-        return self.kernels.matches(r.kernel, r.op)
+        return r.kernel != INPUTS_KERNEL and self.kernels.matches(r.kernel, r.op)
 
     def launches(self) -> Iterator[PairedLaunch]:
         scan = self._a_scan

@@ -23,6 +23,10 @@ Role = Literal["input", "output", "inout"]
 Kind = Literal["tensor", "scalar", "symint", "none", "other"]
 
 STAT_KEYS = ("min", "max", "mean", "std", "absmax", "nan", "inf")
+#: The kernel name of a graph call's read of its weights and other constant inputs, once,
+#: before its first launch (levels stats and print, CUDA): every launch that reads one of
+#: them takes that record (``"reused"``), so its values are compared there, never here.
+INPUTS_KERNEL = "graph_inputs"
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.]+")
 
