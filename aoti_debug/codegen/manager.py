@@ -42,9 +42,8 @@ class Inputs:
     own (``INPUTS_KERNEL``, after args only) that the launches reading them take their
     stats from (``SiteArg.reuse``), as from any producer, while neither a launch nor a
     line outside one touched their storage. One side for all of them instead of one per
-    launch that reads them: on the transformer of benchmarks/ its 16 transposed weights
-    and 16 biases and norms go into one stats launch, and most ``before`` sides launch
-    nothing. Its line is written when the wrapper is (``open_inputs`` of the emitters):
+    launch that reads them (on the transformer of benchmarks/: 16 transposed weights and
+    the biases and norms in two stats launches), and most ``before`` sides launch nothing. Its line is written when the wrapper is (``open_inputs`` of the emitters):
     only then are all its values known."""
 
     code: int
