@@ -156,6 +156,31 @@ def test_only_expressions_the_first_launch_can_evaluate_are_read_there():
         assert not _of_input(expr, "arg2_1"), expr
 
 
+def _small_model(monkeypatch):
+    """A small MLP and two inputs for an end-to-end compile on the CPU, with CPU inputs let
+    into the ``graph_inputs`` launch and Inductor's caches off (the codegen runs)."""
+    import torch
+
+    from aoti_debug.codegen import manager
+
+    monkeypatch.setattr(manager, "INPUTS_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 8)).eval()
+    torch._dynamo.reset()
+    return model, [torch.randn(4, 16) for _ in range(2)]
+
+
+def _equal_to_eager(model, xs, outs) -> None:
+    import torch
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        for x, out in zip(xs, outs):
+            torch.testing.assert_close(out, model(x))
+
+
 def test_a_compiled_model_reads_its_weights_once_a_call_and_its_input_where_used(tmp_path, monkeypatch):
     """End to end, the Python wrapper on the CPU with CPU inputs let in (the runtime reads
     CPU inputs where they are used as well, so both records of each value are there):
@@ -169,21 +194,12 @@ def test_a_compiled_model_reads_its_weights_once_a_call_and_its_input_where_used
     from aoti_debug.codegen import manager
     from tests.conftest import only_run, records
 
-    monkeypatch.setattr(manager, "INPUTS_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
-                                torch.nn.Linear(32, 8)).eval()
-    xs = [torch.randn(4, 16) for _ in range(2)]
-    torch._dynamo.reset()
+    model, xs = _small_model(monkeypatch)
     with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path / "a")):
         fn = torch.compile(model)
         outs = [fn(x) for x in xs]
     aoti_debug.flush()
-    torch._dynamo.reset()
-    with torch.no_grad():
-        for x, out in zip(xs, outs):
-            torch.testing.assert_close(out, model(x))
+    _equal_to_eager(model, xs, outs)
     recs = [r for r in records(only_run(str(tmp_path / "a"))) if r["kind"] == "tensor"]
     inputs = [r for r in recs if r["kernel"] == manager.INPUTS_KERNEL]
     assert len(inputs) == 2 * 6 and {r["phase"] for r in inputs} == {"after"}, inputs
@@ -230,13 +246,7 @@ def test_the_cpp_runtime_takes_weights_read_once_a_call(tmp_path, monkeypatch, w
     from aoti_debug.codegen import manager
     from tests.conftest import only_run, records
 
-    monkeypatch.setattr(manager, "INPUTS_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
-                                torch.nn.Linear(32, 8)).eval()
-    xs = [torch.randn(4, 16) for _ in range(2)]
-    torch._dynamo.reset()
+    model, xs = _small_model(monkeypatch)
     with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path / "dump")):
         if wrapper == "cpp":
             with torch._inductor.config.patch(cpp_wrapper=True):
@@ -248,10 +258,7 @@ def test_the_cpp_runtime_takes_weights_read_once_a_call(tmp_path, monkeypatch, w
             fn = torch._inductor.aoti_load_package(package)
             outs = [fn(x) for x in xs]
     aoti_debug.flush()
-    torch._dynamo.reset()
-    with torch.no_grad():
-        for x, out in zip(xs, outs):
-            torch.testing.assert_close(out, model(x))
+    _equal_to_eager(model, xs, outs)
     recs = [r for r in records(only_run(str(tmp_path / "dump"))) if r["kind"] == "tensor"]
     assert {r["wrapper"] for r in recs} == {"cpp"}
     inputs = [r for r in recs if r["kernel"] == manager.INPUTS_KERNEL]
