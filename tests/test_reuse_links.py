@@ -96,7 +96,8 @@ def _input_links(monkeypatch, between: list[str], device: str = "cuda", cpp: boo
     for n, reads in enumerate((["arg0_1", view], ["arg0_1", "arg1_1", view])):
         m.lines_written(code, "before")
         launch = Launch(kernel=f"triton_poi_fused_{n}", op="", kind="triton",
-                        args=[LaunchArg(base_name(r), r, "input") for r in reads] + [LaunchArg(f"buf{n}", f"buf{n}", "output")])
+                        args=[LaunchArg(base_name(r), r, "input") for r in reads] +
+                             [LaunchArg(f"buf{n}", f"buf{n}", "output")])
         m.open_inputs(root, code, cpp)
         launch = m.prepare(launch)
         for phase, line in (("before", f"triton_poi_fused_{n}.run(...)"), ("after", None)):
@@ -269,4 +270,5 @@ def test_the_cpp_runtime_takes_weights_read_once_a_call(tmp_path, monkeypatch, w
     assert len(taken) == len(inputs), [(r["kernel"], r["arg"], r.get("reused")) for r in recs if r["phase"] == "before"]
     for r in taken:
         q = [q for q in inputs if q["launch"] < r["launch"] and q["arg"] == r["arg"]][-1]  # this call's
-        assert (q["checksum"], q["stats"], q["shape"], q["stride"]) == (r["checksum"], r["stats"], r["shape"], r["stride"])
+        assert [q[k] for k in ("checksum", "stats", "shape", "stride")] == \
+            [r[k] for k in ("checksum", "stats", "shape", "stride")]

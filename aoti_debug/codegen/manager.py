@@ -43,7 +43,8 @@ class Inputs:
     stats from (``SiteArg.reuse``), as from any producer, while neither a launch nor a
     line outside one touched their storage. One side for all of them instead of one per
     launch that reads them (on the transformer of benchmarks/: 16 transposed weights and
-    the biases and norms in two stats launches), and most ``before`` sides launch nothing. Its line is written when the wrapper is (``open_inputs`` of the emitters):
+    the biases and norms in two stats launches), and most ``before`` sides launch nothing.
+    Its line is written when the wrapper is (``open_inputs`` of the emitters):
     only then are all its values known."""
 
     code: int
