@@ -22,9 +22,10 @@ from ._common import BadInput
 @click.option("--sync/--no-sync", default=None, help="Synchronise the device after every instrumented launch.")
 @click.option("--phases", default=None, help="before, after, or before,after (default).")
 @click.option("--reuse/--no-reuse", default=None,
-              help=f"At levels stats and print, take an input's stats from the record of the launch that wrote it "
-                   f"(default; ${config.ENV_REUSE}). --no-reuse reads every input again: a write no launch owns "
-                   "(out of bounds) then shows between the two.")
+              help=f"At levels stats and print, take an input's stats from the record of the launch that wrote it, "
+                   f"and on CUDA read the weights once a call, before the first kernel (default; ${config.ENV_REUSE}). "
+                   "--no-reuse reads every input again: a write no launch owns (out of bounds) then shows between "
+                   "the two.")
 @click.option("--reference", type=click.Choice(config.REFERENCE_MODES), default=None,
               help="Record a reference instead: torch.compile'd functions run eagerly (eager), or eagerly "
                    "and in float64 beside the model's dtypes (fp64, which also records eager's own error).")
