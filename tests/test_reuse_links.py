@@ -272,3 +272,17 @@ def test_the_cpp_runtime_takes_weights_read_once_a_call(tmp_path, monkeypatch, w
         q = [q for q in inputs if q["launch"] < r["launch"] and q["arg"] == r["arg"]][-1]  # this call's
         assert [q[k] for k in ("checksum", "stats", "shape", "stride")] == \
             [r[k] for k in ("checksum", "stats", "shape", "stride")]
+
+
+def test_a_graph_inputs_launch_that_cannot_be_written_leaves_each_launch_reading_its_weights(monkeypatch, caplog):
+    from aoti_debug.codegen import manager, python_emitter
+
+    def broken(*args):
+        raise RuntimeError("no deferred lines here")
+
+    monkeypatch.setattr(python_emitter, "open_inputs", broken)
+    monkeypatch.setattr(manager, "_warned_inputs", False)
+    with caplog.at_level("WARNING", logger="aoti_debug"):
+        links, values, _code, _root = _input_links(monkeypatch, [])
+    assert links == (((), ()), ((), (), ())) and values == ()
+    assert "weights are read at every launch that uses them" in caplog.text and "no deferred lines here" in caplog.text

@@ -9,6 +9,7 @@ description, and this class turns that into Python or C++ lines.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from typing import Any
 
@@ -235,9 +236,9 @@ class Manager:
         self.inputs = Inputs(code=id(code), site=-1, graph="", cpp=cpp)
         try:
             (cpp_emitter if cpp else python_emitter).open_inputs(self, wrapper, code, self.inputs)
-        except Exception:
+        except Exception as e:  # each launch then reads its weights itself
             self.inputs.closed = True
-            raise
+            _warn_inputs(e)
 
     def _from_inputs(self, a: LaunchArg) -> int | None:
         """``a``'s position among the inputs site's values (added there if new), where it
@@ -339,6 +340,18 @@ class Manager:
         from . import python_emitter
 
         return python_emitter.emit(self, wrapper, launch, phase)
+
+
+_warned_inputs = False
+
+
+def _warn_inputs(e: Exception) -> None:
+    global _warned_inputs
+    if not _warned_inputs:
+        _warned_inputs = True
+        logging.getLogger("aoti_debug").warning(
+            "aoti_debug: weights are read at every launch that uses them (no graph_inputs launch: %s: %s)",
+            type(e).__name__, e)
 
 
 def _spelled(expr: str) -> str:

@@ -49,10 +49,7 @@ def _make_line_class():
                     if launch is not None and "graph" in self.state:
                         launch.graph = self.state["graph"]
                     if launch is not None and self.manager.matches(launch):
-                        try:
-                            self.manager.open_inputs(self.wrapper, code, is_cpp())
-                        except Exception as e:  # (the launch is instrumented all the same)
-                            warn_codegen(e)
+                        self.manager.open_inputs(self.wrapper, code, is_cpp())
                     self.state["launch"] = None if launch is None else self.manager.prepare(launch)
                 launch = self.state.get("launch")
                 if launch is None:
