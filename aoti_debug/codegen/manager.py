@@ -95,7 +95,7 @@ class Manager:
         self._mark: tuple[int, int] = (0, 0)
         """``(id(code), lines)``: where the last launch's lines ended in the wrapper's code."""
         self.inputs: Inputs | None = None
-        """The graph inputs read once a call (Python wrapper), once its first launch is written."""
+        """The weights read once a call (``Inputs``), once the graph's first launch is written."""
 
     # -- the DebugPrinterManager interface (Inductor's own call sites) ----------------
     debug_printer_level = "0"
@@ -223,8 +223,8 @@ class Manager:
     # -- graph inputs read once a call (Inputs) ----------------------------------------
     def open_inputs(self, wrapper, code, cpp: bool) -> None:
         """Before a launch's lines are written: at the graph's first, open its ``Inputs``
-        there (Python wrapper, where inputs are linked at all); at a launch in another
-        code buffer (a subgraph), stop taking from it."""
+        there (where inputs are linked at all); at a launch in another code buffer (a
+        subgraph), stop taking from it."""
         if self.inputs is not None:
             if self.inputs.code != id(code):
                 self.inputs.closed = True
