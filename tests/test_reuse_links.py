@@ -29,8 +29,7 @@ class _Root:
 
 def _launch(kernel: str, reads: list[str], writes: list[str]) -> Launch:
     return Launch(kernel=kernel, op=kernel, kind="triton",
-                  args=[LaunchArg(r.split("(")[-1].split(",")[0] if "(" in r else r, r, "input") for r in reads] +
-                       [LaunchArg(w, w, "output") for w in writes])
+                  args=[LaunchArg(base_name(r), r, "input") for r in reads] + [LaunchArg(w, w, "output") for w in writes])
 
 
 def _links(between: list[str], level: str = "stats", reuse: bool = True, cpp: bool = False,
@@ -95,9 +94,7 @@ def _input_links(monkeypatch, between: list[str], device: str = "cuda", cpp: boo
     links = []
     for n, reads in enumerate((["arg0_1", view], ["arg0_1", "arg1_1", view])):
         m.lines_written(code, "before")
-        launch = Launch(kernel=f"triton_poi_fused_{n}", op="", kind="triton",
-                        args=[LaunchArg(base_name(r), r, "input") for r in reads] +
-                             [LaunchArg(f"buf{n}", f"buf{n}", "output")])
+        launch = _launch(f"triton_poi_fused_{n}", reads, [f"buf{n}"])
         m.open_inputs(root, code, cpp)
         launch = m.prepare(launch)
         for phase, line in (("before", f"triton_poi_fused_{n}.run(...)"), ("after", None)):

@@ -221,12 +221,6 @@ def open_inputs(manager, wrapper, code, inputs) -> None:
     """``python_emitter.open_inputs`` for the C++ wrapper: its one line (both phases, the
     site constant inside), made when the wrapper is written; ``reserve`` the site's number."""
     ensure_header(manager, wrapper)
-    from .context import graph_name
-
-    try:
-        inputs.graph = graph_name()
-    except Exception:  # (no graph being generated: the manager driven alone, in tests)
-        inputs.graph = ""
     views = not _aot_mode()
 
     def line() -> str:

@@ -368,7 +368,6 @@ def runtime_lookup_launch(wrapper, buf_name, python_kernel_name, get_args, op_ov
     return Launch(kernel=str(python_kernel_name), op=op, kind="custom_op", args=args, graph=graph_name())
 
 
-
 def static_input_device(name: str) -> str | None:
     """The device type (``cuda``, ``cpu``) of ``name`` where it is a constant of the graph
     being generated or a graph input at the same address call after call: a parameter or

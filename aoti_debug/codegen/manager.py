@@ -233,7 +233,13 @@ class Manager:
             return
         from . import cpp_emitter, python_emitter
 
+        from .context import graph_name
+
         self.inputs = Inputs(code=id(code), site=-1, graph="", cpp=cpp)
+        try:
+            self.inputs.graph = graph_name()
+        except Exception:  # (no graph being generated: the manager driven alone, in tests)
+            pass
         try:
             (cpp_emitter if cpp else python_emitter).open_inputs(self, wrapper, code, self.inputs)
         except Exception as e:  # each launch then reads its weights itself

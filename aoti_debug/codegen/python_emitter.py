@@ -13,6 +13,7 @@ The trailing comment names the kernel (``repr``) so that a reader of the wrapper
 from __future__ import annotations
 
 from ..format.protocol import PROTOCOL_VERSION, Site, SiteArg
+from ..format.schema import INPUTS_KERNEL
 from .emit import py_literal, py_tuple
 from .launch import Launch, LaunchArg
 
@@ -101,9 +102,7 @@ def site_constant(wrapper, launch_site: Site) -> tuple[str, int]:
     """The name of the module constant holding ``launch_site``, defined in the header the
     first time (one per distinct site: both phases of a launch share it), and its number."""
     root = _root(wrapper)
-    names = getattr(root, "_aoti_debug_sites", None)
-    if names is None:
-        names = root._aoti_debug_sites = {}
+    names = _site_names(root)
     found = names.get(launch_site)
     if found is None:
         number = len(names)
@@ -119,12 +118,6 @@ def open_inputs(manager, wrapper, code, inputs) -> None:
     (all launches known), and give it ``reserve``: the site's number, taken with its
     constant (a line of the header made the same way) when a launch first links to it."""
     ensure_header(manager, wrapper)
-    from .context import graph_name
-
-    try:
-        inputs.graph = graph_name()
-    except Exception:  # (no graph being generated: the manager driven alone, in tests)
-        inputs.graph = ""
     level, phases = manager.settings.level, manager.settings.phases
     cls = _later_line_class()
 
@@ -137,13 +130,11 @@ def open_inputs(manager, wrapper, code, inputs) -> None:
             return ""
         name = f"{SITE_PREFIX}{inputs.site}"
         values = py_tuple([a.expr for a in inputs.args])
-        return f"{HANDLE}.launch({name}, ()); {HANDLE}.done({name}, {values})  # {py_literal(inputs.launch().kernel)}"
+        return f"{HANDLE}.launch({name}, ()); {HANDLE}.done({name}, {values})  # {py_literal(INPUTS_KERNEL)}"
 
     def reserve() -> int:
         root = _root(wrapper)
-        names = getattr(root, "_aoti_debug_sites", None)
-        if names is None:
-            names = root._aoti_debug_sites = {}
+        names = _site_names(root)
         number = len(names)
         names[("inputs", number)] = (f"{SITE_PREFIX}{number}", number)
         root.imports.writeline(cls(constant))
@@ -178,6 +169,14 @@ def _later_line_class():
 
         _LaterLine = LaterLine
     return _LaterLine
+
+
+def _site_names(root) -> dict:
+    """The root wrapper's site constants: key (a ``Site``, or the inputs site's) -> (name, number)."""
+    names = getattr(root, "_aoti_debug_sites", None)
+    if names is None:
+        names = root._aoti_debug_sites = {}
+    return names
 
 
 def emit(manager, wrapper, launch: Launch, phase: str) -> list[str]:

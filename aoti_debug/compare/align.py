@@ -26,6 +26,13 @@ from ..format.reader import RunReader
 from ..format.schema import INPUTS_KERNEL, Record
 
 
+def in_diff(r: Record, kernels: KernelFilter) -> bool:
+    """Whether diff compares record ``r``: of a kernel the filter keeps, and not of the
+    ``graph_inputs`` launch (its values are compared at each launch that takes them, so a
+    run with it pairs launch by launch with a run without it)."""
+    return r.kernel != INPUTS_KERNEL and kernels.matches(r.kernel, r.op)
+
+
 @dataclasses.dataclass
 class Pair:
     """One record of A and its counterpart in B; either side is None when unmatched."""
@@ -135,7 +142,7 @@ class Aligner:
         return {key for key, _g in self._keyed_a()} == set(self._b_index)
 
     def _wanted(self, r: Record) -> bool:
-        return r.kernel != INPUTS_KERNEL and self.kernels.matches(r.kernel, r.op)
+        return in_diff(r, self.kernels)
 
     def _take_b(self, key: tuple) -> tuple[int | None, list[Record]]:
         g = self._b_index.get(key)

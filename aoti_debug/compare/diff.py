@@ -17,8 +17,8 @@ from typing import Callable, Iterator
 from ..config import KernelFilter
 from ..errors import DumpError, RecordError
 from ..format.reader import RunReader
-from ..format.schema import INPUTS_KERNEL, Record
-from .align import Aligner, PairedLaunch, Pair
+from ..format.schema import Record
+from .align import Aligner, PairedLaunch, Pair, in_diff
 from .value_align import UNMATERIALISED, ValueAligner, reference_mode, usable
 from .births import Births, find_births, provenance_source
 from .divergence import DivergenceFinder
@@ -477,7 +477,7 @@ def _group_text(component) -> str:
 
 
 def _records(reader: RunReader, kfilter: KernelFilter):
-    return (r for r in reader.records() if r.kernel != INPUTS_KERNEL and kfilter.matches(r.kernel, r.op))
+    return (r for r in reader.records() if in_diff(r, kfilter))
 
 
 def birth_differences(a: Births, b: Births) -> list[str]:

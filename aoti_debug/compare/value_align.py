@@ -45,8 +45,8 @@ from typing import Iterator
 
 from ..config import KernelFilter
 from ..format.reader import RunReader
-from ..format.schema import INPUTS_KERNEL, Record, RunInfo
-from .align import Pair, PairedLaunch
+from ..format.schema import Record, RunInfo
+from .align import Pair, PairedLaunch, in_diff
 
 _NUMBERED = re.compile(r"_\d+$")
 #: ``Pair.how`` of a value only one run materialised.
@@ -264,7 +264,7 @@ class ValueAligner:
         self._edges: list[tuple[int, int]] = []
 
     def _wanted(self, r: Record) -> bool:
-        return r.kernel != INPUTS_KERNEL and self.kernels.matches(r.kernel, r.op)
+        return in_diff(r, self.kernels)
 
     def launches(self) -> Iterator[PairedLaunch]:
         scan = self._a_scan
