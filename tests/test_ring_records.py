@@ -136,12 +136,14 @@ _runs = [0]
 
 
 def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None, broken=False, odd=True,
-         cpu_side: bool = True, plans: bool = True, sides=None, host: bool = False, ship_every: int = 0) -> bytes:
+         cpu_side: bool = True, plans: bool = True, sides=None, host: bool = False, ship_every: int = 0,
+         hold_writer: bool = False) -> bytes:
     """The manifest bytes of ``steps`` calls of the sides, with ring records written by the
     library (``native``) or by the dicts, in a run directory of their own; ``plans``
     False: no side is made from a plan (``GraphHandle._ring_side``), every record is a dict
     in the model's thread first; ``host``: int64 tensors read by the runtime library (:func:`_host_stats`);
-    ``ship_every``: a segment is shipped once it holds that many rows (0: at the flush alone)."""
+    ``ship_every``: a segment is shipped once it holds that many rows (0: at the flush alone);
+    ``hold_writer``: the writer thread starts at the flush, finding every segment shipped."""
     _runs[0] += 1  # a directory of its own: two runs of one process in one may share a run id
     os.environ["AOTI_DEBUG_DIR"] = os.path.join(os.environ["AOTI_DEBUG_DIR"],
                                                 f"{'native' if native else 'dicts'}-{'plans' if plans else 'full'}"
@@ -158,6 +160,9 @@ def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None
             mp.setattr(hooks.GraphHandle, "_ring_side", lambda self, *a: False)
         mp.setattr(hooks.GraphHandle, "_host_stats", _host_stats(host))
         mp.setattr(session, "BEFORE_FLUSH", [ring.ship])
+        start = session.Session._start
+        if hold_writer:
+            mp.setattr(session.Session, "_start", lambda self: None)
         g = hooks.graph(None, level, False, protocol=PROTOCOL_VERSION, native=library.path if library else None)
         g._records = None  # CPU sides as dicts: their tensors take the (fake) ring
         if not native:
@@ -177,6 +182,9 @@ def _run(library, native: bool, steps: int = 3, level: str = "stats", extra=None
                 if cpu_side:  # records with nothing to wait for, between ring records
                     g.launch(plain, (3,))
                     g.done(plain, (4.5,))
+        if hold_writer:
+            ring.ship()
+            start(session.current())
         aoti_debug.flush()
         path = session.dump_path()
         with open(os.path.join(path, schema.MANIFEST_FILE), "rb") as f:
@@ -225,6 +233,33 @@ def test_the_library_writes_the_dict_paths_manifest_byte_for_byte(library, fresh
     assert any(s["mean"] == "inf" for s in stats) and any(s["min"] is None for s in stats)
     assert any(s["inf"] == 2 ** 40 for s in stats)
     assert b'"min":-0.0' in native and b'"max":1.7976931348623157e+308' in native
+
+
+@pytest.mark.parametrize("level,sides,ship_every", [("stats", None, 0), ("print", None, 0), ("stats", "taking", 0),
+                                                    ("stats", "taking", 40)],
+                         ids=["sides", "print", "taking", "taking-segments"])
+def test_a_call_of_many_records_is_written_in_parts_as_in_one(library, fresh_session, monkeypatch, capfd, level, sides,
+                                                             ship_every):
+    """The library formats a call of more than 64 records in parts joined in order
+    (``ring_records.h``, ``kRingRecordsPerPart``): planned sides, sides taking their
+    producers' rows, segments shipped as they fill (one call of several segments: a part
+    may begin after a segment's base entry), print lines: the bytes of the dict path's
+    records and prints."""
+    calls = []
+    encode = ring_records.RingLines.encode
+    monkeypatch.setattr(ring_records.RingLines, "encode", lambda self, jobs: calls.append(
+        (sum(map(_records_of, jobs)), len({id(j.event) for j in jobs}))) or encode(self, jobs))
+    made = _reuse_sides(True) if sides else None
+    kw = dict(steps=12, level=level, cpu_side=False, sides=made, ship_every=ship_every, hold_writer=True)
+    native = _run(library, True, **kw)
+    native_prints = capfd.readouterr().err
+    records, segments = max(calls)
+    assert records > 64, f"no call of records enough for two parts: {calls}"
+    assert segments > 1 if ship_every else segments == 1
+    assert native == _run(library, False, **kw)
+    assert native_prints == capfd.readouterr().err
+    if level == "print":
+        assert native_prints.count("\n") == native.count(b"\n")
 
 
 def test_writer_keys_agree():
