@@ -264,10 +264,14 @@ int ring_records(int64_t* spec) {
   };
   int64_t total = 0;
   for (const Mark& m : marks) total += m.records;
+#ifdef _OPENMP
   // At least two parts where there are records enough, whatever the threads: the join is
-  // then the same code on every machine (one thread runs both parts in turn).
-  const int64_t parts =
-      std::max<int64_t>(1, std::min<int64_t>(std::max(workers(), 2), total / kRingRecordsPerPart));
+  // then the same code on every machine (a team of one thread runs both in turn).
+  const int64_t most = std::max(workers(), 2);
+#else
+  const int64_t most = workers();  // (a std::thread for each part but the first)
+#endif
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(most, total / kRingRecordsPerPart));
   // Part k's entries: [ends[k], ends[k + 1]), cut where the records before reach k/parts of all.
   thread_local std::vector<size_t> kept_ends;
   std::vector<size_t>& ends = kept_ends;
