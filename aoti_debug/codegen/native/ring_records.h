@@ -300,7 +300,13 @@ int ring_records(int64_t* spec) {
   if (parts == 1) {
     rcs[0] = format(0, marks.size(), lines[0], prints[0]);
   } else {
-    run_parts(parts, [&](int64_t k) { rcs[k] = format(ends[k], ends[k + 1], lines[k], prints[k]); });
+    run_parts(parts, [&](int64_t k) {
+      try {  // (nothing may leave a part's thread: an OpenMP region or a std::thread would end the process)
+        rcs[k] = format(ends[k], ends[k + 1], lines[k], prints[k]);
+      } catch (...) {  // std::bad_alloc: as the library's entry returns it
+        rcs[k] = -2;
+      }
+    });
   }
   size_t line_bytes = 0, print_bytes = 0;
   for (int64_t k = 0; k < parts; ++k) {
