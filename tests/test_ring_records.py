@@ -240,7 +240,7 @@ def test_the_library_writes_the_dict_paths_manifest_byte_for_byte(library, fresh
                          ids=["sides", "print", "taking", "taking-segments"])
 def test_a_call_of_many_records_is_written_in_parts_as_in_one(library, fresh_session, monkeypatch, capfd, level, sides,
                                                              ship_every):
-    """The library formats a call of more than 64 records in parts joined in order
+    """The library formats a call of 64 records or more in parts joined in order
     (``ring_records.h``, ``kRingRecordsPerPart``): planned sides, sides taking their
     producers' rows, segments shipped as they fill (one call of several segments: a part
     may begin after a segment's base entry), print lines: the bytes of the dict path's

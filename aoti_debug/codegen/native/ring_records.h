@@ -82,13 +82,14 @@ constexpr size_t kRingBaseSide = 8;  // and its taken rows
 constexpr size_t kRingTemplate = 10;
 
 // Records a part of a call's entries formats at least (fewer: one part, this thread).
-// The writer formats a lockstep step's records after the device finished (~2 us a record
-// on the H100's host, ~1 us on a 2-core CI machine): in parts, the flush waits less.
+// The writer formats a lockstep step's records after the device finished (its encode took
+// ~2.3 us a record on the H100's host, this call ~0.55 us on a 2-core CI machine: bench-
+// marks.md, session 24): in parts, the flush waits less.
 constexpr int64_t kRingRecordsPerPart = 32;
 
 // Returns 0 and the lines (one per record, in order), then the print lines, in the output
 // buffer; -1 when `spec` is malformed; -3 when the buffer is too small (kRingSlotPrintEnd
-// holds what is needed, nothing is written); -5 for another layout. A call of more than
+// holds what is needed, nothing is written); -5 for another layout. A call of at least
 // 2 * kRingRecordsPerPart records is formatted in parts, consecutive runs of entries with
 // about as many records each, in parallel where the runtime has threads (threads.h), and
 // the parts' lines joined in order: the same bytes as one part.
