@@ -847,6 +847,46 @@ def test_sides_taking_rows_of_earlier_segments_are_one_entry_each(library, fresh
     assert shipped == _run(library, True, steps=4, sides=_reuse_sides(True), ship_every=2, plans=False)
 
 
+def test_a_side_taking_every_input_is_checked_by_the_library(library, fresh_session, monkeypatch):
+    """A planned side that takes every tensor from its producers launches no stats kernel:
+    from its second planned call the library's side function checks its values (a spec
+    with no launch) instead of ``SidePlan.matches``. A change it finds (the scalar of
+    steps 3-5) sends the side down the full path, which plans it anew; the bytes are those
+    of the Python check's and the dict path's."""
+    from aoti_debug.runtime import cpu_records, fused_stats
+
+    monkeypatch.setattr(fused_stats, "side_function", None)
+    fused_stats.bind_side_function(library, cpu_records.values_config(library.codes))
+    if not fused_stats.side_function:
+        pytest.fail("the runtime library was built without its ring side function (Python headers, tensor layout)")
+    bound = fused_stats.side_function
+    answers = []
+    monkeypatch.setattr(fused_stats, "side_function", lambda *a: answers.append(bound(*a)) or answers[-1])
+    matched = []
+    matches = ring_records.SidePlan.matches
+    monkeypatch.setattr(ring_records.SidePlan, "matches",
+                        lambda self, *a: matched.append(self.device is None) or matches(self, *a))
+    base = _reuse_sides(True)
+
+    def sides(step: int):
+        made = base(step)
+        if step >= 3:  # the taking side's scalar changes: its plan declines it
+            (mul, before, after) = made[2]
+            made[2] = (mul, [*before[:2], 3], after)
+        return made
+
+    native = _run(library, True, steps=6, sides=sides, cpu_side=False)
+    # Planned from its first call (step 0's records); the spec made at its first planned
+    # call (step 1); the library checks steps 2-5: step 3 declined, planned anew, its spec
+    # made at step 4, checked at step 5.
+    assert answers == [fused_stats.SIDE_LAUNCHED, fused_stats.SIDE_MISMATCH, fused_stats.SIDE_LAUNCHED], answers
+    assert matched.count(True) == 2, matched  # (the Python check: steps 1 and 4)
+    monkeypatch.setattr(fused_stats, "side_function", None)
+    assert native == _run(library, True, steps=6, sides=sides, cpu_side=False)
+    assert native == _run(library, False, steps=6, sides=sides, cpu_side=False)
+    assert native.count(b'"value":3') == 3 and native.count(b'"value":2') == 3
+
+
 @pytest.mark.parametrize("plans", [True, False], ids=["plans", "full"])
 def test_an_input_whose_producer_did_not_return_is_read(library, fresh_session, plans):
     """The producer of step 3 never returns: its consumers read their own values, as

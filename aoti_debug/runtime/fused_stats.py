@@ -621,18 +621,23 @@ def bind_side_function(library: Any, config: tuple) -> None:
 
 
 def side_spec(meta: Sequence[tuple], ring_at: Sequence[int] | None, ptrs: Sequence[int], launches: Any,
-              device: torch.device, codes: dict) -> tuple | bool:
+              device: torch.device | None, codes: dict) -> tuple | bool:
     """``(spec, its address, launches)`` for :data:`side_function`: a planned side's
     values as ``SidePlan.meta`` holds them (``ring_at``: the positions of those the ring
     summarises, None: all; ``ptrs``: their addresses, as the kept ``launches`` read them
-    on ``device``), in ``ring_side.h``'s layout. False where the function cannot take the
+    on ``device``), in ``ring_side.h``'s layout; ``launches`` None: the values checked
+    alone (``ring_at`` empty, no launch). False where the function cannot take the
     side: its launches are not the library's (:func:`_pack_launches`), they disagree on
     the rows' alignment, or some value is one the spec does not hold (a dtype the
     library has no code for ``codes``, a device other than CPU and CUDA, an int beyond
     int64)."""
-    packed = getattr(launches, "packed", None)
-    if not launches or not packed or not _library_launch or len({x.out_aligned for x in launches}) != 1:
-        return False
+    if launches is None:  # a check alone: a side that takes every tensor from its producers
+        packed, aligned = (None, 0), False
+    else:
+        packed = getattr(launches, "packed", None)
+        if not launches or not packed or not _library_launch or len({x.out_aligned for x in launches}) != 1:
+            return False
+        aligned = launches[0].out_aligned
     ring = range(len(meta)) if ring_at is None else frozenset(ring_at)
     at = iter(ptrs)
     items: list[int] = []
@@ -659,8 +664,8 @@ def side_spec(meta: Sequence[tuple], ring_at: Sequence[int] | None, ptrs: Sequen
             if in_ring:
                 items.append(next(at))
         spec = array.array("q", [SIDE_LAYOUT, SIDE_HEADER + len(items), len(meta), packed[1],
-                                 device.index if device.index is not None else -1,
-                                 int(launches[0].out_aligned), *items])
+                                 device.index if device is not None and device.index is not None else -1,
+                                 int(aligned), *items])
     except (struct.error, StopIteration, OverflowError, TypeError):
         return False
     return spec, spec.buffer_info()[0], launches

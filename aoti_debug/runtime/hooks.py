@@ -661,6 +661,12 @@ class GraphHandle:
             if None in host:
                 return False  # (the full path summarises them otherwise, and warns where the library failed)
         if plan.device is None:  # every tensor taken from its producer: no stats kernel at all
+            try:
+                if not self._taken_values_match(plan, values):
+                    return False
+            except Exception as e:  # the full path records the side
+                self._plan_failed(e)
+                return False
             arrival, first = reused[-1][0], 0
         else:
             try:
@@ -682,6 +688,26 @@ class GraphHandle:
                                                                       reused)))
         if plan.after and site.id in self._producers and plan.structure is None and plan.device is not None:
             self._made_rows()[site.id] = (arrival, first, plan.rows)
+        return True
+
+    def _taken_values_match(self, plan: ring_records.SidePlan, values: Sequence[Any]) -> bool:
+        """Whether the values of a side that takes every tensor from its producers are its
+        plan's: checked by the library's side function where the plan has its spec
+        (``plan.fast``, no launch in it; the callers then skipped ``SidePlan.matches``),
+        else already checked by the caller, and the spec made for the next calls."""
+        fast = plan.fast
+        if fast:
+            rc = fused_stats.side_function(fast[2], values, 0, 0)
+            if rc == fused_stats.SIDE_LAUNCHED:  # (checked; nothing to launch)
+                return True
+            if rc == fused_stats.SIDE_MISMATCH:
+                return False
+            plan.fast = False  # values it cannot read (a tensor subclass): Python checks from now on
+            return plan.matches(values)
+        if fast is None and fused_stats.side_function and plan.structure is None:
+            lib = self._native_library()
+            spec = fused_stats.side_spec(plan.meta, (), (), None, None, lib.codes if lib is not None else {})
+            plan.fast = (None, *spec) if spec else False
         return True
 
     # -- launches whose every side is planned ------------------------------------------

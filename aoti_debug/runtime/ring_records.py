@@ -167,9 +167,10 @@ class SidePlan:
         (its device and stream), None (not kept yet) or ``()`` (never: the kernel reads a
         copy). The hooks repeat them while the side's tensors stay where they were."""
         self.fast: tuple | bool | None = None
-        """``fused_stats.side_spec`` of :attr:`kept` (the library's C function checks the
-        side and repeats its launches in one call), None (not made yet) or False (it
-        cannot take this side); set again whenever :attr:`kept` is."""
+        """``(ring, *fused_stats.side_spec)`` of :attr:`kept` (the library's C function checks
+        the side and repeats its launches in one call; ring None: a side with no stats
+        kernel, whose values it checks alone), None (not made yet) or False (it cannot take
+        this side); set again whenever :attr:`kept` is."""
 
     def matches(self, values: Any, structure: list | None = None) -> bool:
         """Whether ``values`` (flattened, in record order) are what the plan was made from:
