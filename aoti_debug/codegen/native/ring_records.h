@@ -83,7 +83,7 @@ constexpr size_t kRingTemplate = 10;
 
 // Records a part of a call's entries formats at least (fewer: one part, this thread).
 // The writer formats a lockstep step's records after the device finished (its encode took
-// ~2.3 us a record on the H100's host, this call ~0.55 us on a 2-core CI machine: bench-
+// ~1.6 us a record on the H100's host, this call ~0.55 us on a 2-core CI machine: bench-
 // marks.md, session 24): in parts, the flush waits less.
 constexpr int64_t kRingRecordsPerPart = 32;
 
