@@ -238,13 +238,12 @@ def test_the_library_writes_the_dict_paths_manifest_byte_for_byte(library, fresh
 @pytest.mark.parametrize("level,sides,ship_every", [("stats", None, 0), ("print", None, 0), ("stats", "taking", 0),
                                                     ("stats", "taking", 40)],
                          ids=["sides", "print", "taking", "taking-segments"])
-def test_a_call_of_many_records_is_written_in_parts_as_in_one(library, fresh_session, monkeypatch, capfd, level, sides,
-                                                             ship_every):
-    """The library formats a call of 64 records or more in parts joined in order
-    (``ring_records.h``, ``kRingRecordsPerPart``): planned sides, sides taking their
-    producers' rows, segments shipped as they fill (one call of several segments: a part
-    may begin after a segment's base entry), print lines: the bytes of the dict path's
-    records and prints."""
+def test_a_call_of_many_records_over_several_segments_is_the_dict_paths(library, fresh_session, monkeypatch, capfd,
+                                                                          level, sides, ship_every):
+    """One library call of many records (the writer started at the flush finds every
+    segment shipped): planned sides, sides taking their producers' rows, segments shipped
+    as they fill (a call holding several segments, each entry read from its segment's
+    base), print lines: the bytes of the dict path's records and prints."""
     calls = []
     encode = ring_records.RingLines.encode
     monkeypatch.setattr(ring_records.RingLines, "encode", lambda self, jobs: calls.append(
@@ -254,7 +253,7 @@ def test_a_call_of_many_records_is_written_in_parts_as_in_one(library, fresh_ses
     native = _run(library, True, **kw)
     native_prints = capfd.readouterr().err
     records, segments = max(calls)
-    assert records > 64, f"no call of records enough for two parts: {calls}"
+    assert records > 64, f"no call of many records: {calls}"
     assert segments > 1 if ship_every else segments == 1
     assert native == _run(library, False, **kw)
     assert native_prints == capfd.readouterr().err

@@ -9,16 +9,13 @@
 #ifndef AOTI_DEBUG_PART_RING_RECORDS_H
 #define AOTI_DEBUG_PART_RING_RECORDS_H
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "constants.h"
 #include "json.h"
 #include "stats.h"
-#include "threads.h"
 
 namespace AOTI_DEBUG_NS {
 namespace {
@@ -81,18 +78,9 @@ constexpr size_t kRingBase = 4;
 constexpr size_t kRingBaseSide = 8;  // and its taken rows
 constexpr size_t kRingTemplate = 10;
 
-// Records a part of a call's entries formats at least (fewer: one part, this thread).
-// The writer formats a lockstep step's records after the device finished (its encode took
-// ~1.6 us a record on the H100's host, this call ~0.55 us on a 2-core CI machine: bench-
-// marks.md, session 24): in parts, the flush waits less.
-constexpr int64_t kRingRecordsPerPart = 32;
-
 // Returns 0 and the lines (one per record, in order), then the print lines, in the output
 // buffer; -1 when `spec` is malformed; -3 when the buffer is too small (kRingSlotPrintEnd
-// holds what is needed, nothing is written); -5 for another layout. A call of at least
-// 2 * kRingRecordsPerPart records is formatted in parts, consecutive runs of entries with
-// about as many records each, in parallel where the runtime has threads (threads.h), and
-// the parts' lines joined in order: the same bytes as one part.
+// holds what is needed, nothing is written); -5 for another layout.
 int ring_records(int64_t* spec) {
   namespace R = schema::rec;
   static const std::string kSeq = json_key(R::kSeq, "{"), kLaunch = json_key(R::kLaunch),
@@ -101,10 +89,13 @@ int ring_records(int64_t* spec) {
   const size_t spec_len = static_cast<size_t>(spec[kRingSlotLength]);
   const int64_t count = spec[kRingSlotCount];
   if (spec_len < kRingHeader || count < 0) return -1;
+  thread_local std::string lines, prints;
+  lines.clear();
+  prints.clear();
   auto ptr = [](int64_t v) { return reinterpret_cast<const char*>(static_cast<intptr_t>(v)); };
   // One line; `row` null: a fixed record (no stats, no checksum).
-  auto line = [&](std::string& lines, int64_t seq, int64_t launch, int64_t call, const char* head, int64_t head_len,
-                  const char* body, int64_t body_len, const double* row, const int64_t* sum) {
+  auto line = [&](int64_t seq, int64_t launch, int64_t call, const char* head, int64_t head_len, const char* body,
+                  int64_t body_len, const double* row, const int64_t* sum) {
     lines += kSeq;
     json_int(lines, seq);
     lines += kLaunch;
@@ -133,8 +124,7 @@ int ring_records(int64_t* spec) {
   // template at address `tmpl`, a row offset k >= 0 being `ring(k)`, one k <= -2
   // `taken(-2 - k)` (the side entries without taken rows give none: a fixed record, as
   // -1). False when a record's texts or a row it names are not there.
-  auto side = [&](std::string& lines, std::string& prints, int64_t seq, int64_t launch, int64_t call, int64_t tmpl,
-                  int64_t n, auto&& ring, auto&& taken) {
+  auto side = [&](int64_t seq, int64_t launch, int64_t call, int64_t tmpl, int64_t n, auto&& ring, auto&& taken) {
     const int64_t* t = reinterpret_cast<const int64_t*>(ptr(tmpl));
     if (n < 0 || (!t && n)) return false;
     for (int64_t k = 0; k < n; ++k, t += kRingTemplate) {
@@ -148,7 +138,7 @@ int ring_records(int64_t* spec) {
         row = taken(-2 - t[1], ok);
         if (!ok) return false;
       }
-      line(lines, seq + t[0], launch, call, ptr(t[2]), t[3], ptr(t[4]), t[5], row.stats, row.sum);
+      line(seq + t[0], launch, call, ptr(t[2]), t[3], ptr(t[4]), t[5], row.stats, row.sum);
       if (t[7] > 0) {
         prints.append(ptr(t[6]), static_cast<size_t>(t[7]));
         json_int(prints, launch);
@@ -164,169 +154,77 @@ int ring_records(int64_t* spec) {
   };
   auto fixed = [](int64_t, bool&) { return Row{nullptr, nullptr}; };
   // The segment of the last kRingEntryBase: its rows' addresses and their number.
-  struct Base {
-    int64_t stats = 0, sums = 0, rows = -1;
-  };
-  // Where each entry starts, the base in effect there and its records (the parts' split),
-  // from the entries' kinds and lengths alone; the rest is checked as they are formatted.
-  struct Mark {
-    size_t at;
-    Base base;
-    int64_t records;
-  };
-  // (Kept from call to call by the calling thread, and named through references: the
-  // parts' threads see the caller's, not thread_locals of their own.)
-  thread_local std::vector<Mark> kept_marks;
-  std::vector<Mark>& marks = kept_marks;
-  marks.clear();
-  {
-    Base base;
-    size_t at = kRingHeader;
-    for (int64_t i = 0; i < count; ++i) {
-      if (at >= spec_len) return -1;
-      const int64_t* r = spec + at;
-      size_t len = 0;
-      int64_t records = 0;
-      if (r[0] == kRingEntryRecord) {
-        len = kRingRecord, records = 1;
-      } else if (r[0] == kRingEntrySide || r[0] == kRingEntrySideTaken) {
-        len = r[0] == kRingEntrySideTaken ? kRingSideTaken : kRingSide;
-        if (at + len <= spec_len) records = r[7];
-      } else if (r[0] == kRingEntryBase) {
-        len = kRingBase;
-      } else if (r[0] == kRingEntryBaseSide) {
-        if (at + kRingBaseSide > spec_len || r[7] < 0 || static_cast<uint64_t>(r[7]) > spec_len - at - kRingBaseSide)
-          return -1;
-        len = kRingBaseSide + static_cast<size_t>(r[7]), records = r[6];
-      } else if (r[0] == kRingEntryLine) {
-        len = kRingLine, records = 1;
-      } else {
-        return -1;
-      }
-      if (at + len > spec_len) return -1;
-      marks.push_back(Mark{at, base, std::max<int64_t>(records, 0)});
-      if (r[0] == kRingEntryBase) base = Base{r[1], r[2], r[3]};
-      at += len;
-    }
-  }
-  // Entries [e0, e1) into `lines` and `prints`: 0, or -1 where one is malformed.
-  auto format = [&](size_t e0, size_t e1, std::string& lines, std::string& prints) -> int {
-    Base base = e0 < marks.size() ? marks[e0].base : Base{};
-    for (size_t e = e0; e < e1; ++e) {
-      const size_t at = marks[e].at;
-      const int64_t* r = spec + at;
-      if (r[0] == kRingEntryRecord) {
-        const double* row = reinterpret_cast<const double*>(ptr(r[4]));
-        const int64_t* sum = reinterpret_cast<const int64_t*>(ptr(r[5]));
-        if (!row || !sum || !texts_ok(ptr(r[6]), r[7], ptr(r[8]), r[9])) return -1;
-        line(lines, r[1], r[2], r[3], ptr(r[6]), r[7], ptr(r[8]), r[9], row, sum);
-      } else if (r[0] == kRingEntrySide || r[0] == kRingEntrySideTaken) {
-        if (!ptr(r[4]) || !ptr(r[5])) return -1;
-        // Row offset k of the side's first row, in the segment's host copy.
-        auto ring = [&](int64_t k) { return at_addresses(r[4] + 64 * k, r[5] + 8 * k); };
-        if (r[0] == kRingEntrySideTaken) {
-          const int64_t* rows = reinterpret_cast<const int64_t*>(ptr(r[8]));
-          const int64_t n_taken = r[9];
-          if (n_taken < 0 || (!rows && n_taken)) return -1;
-          auto taken = [&](int64_t j, bool& ok) {
-            Row row = j < n_taken ? at_addresses(rows[2 * j], rows[2 * j + 1]) : Row{nullptr, nullptr};
-            ok = row.stats && row.sum;
-            return row;
-          };
-          if (!side(lines, prints, r[1], r[2], r[3], r[6], r[7], ring, taken)) return -1;
-        } else if (!side(lines, prints, r[1], r[2], r[3], r[6], r[7], ring, fixed)) {
-          return -1;
-        }
-      } else if (r[0] == kRingEntryBase) {
-        if (!ptr(r[1]) || !ptr(r[2]) || r[3] < 0) return -1;
-        base = Base{r[1], r[2], r[3]};
-      } else if (r[0] == kRingEntryBaseSide) {
-        if (base.rows < 0 || r[4] < 0) return -1;
-        const int64_t first = r[4], n_taken = r[7];
-        const int64_t* rows = r + kRingBaseSide;
-        // Row `row` of the base's segment (null, null: it has no such row).
-        auto in_base = [&](int64_t row) {
-          return row >= 0 && row < base.rows ? at_addresses(base.stats + 64 * row, base.sums + 8 * row)
-                                             : Row{nullptr, nullptr};
-        };
-        auto ring = [&](int64_t k) { return k < base.rows - first ? in_base(first + k) : Row{nullptr, nullptr}; };
+  int64_t base_stats = 0, base_sums = 0, base_rows = -1;
+  size_t at = kRingHeader;
+  for (int64_t i = 0; i < count; ++i) {
+    if (at >= spec_len) return -1;
+    const int64_t* r = spec + at;
+    if (r[0] == kRingEntryRecord) {
+      if (at + kRingRecord > spec_len) return -1;
+      const double* row = reinterpret_cast<const double*>(ptr(r[4]));
+      const int64_t* sum = reinterpret_cast<const int64_t*>(ptr(r[5]));
+      if (!row || !sum || !texts_ok(ptr(r[6]), r[7], ptr(r[8]), r[9])) return -1;
+      line(r[1], r[2], r[3], ptr(r[6]), r[7], ptr(r[8]), r[9], row, sum);
+      at += kRingRecord;
+    } else if (r[0] == kRingEntrySide || r[0] == kRingEntrySideTaken) {
+      const bool takes = r[0] == kRingEntrySideTaken;
+      if (at + (takes ? kRingSideTaken : kRingSide) > spec_len || !ptr(r[4]) || !ptr(r[5])) return -1;
+      // Row offset k of the side's first row, in the segment's host copy.
+      auto ring = [&](int64_t k) { return at_addresses(r[4] + 64 * k, r[5] + 8 * k); };
+      if (takes) {
+        const int64_t* rows = reinterpret_cast<const int64_t*>(ptr(r[8]));
+        const int64_t n_taken = r[9];
+        if (n_taken < 0 || (!rows && n_taken)) return -1;
         auto taken = [&](int64_t j, bool& ok) {
-          Row row = j < n_taken ? in_base(rows[j]) : Row{nullptr, nullptr};
+          Row row = j < n_taken ? at_addresses(rows[2 * j], rows[2 * j + 1]) : Row{nullptr, nullptr};
           ok = row.stats && row.sum;
           return row;
         };
-        if (!side(lines, prints, r[1], r[2], r[3], r[5], r[6], ring, taken)) return -1;
-      } else {  // kRingEntryLine
-        if (!texts_ok(ptr(r[1]), r[2], nullptr, 0)) return -1;
-        lines.append(ptr(r[1]), static_cast<size_t>(r[2]));
+        if (!side(r[1], r[2], r[3], r[6], r[7], ring, taken)) return -1;
+        at += kRingSideTaken;
+      } else {
+        if (!side(r[1], r[2], r[3], r[6], r[7], ring, fixed)) return -1;
+        at += kRingSide;
       }
+    } else if (r[0] == kRingEntryBase) {
+      if (at + kRingBase > spec_len || !ptr(r[1]) || !ptr(r[2]) || r[3] < 0) return -1;
+      base_stats = r[1];
+      base_sums = r[2];
+      base_rows = r[3];
+      at += kRingBase;
+    } else if (r[0] == kRingEntryBaseSide) {
+      if (at + kRingBaseSide > spec_len || base_rows < 0 || r[4] < 0 || r[7] < 0 ||
+          static_cast<uint64_t>(r[7]) > spec_len - at - kRingBaseSide)
+        return -1;
+      const int64_t first = r[4], n_taken = r[7];
+      const int64_t* rows = r + kRingBaseSide;
+      // Row `row` of the base's segment (null, null: it has no such row).
+      auto in_base = [&](int64_t row) {
+        return row >= 0 && row < base_rows ? at_addresses(base_stats + 64 * row, base_sums + 8 * row)
+                                           : Row{nullptr, nullptr};
+      };
+      auto ring = [&](int64_t k) { return k < base_rows - first ? in_base(first + k) : Row{nullptr, nullptr}; };
+      auto taken = [&](int64_t j, bool& ok) {
+        Row row = j < n_taken ? in_base(rows[j]) : Row{nullptr, nullptr};
+        ok = row.stats && row.sum;
+        return row;
+      };
+      if (!side(r[1], r[2], r[3], r[5], r[6], ring, taken)) return -1;
+      at += kRingBaseSide + static_cast<size_t>(n_taken);
+    } else if (r[0] == kRingEntryLine) {
+      if (at + kRingLine > spec_len || !texts_ok(ptr(r[1]), r[2], nullptr, 0)) return -1;
+      lines.append(ptr(r[1]), static_cast<size_t>(r[2]));
+      at += kRingLine;
+    } else {
+      return -1;
     }
-    return 0;
-  };
-  int64_t total = 0;
-  for (const Mark& m : marks) total += m.records;
-#ifdef _OPENMP
-  // At least two parts where there are records enough, whatever the threads: the join is
-  // then the same code on every machine (a team of one thread runs both in turn).
-  const int64_t most = std::max(workers(), 2);
-#else
-  const int64_t most = workers();  // (a std::thread for each part but the first)
-#endif
-  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(most, total / kRingRecordsPerPart));
-  // Part k's entries: [ends[k], ends[k + 1]), cut where the records before reach k/parts of all.
-  thread_local std::vector<size_t> kept_ends;
-  std::vector<size_t>& ends = kept_ends;
-  ends.assign(static_cast<size_t>(parts) + 1, marks.size());
-  ends[0] = 0;
-  {
-    int64_t seen = 0;
-    size_t k = 1;
-    for (size_t e = 0; e < marks.size() && k < ends.size() - 1; ++e) {
-      seen += marks[e].records;
-      while (k < ends.size() - 1 && seen * parts >= total * static_cast<int64_t>(k)) ends[k++] = e + 1;
-    }
   }
-  thread_local std::vector<std::string> kept_lines, kept_prints;
-  thread_local std::vector<int> kept_rcs;
-  std::vector<std::string>& lines = kept_lines;
-  std::vector<std::string>& prints = kept_prints;
-  std::vector<int>& rcs = kept_rcs;
-  lines.resize(static_cast<size_t>(parts));
-  prints.resize(static_cast<size_t>(parts));
-  rcs.assign(static_cast<size_t>(parts), 0);
-  for (int64_t k = 0; k < parts; ++k) {
-    lines[k].clear();
-    prints[k].clear();
-  }
-  if (parts == 1) {
-    rcs[0] = format(0, marks.size(), lines[0], prints[0]);
-  } else {
-    run_parts(parts, [&](int64_t k) {
-      try {  // (nothing may leave a part's thread: an OpenMP region or a std::thread would end the process)
-        rcs[k] = format(ends[k], ends[k + 1], lines[k], prints[k]);
-      } catch (...) {  // std::bad_alloc: as the library's entry returns it
-        rcs[k] = -2;
-      }
-    });
-  }
-  size_t line_bytes = 0, print_bytes = 0;
-  for (int64_t k = 0; k < parts; ++k) {
-    if (rcs[k] != 0) return rcs[k];
-    line_bytes += lines[k].size();
-    print_bytes += prints[k].size();
-  }
-  spec[kRingSlotEnd] = static_cast<int64_t>(line_bytes);
-  spec[kRingSlotPrintEnd] = static_cast<int64_t>(line_bytes + print_bytes);
-  if (line_bytes + print_bytes > static_cast<size_t>(spec[kRingSlotCap])) return -3;
+  spec[kRingSlotEnd] = static_cast<int64_t>(lines.size());
+  spec[kRingSlotPrintEnd] = static_cast<int64_t>(lines.size() + prints.size());
+  if (lines.size() + prints.size() > static_cast<size_t>(spec[kRingSlotCap])) return -3;
   char* out = reinterpret_cast<char*>(static_cast<intptr_t>(spec[kRingSlotOut]));
-  for (int64_t k = 0; k < parts; ++k) {
-    std::memcpy(out, lines[k].data(), lines[k].size());
-    out += lines[k].size();
-  }
-  for (int64_t k = 0; k < parts; ++k) {
-    std::memcpy(out, prints[k].data(), prints[k].size());
-    out += prints[k].size();
-  }
+  std::memcpy(out, lines.data(), lines.size());
+  std::memcpy(out + lines.size(), prints.data(), prints.size());
   return 0;
 }
 
