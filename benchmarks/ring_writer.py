@@ -121,15 +121,17 @@ def _queue_sides(sess: session.Session, plans: list[ring_records.SidePlan], arri
     a side with host records."""
     row = 0
     for k, plan in enumerate(plans):
-        sess.submit_side(session.Job(None, arrival, ring_records.RingSide(plan, row + 1, k + 1, step, arrival, row)))
+        seq = sess.next_seq(len(plan.records))
+        sess.submit_side(session.Job(None, arrival, ring_records.RingSide(plan, seq, k + 1, step, arrival, row)))
         row += len(plan.records)
 
 
 def _append_sides(sess: session.Session, plans: list[ring_records.SidePlan], arrival, step: int) -> None:
-    """One step's planned sides appended to a run, as ``GraphHandle._ring_side`` queues most."""
+    """One step's planned sides appended to a run (their records' numbers taken there), as
+    ``GraphHandle._ring_side`` queues most."""
     row = 0
     for k, plan in enumerate(plans):
-        sess.submit_planned(arrival, plan.lines, plan, row + 1, k + 1, step, row)
+        sess.submit_planned(arrival, plan.lines, plan, k + 1, step, row)
         row += len(plan.records)
 
 

@@ -993,7 +993,7 @@ def test_sides_queued_while_the_writer_holds_their_run_start_another(library, fr
     arrival = segment.arrival  # not shipped: the writer waits for it
 
     def side(k: int) -> None:
-        sess.submit_planned(arrival, lines, plans[k], 1 + 2 * k, 1 + k, 0, 2 * k)
+        sess.submit_planned(arrival, lines, plans[k], 1 + k, 0, 2 * k)  # (records 1 + 2k, 2 + 2k)
 
     cpu = b'{"seq":9,"arg":"cpu"}\n'
     try:

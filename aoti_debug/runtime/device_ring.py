@@ -301,11 +301,11 @@ def fill(rec: dict, values: tuple[list, list], row: int) -> None:
 
 def ring_for(device: torch.device) -> Ring:
     """The ring of ``device``'s current stream."""
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    try:
-        key = (idx, torch._C._cuda_getCurrentRawStream(idx))  # what Inductor's get_raw_stream calls
-    except AttributeError:
-        key = (idx, torch.cuda.current_stream(idx).cuda_stream)
+    idx = device.index
+    if idx is None:
+        idx = torch.cuda.current_device()
+    # (_raw_stream: what Inductor's get_raw_stream calls)
+    key = (idx, _raw_stream(idx) if _raw_stream is not None else torch.cuda.current_stream(idx).cuda_stream)
     ring = _rings.get(key)
     if ring is None:
         with _lock:

@@ -416,6 +416,24 @@ class GraphHandle:
                     taken[i] = (arrival, first + row, producer)
         return taken or None
 
+    def _taken_rows(self, reuse: tuple[tuple[int, int, int], ...]) -> list[tuple[Any, int]] | None:
+        """``(arrival, ring row)`` of every input of ``reuse`` (:meth:`_taken`), in its
+        order; None where one of them is not in the device ring this call."""
+        made = getattr(self._tls, "made", None)
+        if not made or not REUSE:
+            return None
+        out = []
+        for _i, producer, at in reuse:
+            entry = made.get(producer)
+            if entry is None:
+                return None
+            arrival, first, rows = entry
+            row = rows[at] if at < len(rows) else None
+            if row is None:
+                return None
+            out.append((arrival, first + row))
+        return out
+
     def _made(self, site: Site, jobs: list[Job], n: int, first_seq: int) -> None:
         """Keep the ring rows of a producer's after side (one per value; None: not in the
         ring) for the inputs of later launches that take them (``_taken``)."""
@@ -651,10 +669,9 @@ class GraphHandle:
             return False
         reused = None
         if plan.reused:
-            taken = self._taken(plan.reused)
-            if taken is None or len(taken) != len(plan.reused):
+            reused = self._taken_rows(plan.reused)
+            if reused is None:
                 return False
-            reused = [taken[k][:2] for k, _p, _at in plan.reused]
         host = None
         if plan.host:  # its CPU tensors, read by the runtime library now as the full path reads them
             host = self._host_stats([values[k] for k in plan.host])
@@ -677,13 +694,13 @@ class GraphHandle:
             except Exception as e:  # the full path tries the ring again (and warns when it fails too)
                 self._plan_failed(e)
                 return False
-        seq = sess.next_seq(len(plan.records))
         lines = plan.lines
         if lines is not None and host is None and (reused is None or all([a is arrival for a, _r in reused])) and \
                 (plan.texts is not None or self._template(lines, plan)):
-            sess.submit_planned(arrival, lines, plan, seq, launch, call, first,
+            sess.submit_planned(arrival, lines, plan, launch, call, first,
                                 () if reused is None else tuple([r for _a, r in reused]))
         else:
+            seq = sess.next_seq(len(plan.records))
             sess.submit_side(Job(None, arrival, ring_records.RingSide(plan, seq, launch, call, arrival, first, host,
                                                                       reused)))
         if plan.after and site.id in self._producers and plan.structure is None and plan.device is not None:
@@ -722,7 +739,8 @@ class GraphHandle:
             before = self._ring_plans.get((id(site), label, "before"))
             if before is None or before.site is not site or before.structure is not None:
                 return
-        self._express[id(site)] = _Express(sess, label, before, after, site.id in self._producers)
+        self._express[id(site)] = _Express(sess, label, before, after, site.id in self._producers,
+                                           sess.calls_of(label, site.kernel))
 
     def _express_launch(self, x: "_Express", site: Site, values: Sequence[Any]) -> bool:
         """:meth:`launch` of a launch with both sides planned: its numbers, then its before
@@ -732,7 +750,7 @@ class GraphHandle:
         if sess is not x.sess or _capturing():
             return False
         label = x.label
-        launch, call = sess.next_launch(label, site.kernel)
+        launch, call = sess.next_launch(label, site.kernel) if x.calls is None else sess.next_launch_in(x.calls)
         tls = self._tls
         tls.launch, tls.call, tls.label = launch, call, label
         if x.producer:
@@ -1082,13 +1100,15 @@ def _content_key(rec: dict) -> tuple | None:
 class _Express:
     """Both sides of one launch planned (``GraphHandle._offer_express``), in the session
     and graph label they were planned in; ``producer``: some consumer takes its outputs'
-    rows."""
+    rows; ``calls``: the session's count of the kernel's calls in that graph
+    (``Session.calls_of``; None: counted through ``Session.next_launch``)."""
 
-    __slots__ = ("sess", "label", "before", "after", "producer")
+    __slots__ = ("sess", "label", "before", "after", "producer", "calls")
 
     def __init__(self, sess: Any, label: str, before: ring_records.SidePlan | None, after: ring_records.SidePlan,
-                 producer: bool):
+                 producer: bool, calls: list[int] | None = None):
         self.sess, self.label, self.before, self.after, self.producer = sess, label, before, after, producer
+        self.calls = calls
 
 
 class _Unrecorded(GraphHandle):

@@ -283,7 +283,9 @@ class Session:
         self.launch = 0
         self._count_lock = threading.Lock()
         self._open_lock = threading.Lock()
-        self.kernel_calls: collections.Counter = collections.Counter()
+        self.kernel_calls: dict[tuple[str, str], list[int]] = {}
+        """``(graph, kernel)`` -> a cell holding the number of calls so far: an express
+        launch keeps its cell (:meth:`calls_of`) and counts in it (:meth:`next_launch_in`)."""
         self.graph_labels: dict[Any, str] = {}
         #: (graph label, site number) whose provenance this run wrote into sites.jsonl.
         self.sites_written: set[tuple[str, int]] = set()
@@ -331,10 +333,28 @@ class Session:
         ``graph`` (0, 1, ...), taken together so concurrent threads never share either."""
         with self._count_lock:
             self.launch += 1
-            key = (graph, kernel)
-            call = self.kernel_calls.get(key, 0)  # (dict.get: Counter's [] is Python code)
-            self.kernel_calls[key] = call + 1
+            cell = self.kernel_calls.get((graph, kernel))
+            if cell is None:
+                cell = self.kernel_calls[(graph, kernel)] = [0]
+            call = cell[0]
+            cell[0] = call + 1
             return self.launch, call
+
+    def calls_of(self, graph: str, kernel: str) -> list[int]:
+        """The cell counting the calls of ``kernel`` in ``graph`` (for :meth:`next_launch_in`)."""
+        with self._count_lock:
+            cell = self.kernel_calls.get((graph, kernel))
+            if cell is None:
+                cell = self.kernel_calls[(graph, kernel)] = [0]
+            return cell
+
+    def next_launch_in(self, cell: list[int]) -> tuple[int, int]:
+        """:meth:`next_launch` for the kernel whose cell :meth:`calls_of` gave."""
+        with self._count_lock:
+            self.launch = launch = self.launch + 1
+            call = cell[0]
+            cell[0] = call + 1
+            return launch, call
 
     # -- run directory ---------------------------------------------------------------
     def writer(self, level: str, device: str = "") -> RunWriter | None:
@@ -469,13 +489,17 @@ class Session:
         if self._thread is None:
             self._start()
 
-    def submit_planned(self, arrival: Any, lines: Any, plan: Any, seq: int, launch: int, call: int, row: int,
+    def submit_planned(self, arrival: Any, lines: Any, plan: Any, launch: int, call: int, row: int,
                        taken: tuple[int, ...] = ()) -> None:
         """Queue a planned ring side with no host records whose taken rows are rows of
-        its own ``arrival`` (``ring_records.SideRun.add``'s arguments): appended to the run
+        its own ``arrival`` (``ring_records.SideRun.add``'s arguments, its records'
+        numbers taken here, as :meth:`next_seq` takes them): appended to the run
         of such sides that is the queue's last job, when it is of ``arrival`` and
         ``lines`` and the writer has not taken it, else to a new run (``lines.run``),
         queued. The writer then finishes a run of sides in one step."""
+        with self._count_lock:
+            seq = self.seq + 1
+            self.seq += len(plan.records)
         with self._queue_lock:
             job = self._open_run
             queue = self._queue
