@@ -124,3 +124,12 @@ def test_local_resnet18_has_torchvision_layout():
         return  # the layout checks above are what can be checked without it
     model.load_state_dict(torchvision.models.resnet18(weights=None).state_dict())  # strict: same names and shapes
     assert model(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
+
+
+def test_express_cost_reaches_the_express_path():
+    """benchmarks/express_cost.py times the hooks' express path: it refuses (exit 1) where
+    its launches stop going express, so its numbers always time that path."""
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "express_cost.py"), "--launches", "4",
+                           "--rounds", "2", "--steps", "2"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "4 express launches a step" in proc.stdout and " us a launch (both hooks)" in proc.stdout, proc.stdout
