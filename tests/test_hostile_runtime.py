@@ -309,6 +309,58 @@ def test_session_counters_are_thread_safe():
     assert all(g == sorted(g) for g in got)
 
 
+def test_express_counts_share_the_sessions_numbers():
+    """Express launches count in their kernel's cell (``calls_of``, ``next_launch_in``)
+    while other threads number launches by key: every launch one number, every call of
+    the kernel one call number, from either way."""
+    sess = session.Session(config.RunSettings())
+    cell = sess.calls_of("graph0", "k")
+    per_thread, threads = 3000, 6
+    got: list[list[tuple[int, int]]] = [[] for _ in range(threads)]
+
+    def work(i):
+        for _ in range(per_thread):
+            got[i].append(sess.next_launch_in(cell) if i % 2 else sess.next_launch("graph0", "k"))
+
+    run_threads(work, threads)
+    launches = sorted(n for g in got for n, _c in g)
+    calls = sorted(c for g in got for _n, c in g)
+    assert launches == list(range(1, per_thread * threads + 1)) == [c + 1 for c in calls]
+    assert sess.calls_of("graph0", "k") is cell and cell[0] == per_thread * threads
+
+
+def test_a_batch_the_writer_cannot_write_costs_the_batch_not_the_writer(fresh_session, capfd):
+    """A queued job whose records cannot be made (a bug of ours) is dropped with one
+    warning and a recorded failure; the jobs of its batch are written one by one, and
+    the writer thread lives on: the flush returns and later records are written."""
+    import threading
+
+    from aoti_debug.format.protocol import record
+
+    class Unreadable:
+        prints = False
+
+        def jobs(self):
+            raise RuntimeError("no records in this side")
+
+    sess = session.current()
+    sess.writer("stats")
+    sess.submit_side(session.Job(None, None, Unreadable()))
+    rec = record(seq=1, launch=1, graph="graph0", wrapper="python", kernel="k", op="k", kernel_call=0,
+                 phase="after", arg="later", role="output", index=0, expr=None, volatile=None, site=0)
+    sess.submit_side(session.Job(rec))
+    done = threading.Thread(target=aoti_debug.flush, daemon=True)
+    done.start()
+    done.join(120)
+    assert not done.is_alive(), "the flush waits for a writer that is gone"
+    err = capfd.readouterr().err
+    assert err.count("could not write a batch") == 1 and err.count("could not be written and is dropped") == 1, err
+    sess.submit_side(session.Job(dict(rec, seq=2, arg="after that")))
+    aoti_debug.flush()
+    assert [r["arg"] for r in records(session.dump_path())] == ["later", "after that"]
+    assert any("dropped (RuntimeError: no records in this side)" in message for _key, message in session.FAILURES)
+
+
 # =========================================================================== C++ runtime
 @pytest.mark.parametrize("value", BAD_BYTES)
 def test_cpp_bad_max_bytes_keeps_dir_and_names_the_variable(cpp_fn, tmp_path, capfd, value):

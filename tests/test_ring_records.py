@@ -952,7 +952,8 @@ def test_the_planned_sides_of_a_segment_are_one_writer_job(library, fresh_sessio
         assert sum(n for _a, n in runs) == 18 and segments > 1 and len(runs) <= 2 * segments
     runs.clear()
 
-    def one_job(self, arrival, lines, plan, seq, launch, call, row, taken=()):
+    def one_job(self, arrival, lines, plan, launch, call, row, taken=()):
+        seq = self.next_seq(len(plan.records))
         reused = [(arrival, r) for r in taken] if plan.reused else None
         self.submit_side(session.Job(None, arrival, ring_records.RingSide(plan, seq, launch, call, arrival, row, None,
                                                                           reused)))

@@ -556,23 +556,48 @@ class Session:
                     # Sealed: the writer encodes the run it took, or a later job was queued
                     # behind it; the next planned side starts a new run.
                     self._open_run = None
-            if self.flight is None:
-                text = self._encode(batch)
-                if text:
-                    self._append_text(text)
-            else:
-                done: list[dict] = []
-                for job in batch:
-                    record = self._finish(job)
-                    if record is not None:
-                        done.append(record)
-                if done:
-                    self._append(done)
+            try:
+                if self.flight is None:
+                    text = self._encode(batch)
+                    if text:
+                        self._append_text(text)
+                else:
+                    done: list[dict] = []
+                    for job in batch:
+                        record = self._finish(job)
+                        if record is not None:
+                            done.append(record)
+                    if done:
+                        self._append(done)
+            except Exception as e:
+                # A bug of ours in finishing some record: the jobs of the batch are written
+                # one by one and those that fail again are dropped; the writer lives on (a
+                # flush would wait for it for ever, and every later record with it).
+                warn_once(f"writer-{type(e).__name__}", f"the writer thread could not write a batch of "
+                          f"{len(batch)} queued jobs ({type(e).__name__}: {e}); writing them one by one, "
+                          f"dropping those that fail")
+                self._one_by_one(batch)
             with self._cond:
                 for job in batch:
                     self._queue.popleft()
                     self._in_flight -= job.nbytes
                 self._cond.notify_all()
+
+    def _one_by_one(self, batch: list[Job]) -> None:
+        """Write each job of ``batch`` alone, in order; a job that cannot be written is dropped."""
+        for job in batch:
+            try:
+                if self.flight is None:
+                    text = self._encode([job])
+                    if text:
+                        self._append_text(text)
+                else:
+                    record = self._finish(job)
+                    if record is not None:
+                        self._append([record])
+            except Exception as e:
+                warn_once(f"writer-job-{type(e).__name__}", f"a queued job could not be written and is dropped "
+                          f"({type(e).__name__}: {e})")
 
     def _process(self, job: Job, inline: bool = False) -> None:
         record = self._finish(job, inline)
