@@ -584,17 +584,16 @@ class Session:
                 self._cond.notify_all()
 
     def _one_by_one(self, batch: list[Job]) -> None:
-        """Write each job of ``batch`` alone, in order; a job that cannot be written is dropped."""
+        """Write each job of ``batch`` alone, in order; a job that cannot be written is
+        dropped. (With a flight recorder a batch is one job, which its ring may have
+        taken already: it is dropped, not finished twice.)"""
         for job in batch:
             try:
-                if self.flight is None:
-                    text = self._encode([job])
-                    if text:
-                        self._append_text(text)
-                else:
-                    record = self._finish(job)
-                    if record is not None:
-                        self._append([record])
+                if self.flight is not None:
+                    raise RuntimeError("its record could not be finished")
+                text = self._encode([job])
+                if text:
+                    self._append_text(text)
             except Exception as e:
                 warn_once(f"writer-job-{type(e).__name__}", f"a queued job could not be written and is dropped "
                           f"({type(e).__name__}: {e})")
