@@ -356,9 +356,12 @@ class GraphHandle:
                 any([isinstance(v, (list, tuple)) for v in values]):  # (lists: flattened at every call)
             templates = self._side_templates(key, site, args, values, phase, label)
         first_seq = sess.next_seq(len(templates))
-        taken = None
+        taken = None  # {arg position: (arrival, ring row, producer site)}
         if phase == "before" and templates.simple and site.id in self._reuse and sess.flight is None:
-            taken = self._taken(self._reuse[site.id])
+            reuse = self._reuse[site.id]
+            rows = self._taken_rows(reuse)
+            if rows is not None:
+                taken = {i: (*row, producer) for (i, producer, _at), row in zip(reuse, rows) if row is not None} or None
         for k, (a, tpl, v) in enumerate(zip(args, templates, values) if templates.simple else
                                         self._flat(args, templates, values)):
             rec = tpl.copy()  # the record's constant fields, in their order
@@ -400,43 +403,28 @@ class GraphHandle:
             sess.submit_all(jobs)
 
     # -- inputs taken from their producers' records (SiteArg.reuse) -----------------
-    def _taken(self, reuse: tuple[tuple[int, int, int], ...]) -> dict[int, tuple[Any, int, int]] | None:
-        """``{arg position: (arrival, ring row, producer site)}`` for the inputs whose
-        producer's after record of this call is in the device ring (None: none is)."""
-        made = getattr(self._tls, "made", None)
-        if not made or not REUSE:
-            return None
-        taken = {}
-        for i, producer, at in reuse:
-            entry = made.get(producer)
-            if entry is not None:
-                arrival, first, rows = entry
-                row = rows[at] if at < len(rows) else None
-                if row is not None:
-                    taken[i] = (arrival, first + row, producer)
-        return taken or None
-
-    def _taken_rows(self, reuse: tuple[tuple[int, int, int], ...]) -> list[tuple[Any, int]] | None:
-        """``(arrival, ring row)`` of every input of ``reuse`` (:meth:`_taken`), in its
-        order; None where one of them is not in the device ring this call."""
+    def _taken_rows(self, reuse: tuple[tuple[int, int, int], ...]) -> list[tuple[Any, int] | None] | None:
+        """``(arrival, ring row)`` of each input of ``reuse`` (``(arg position, producer
+        site, its after position)``, ``SiteArg.reuse``), in its order: its producer's after
+        record of this call in the device ring; None for an input whose record is not
+        there, and None for all where no producer's is."""
         made = getattr(self._tls, "made", None)
         if not made or not REUSE:
             return None
         out = []
         for _i, producer, at in reuse:
             entry = made.get(producer)
-            if entry is None:
-                return None
-            arrival, first, rows = entry
-            row = rows[at] if at < len(rows) else None
-            if row is None:
-                return None
-            out.append((arrival, first + row))
+            row = None
+            if entry is not None:
+                arrival, first, rows = entry
+                if at < len(rows) and rows[at] is not None:
+                    row = (arrival, first + rows[at])
+            out.append(row)
         return out
 
     def _made(self, site: Site, jobs: list[Job], n: int, first_seq: int) -> None:
         """Keep the ring rows of a producer's after side (one per value; None: not in the
-        ring) for the inputs of later launches that take them (``_taken``)."""
+        ring) for the inputs of later launches that take them (``_taken_rows``)."""
         rows: list[int | None] = [None] * n
         arrival = None
         for j in jobs:
@@ -670,7 +658,7 @@ class GraphHandle:
         reused = None
         if plan.reused:
             reused = self._taken_rows(plan.reused)
-            if reused is None:
+            if reused is None or None in reused:
                 return False
         host = None
         if plan.host:  # its CPU tensors, read by the runtime library now as the full path reads them

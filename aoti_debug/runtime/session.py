@@ -331,14 +331,7 @@ class Session:
     def next_launch(self, graph: str = "", kernel: str = "") -> tuple[int, int]:
         """The next launch's number (1, 2, ...) and the call number of ``kernel`` in
         ``graph`` (0, 1, ...), taken together so concurrent threads never share either."""
-        with self._count_lock:
-            self.launch += 1
-            cell = self.kernel_calls.get((graph, kernel))
-            if cell is None:
-                cell = self.kernel_calls[(graph, kernel)] = [0]
-            call = cell[0]
-            cell[0] = call + 1
-            return self.launch, call
+        return self.next_launch_in(self.calls_of(graph, kernel))
 
     def calls_of(self, graph: str, kernel: str) -> list[int]:
         """The cell counting the calls of ``kernel`` in ``graph`` (for :meth:`next_launch_in`)."""
@@ -349,7 +342,8 @@ class Session:
             return cell
 
     def next_launch_in(self, cell: list[int]) -> tuple[int, int]:
-        """:meth:`next_launch` for the kernel whose cell :meth:`calls_of` gave."""
+        """The next launch's number and the next call number of the kernel whose cell
+        :meth:`calls_of` gave (an express launch keeps its cell), taken together."""
         with self._count_lock:
             self.launch = launch = self.launch + 1
             call = cell[0]
@@ -557,18 +551,7 @@ class Session:
                     # behind it; the next planned side starts a new run.
                     self._open_run = None
             try:
-                if self.flight is None:
-                    text = self._encode(batch)
-                    if text:
-                        self._append_text(text)
-                else:
-                    done: list[dict] = []
-                    for job in batch:
-                        record = self._finish(job)
-                        if record is not None:
-                            done.append(record)
-                    if done:
-                        self._append(done)
+                self._write(batch)
             except Exception as e:
                 # A bug of ours in finishing some record: the jobs of the batch are written
                 # one by one and those that fail again are dropped; the writer lives on (a
@@ -583,6 +566,21 @@ class Session:
                     self._in_flight -= job.nbytes
                 self._cond.notify_all()
 
+    def _write(self, batch: list[Job]) -> None:
+        """Finish the records of ``batch`` and append them to the manifest, in order."""
+        if self.flight is None:
+            text = self._encode(batch)
+            if text:
+                self._append_text(text)
+            return
+        done: list[dict] = []
+        for job in batch:
+            record = self._finish(job)
+            if record is not None:
+                done.append(record)
+        if done:
+            self._append(done)
+
     def _one_by_one(self, batch: list[Job]) -> None:
         """Write each job of ``batch`` alone, in order; a job that cannot be written is
         dropped. (With a flight recorder a batch is one job, which its ring may have
@@ -591,9 +589,7 @@ class Session:
             try:
                 if self.flight is not None:
                     raise RuntimeError("its record could not be finished")
-                text = self._encode([job])
-                if text:
-                    self._append_text(text)
+                self._write([job])
             except Exception as e:
                 warn_once(f"writer-job-{type(e).__name__}", f"a queued job could not be written and is dropped "
                           f"({type(e).__name__}: {e})")
