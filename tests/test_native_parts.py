@@ -58,7 +58,7 @@ def test_every_part_is_listed():
     listed = {n for n, _ in cpp_runtime.PARTS} | {cpp_runtime.INTERFACE, cpp_runtime.CPU_SUMMARY, cpp_runtime.CPU_RECORDS,
                                                    cpp_runtime.RING_RECORDS, cpp_runtime.GLUE_CUDA, cpp_runtime.GLUE_INLINE,
                                                    cpp_runtime.GLUE_LIBRARY, cpp_runtime.GLUE_LINKED,
-                                                   cpp_runtime.CPU_VALUES, cpp_runtime.RING_SIDE}
+                                                   cpp_runtime.CPU_VALUES, cpp_runtime.RING_SIDE, cpp_runtime.RING_EXPRESS}
     assert listed == set(PARTS)
 
 
@@ -67,7 +67,8 @@ def test_part_builds_alone(gen, part):
     """Each part includes what it uses: a translation unit of that part alone compiles
     without a warning (its helpers may be unused there)."""
     # -I <Python.h's folder>
-    python = native_library._python_flags()[1:] if part in (cpp_runtime.CPU_VALUES, cpp_runtime.RING_SIDE) else ()
+    python = native_library._python_flags()[1:] if part in (cpp_runtime.CPU_VALUES, cpp_runtime.RING_SIDE,
+                                                            cpp_runtime.RING_EXPRESS) else ()
     proc = compile_cpp(gen, f'#include "{part}"\n', "alone_" + part.replace(".", "_"), "-fsyntax-only",
                        "-Wno-unused-function", *python)
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr[-3000:]
@@ -325,7 +326,8 @@ def test_library_exports_its_entry_points_and_shares_state(library):
         assert native_library._python_flags()
         assert c_names == ["aoti_debug_rt_abi", "aoti_debug_rt_call_end", "aoti_debug_rt_cpu_records", "aoti_debug_rt_cpu_summaries",
                            "aoti_debug_rt_cpu_values_function", "aoti_debug_rt_done", "aoti_debug_rt_dtype_name", "aoti_debug_rt_kept_launches",
-                           "aoti_debug_rt_launch", "aoti_debug_rt_ring_records", "aoti_debug_rt_ring_side_function",
+                           "aoti_debug_rt_launch", "aoti_debug_rt_ring_express_function", "aoti_debug_rt_ring_records",
+                           "aoti_debug_rt_ring_side_function",
                            "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush",
                            "aoti_debug_runtime_warnings"]
 

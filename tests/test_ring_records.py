@@ -855,9 +855,13 @@ def test_a_side_taking_every_input_is_checked_by_the_library(library, fresh_sess
     from aoti_debug.runtime import cpu_records, fused_stats
 
     monkeypatch.setattr(fused_stats, "side_function", None)
+    monkeypatch.setattr(fused_stats, "express_function", None)
     fused_stats.bind_side_function(library, cpu_records.values_config(library.codes))
     if not fused_stats.side_function:
         pytest.fail("the runtime library was built without its ring side function (Python headers, tensor layout)")
+    # The hooks' Python around the side function (the library's express hooks, bound with
+    # it, are test_express_launches.py's).
+    monkeypatch.setattr(fused_stats, "express_function", False)
     bound = fused_stats.side_function
     answers = []
     monkeypatch.setattr(fused_stats, "side_function", lambda *a: answers.append(bound(*a)) or answers[-1])

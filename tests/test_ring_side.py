@@ -27,6 +27,7 @@ def side(library, monkeypatch):
     """``check(values_made_from, ring_at) -> (plan, spec_address, launches)``: a plan and the
     library's spec of it with no launches; the function is bound for the test only."""
     monkeypatch.setattr(fused_stats, "side_function", None)
+    monkeypatch.setattr(fused_stats, "express_function", None)  # (bound with it: restored after the test)
     monkeypatch.setattr(fused_stats, "_library_launch", object())  # (a bound launcher: side_spec's condition)
     fused_stats.bind_side_function(library, cpu_records.values_config(library.codes))
     if not fused_stats.side_function:

@@ -88,6 +88,8 @@ CPU_RECORDS = "cpu_records.h"
 CPU_VALUES = "cpu_values.h"
 #: ... and the Python runtime's planned CUDA side as one C function.
 RING_SIDE = "ring_side.h"
+#: ... and the hooks of its express launches (both sides planned) as one C function.
+RING_EXPRESS = "ring_express.h"
 RING_RECORDS = "ring_records.h"
 GLUE_CUDA = "glue_cuda.h"
 GLUE_INLINE = "glue_inline.h"

@@ -72,6 +72,7 @@ import array
 import ctypes
 import os
 import struct
+import sys
 import threading
 from typing import Any, NamedTuple, Sequence
 
@@ -618,6 +619,47 @@ def bind_side_function(library: Any, config: tuple) -> None:
         side_function = make(config) or False
     except Exception:  # a library refusing the configuration: the Python path
         side_function = False
+    if side_function:
+        _bind_express_function(library)
+
+
+#: The runtime library's hooks of express launches (``ring_express.h``: one C call numbers
+#: a launch, checks and launches its side, and queues its records), bound with the side
+#: function; None or False: the hooks' Python (``GraphHandle._express_launch``).
+express_function: Any = None
+EXPRESS_FUNCTION_SYMBOL = "aoti_debug_rt_ring_express_function"
+#: What it returns besides ``SIDE_CUDA`` + a CUresult (``ring_express.h``): the hook done;
+#: nothing done (the Python path); the launch numbered, its side left to the Python path.
+EXPRESS_DONE, EXPRESS_DECLINED, EXPRESS_SIDE_LEFT = range(3)
+
+
+def _bind_express_function(library: Any) -> None:
+    global express_function, _express_left
+    express_function = False
+    try:
+        make = ctypes.PyDLL(library.path, mode=os.RTLD_LOCAL, handle=library._lib._handle)[EXPRESS_FUNCTION_SYMBOL]
+    except (AttributeError, OSError):
+        return  # from older sources
+    make.restype = ctypes.py_object
+    make.argtypes = [ctypes.py_object]
+    from . import device_ring, hooks, session
+
+    try:
+        made = make((session, hooks, device_ring, sys.modules[__name__]))
+    except Exception:  # the Python path
+        return
+    if made:
+        express_function, _express_left = made
+
+
+_express_left: Any = None
+
+
+def express_left(reset: bool = False) -> dict[int, int]:
+    """Where hooks left the library's express function for the Python path, as ``{line of
+    ring_express.h: count}`` since the process started (or the last ``reset``): for tests
+    and benchmarks that must know a path stayed in C, and why not."""
+    return _express_left(reset) if _express_left is not None else {}
 
 
 def side_spec(meta: Sequence[tuple], ring_at: Sequence[int] | None, ptrs: Sequence[int], launches: Any,

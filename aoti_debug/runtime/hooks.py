@@ -229,8 +229,17 @@ class GraphHandle:
         """Before a kernel launch: count it, name it, record its inputs."""
         try:
             x = self._express.get(id(site))
-            if x is not None and self._express_launch(x, site, values):
-                return
+            if x is not None:
+                express = fused_stats.express_function
+                if express:
+                    rc = express(x, values, False)
+                    if rc == fused_stats.EXPRESS_DONE:
+                        return
+                    if rc != fused_stats.EXPRESS_DECLINED:
+                        self._express_left(x, site, values, rc, False)
+                        return
+                if self._express_launch(x, site, values):
+                    return
             subgraph, kernel = site.subgraph, site.kernel
             sess = _session.current()
             if self.level != "names":
@@ -279,8 +288,17 @@ class GraphHandle:
             self._synchronize(site)
         try:
             x = self._express.get(id(site))
-            if x is not None and extra is None and self._express_done(x, site, values):
-                return
+            if x is not None and extra is None:
+                express = fused_stats.express_function
+                if express:
+                    rc = express(x, values, True)
+                    if rc == fused_stats.EXPRESS_DONE:
+                        return
+                    if rc != fused_stats.EXPRESS_DECLINED:
+                        self._express_left(x, site, values, rc, True)
+                        return
+                if self._express_done(x, site, values):
+                    return
             sess = _session.current()
             if self.level == "stats" and _capturing():
                 self._capture(sess, self._tls.label, site, site.after, values, "after")
@@ -728,7 +746,7 @@ class GraphHandle:
             if before is None or before.site is not site or before.structure is not None:
                 return
         self._express[id(site)] = _Express(sess, label, before, after, site.id in self._producers,
-                                           sess.calls_of(label, site.kernel))
+                                           sess.calls_of(label, site.kernel), self._tls, site.id)
 
     def _express_launch(self, x: "_Express", site: Site, values: Sequence[Any]) -> bool:
         """:meth:`launch` of a launch with both sides planned: its numbers, then its before
@@ -759,6 +777,20 @@ class GraphHandle:
         if not self._express_side(sess, site, x.after, values, tls.launch, tls.call):
             self._record(sess, site, site.after, values, "after", planned=False)
         return True
+
+    def _express_left(self, x: "_Express", site: Site, values: Sequence[Any], rc: int, after: bool) -> None:
+        """The side of an express hook that the library's function (``ring_express.h``)
+        numbered and left (``rc``: ``EXPRESS_SIDE_LEFT``, or ``SIDE_CUDA`` + the CUresult of
+        its kept launches that failed after some were made): taken from its plan by the
+        Python path, else recorded in full, under the numbers it left in this thread."""
+        plan, args, phase = (x.after, site.after, "after") if after else (x.before, site.before, "before")
+        tls = self._tls
+        if rc >= fused_stats.SIDE_CUDA:  # as _planned_rows: the launcher unbound, the plans made anew
+            fused_stats._unbind_launcher(rc - fused_stats.SIDE_CUDA)
+            self._plan_failed(RuntimeError(f"cuLaunchKernel failed with CUresult {rc - fused_stats.SIDE_CUDA}"))
+        elif self._express_side(x.sess, site, plan, values, tls.launch, tls.call):
+            return
+        self._record(x.sess, site, args, values, phase, planned=False)
 
     def _plan_failed(self, e: Exception) -> None:
         """A planned side raised: every plan (and express entry) goes; sides are recorded in
@@ -1091,12 +1123,15 @@ class _Express:
     rows; ``calls``: the session's count of the kernel's calls in that graph
     (``Session.calls_of``; None: counted through ``Session.next_launch``)."""
 
-    __slots__ = ("sess", "label", "before", "after", "producer", "calls")
+    __slots__ = ("sess", "label", "before", "after", "producer", "calls", "tls", "site_id")
 
     def __init__(self, sess: Any, label: str, before: ring_records.SidePlan | None, after: ring_records.SidePlan,
-                 producer: bool, calls: list[int] | None = None):
+                 producer: bool, calls: list[int] | None = None, tls: Any = None, site_id: int = -1):
         self.sess, self.label, self.before, self.after, self.producer = sess, label, before, after, producer
         self.calls = calls
+        self.tls, self.site_id = tls, site_id
+        """The graph handle's thread state and the launch's site number (for the library's
+        function, ``ring_express.h``, which reads and sets them as the hooks do)."""
 
 
 class _Unrecorded(GraphHandle):

@@ -494,6 +494,13 @@ class Session:
         with self._count_lock:
             seq = self.seq + 1
             self.seq += len(plan.records)
+        self._queue_planned(arrival, lines, plan, seq, launch, call, row, taken)
+
+    def _queue_planned(self, arrival: Any, lines: Any, plan: Any, seq: int, launch: int, call: int, row: int,
+                       taken: tuple[int, ...] = ()) -> None:
+        """:meth:`submit_planned` of a side numbered already (from ``seq``): the express
+        hooks' C function (``ring_express.h``) where the queue's last job is not a run it
+        can append to."""
         with self._queue_lock:
             job = self._open_run
             queue = self._queue

@@ -139,11 +139,21 @@ def test_planned_sides_repeat_their_launches_bit_for_bit(tmp_path, monkeypatch):
     monkeypatch.setattr(fused_stats, "side_function", None)
     bind_side = fused_stats.bind_side_function
 
+    # ... and, once both sides of a launch are planned, the library's express hooks do
+    # (ring_express.h): the sides it took whole, per graph call.
+    express_done = [0] * 7
+    monkeypatch.setattr(fused_stats, "express_function", None)
+
     def counting_bind_side(library, config):
         bind_side(library, config)
         fn = fused_stats.side_function
         if fn and not isinstance(fn, _Counted):
             fused_stats.side_function = _Counted(fn, side_calls, call)
+        express_fn = fused_stats.express_function
+        if express_fn and not isinstance(express_fn, _Counted):
+            fused_stats.express_function = _Counted(  # (the hooks of sides with a plan)
+                express_fn, express_done, call, counts=lambda rc, args: rc == fused_stats.EXPRESS_DONE and
+                (args[0].after if args[2] else args[0].before) is not None)
 
     monkeypatch.setattr(fused_stats, "bind_side_function", counting_bind_side)
     tuples = collections.Counter()  # planned sides holding a tuple, per (graph call, with CPU tensors)
@@ -178,28 +188,56 @@ def test_planned_sides_repeat_their_launches_bit_for_bit(tmp_path, monkeypatch):
     assert summarized[0] > 20 and summarized[2] < summarized[0], summarized
     # (A side planned a call later, such as a tuple side, repeats its launches a call later too.)
     assert library_calls[0] == 0 and library_calls[2] > 10, library_calls
-    assert side_calls[2] == 0 and side_calls[3] > 10, side_calls
-    assert library_calls[3] + side_calls[3] >= library_calls[2], (library_calls, side_calls)
+    # From call 2 the library's functions take the sides whose launches it kept: its side
+    # function or its express hooks (session 24: the check from the call after the kept one).
+    assert side_calls[3] + express_done[3] > 10, (side_calls, express_done, fused_stats.express_left())
+    assert library_calls[3] + side_calls[3] + express_done[3] >= library_calls[2], (library_calls, side_calls)
     # The attention fallback's output, a tuple (its RNG seeds on the CPU: read by the
     # runtime library), is planned from call 1: one side per block.
     assert [tuples[(i, False)] + tuples[(i, True)] for i in range(6)] == [0, 2, 2, 2, 0, 0], tuples
     # From call 2 most sides go the express way; without the ring (calls 4-5) none does.
+    express = [e + d for e, d in zip(express, express_done)]  # (the sides the hooks' Python or the library took)
     assert express[0] == express[1] == 0 and express[2] > 10 and express[3] > 20 and express[4:6] == [0, 0], express
+    assert express_done[3] > 10, express_done  # (the library's express hooks, where it has them)
     _same(calls[2], calls[4])
     _same(calls[3], calls[5])
     _same(calls[0], calls[2])
     assert calls[2] != calls[3]
 
 
-class _Counted:
-    """A side function that counts its calls per graph call (``calls[call[0]]``)."""
+def _count_express(monkeypatch, done) -> None:
+    """``done(x, after)`` for each hook the runtime library's express function
+    (``ring_express.h``) takes whole, bound now or later in the test."""
+    from aoti_debug.runtime import fused_stats
 
-    def __init__(self, fn, calls, call):
-        self.fn, self.calls, self.call = fn, calls, call
+    def wrap(fn):
+        if not fn or isinstance(fn, _Counted):
+            return fn
+        return _Counted(fn, None, None, counts=lambda rc, args: rc == fused_stats.EXPRESS_DONE and
+                        done(args[0], bool(args[2])) and False)
+
+    monkeypatch.setattr(fused_stats, "express_function", wrap(fused_stats.express_function))
+    bind = fused_stats._bind_express_function
+
+    def bind_and_wrap(library):
+        bind(library)
+        fused_stats.express_function = wrap(fused_stats.express_function)
+
+    monkeypatch.setattr(fused_stats, "_bind_express_function", bind_and_wrap)
+
+
+class _Counted:
+    """A library function that counts its calls per graph call (``calls[call[0]]``), those
+    ``counts(result, arguments)`` says so."""
+
+    def __init__(self, fn, calls, call, counts=None):
+        self.fn, self.calls, self.call, self.counts = fn, calls, call, counts
 
     def __call__(self, *args):
-        self.calls[self.call[0]] += 1
-        return self.fn(*args)
+        rc = self.fn(*args)
+        if self.counts is None or self.counts(rc, args):
+            self.calls[self.call[0]] += 1
+        return rc
 
 
 def _linked_model(name: str):
@@ -226,6 +264,13 @@ def test_inputs_taken_from_their_producers_equal_reading_them(tmp_path, monkeypa
         return reserve(self, k)
 
     monkeypatch.setattr(device_ring.Ring, "reserve", counted)
+
+    def reserved_in_c(x, after):  # (the library's express hooks reserve their sides' rows themselves)
+        plan = x.after if after else x.before
+        if plan is not None and plan.device is not None:
+            rows[call[0]] += plan.ring_count
+
+    _count_express(monkeypatch, reserved_in_c)
 
     def between(i):
         call[0] = i
@@ -338,6 +383,7 @@ def test_express_launches_follow_a_new_session(tmp_path, monkeypatch):
         return done
 
     monkeypatch.setattr(hooks.GraphHandle, "_express_side", counted)
+    _count_express(monkeypatch, lambda x, after: express.__setitem__(0, express[0] + after))
     torch._dynamo.reset()
     session.reset()
     counts = []

@@ -6,10 +6,12 @@
 // records, the kept launches of the stats kernel and the dtype names,
 // and (state.h) aoti_debug_runtime_warnings; everything else is internal. Built with
 // AOTI_DEBUG_WITH_PYTHON (where Python's headers are), it also makes the Python runtime's
-// CPU side function (cpu_values.h) and its planned CUDA side function (ring_side.h).
+// CPU side function (cpu_values.h), its planned CUDA side function (ring_side.h) and
+// the hooks of its express launches (ring_express.h).
 #if AOTI_DEBUG_WITH_PYTHON
 #include "cpu_values.h"  // first: Python.h ahead of the standard headers
 #include "ring_side.h"
+#include "ring_express.h"
 #endif
 #include "cpu_records.h"
 #include "cpu_summary.h"
@@ -76,6 +78,18 @@ AOTI_DEBUG_EXPORT PyObject* aoti_debug_rt_cpu_values_function(PyObject* config) 
 AOTI_DEBUG_EXPORT PyObject* aoti_debug_rt_ring_side_function(PyObject* config) {
   try {
     return AOTI_DEBUG_NS::ring_side_function(config);
+  } catch (...) {  // std::bad_alloc
+    return PyErr_NoMemory();
+  }
+}
+
+// The hooks of the Python runtime's express launches as one C function (ring_express.h),
+// reading the globals of `modules` (session, hooks, device_ring, fused_stats): the
+// function, None where ring_side_function's is not made here, or null with an exception
+// set. Called with the GIL held (ctypes.PyDLL), after aoti_debug_rt_ring_side_function.
+AOTI_DEBUG_EXPORT PyObject* aoti_debug_rt_ring_express_function(PyObject* modules) {
+  try {
+    return AOTI_DEBUG_NS::ring_express_function(modules);
   } catch (...) {  // std::bad_alloc
     return PyErr_NoMemory();
   }

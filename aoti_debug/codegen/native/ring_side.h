@@ -80,40 +80,32 @@ int side_tensor(PyObject* v, const int64_t*& p, const int64_t* end, bool& moved)
   return kSideLaunched;
 }
 
-// side(spec, values, out, k_total) -> int: the check, then the kept launches into ring
-// rows from `out` (k_total rows from it to the segment's end, as _launch_side passes).
-PyObject* ring_side(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4) {
-    PyErr_SetString(PyExc_TypeError, "ring side: 4 arguments");
-    return nullptr;
-  }
-  int64_t a[4] = {};
-  for (int i : {0, 2, 3}) {
-    if (!as_int64(args[i], &a[i])) return nullptr;
-  }
+// The check of `values` against `spec`, then its kept launches into ring rows from `out`
+// (k_total rows from it to the segment's end, as _launch_side passes): one of the
+// kSide* results, or -1 with a Python exception set. ring_side and the express side
+// (ring_express.h) both call it.
+int side_call(const int64_t* spec, PyObject* values, int64_t out, int64_t k_total) {
   const CpuValuesConfig& c = cpu_values_config();
-  const int64_t* spec = reinterpret_cast<const int64_t*>(static_cast<intptr_t>(a[0]));
-  PyObject* values = args[1];
   if (!spec || !c.direct || spec[0] != kSideLayout || spec[1] < kSideHeader ||
       (!PyTuple_Check(values) && !PyList_Check(values))) {
-    return PyLong_FromLong(kSideNotHere);
+    return kSideNotHere;
   }
   const int64_t count = spec[2];
-  if (PySequence_Fast_GET_SIZE(values) != count) return PyLong_FromLong(kSideMismatch);
+  if (PySequence_Fast_GET_SIZE(values) != count) return kSideMismatch;
   PyObject** items = PySequence_Fast_ITEMS(values);
   const int64_t* p = spec + kSideHeader;
   const int64_t* end = spec + spec[1];
   bool moved = false;
   for (int64_t i = 0; i < count; ++i) {
     PyObject* v = items[i];
-    if (p >= end) return PyLong_FromLong(kSideNotHere);
+    if (p >= end) return kSideNotHere;
     const int64_t kind = p[0];
     int r = kSideLaunched;
     if (kind == kSideRing || kind == kSideTensor) {
       PyTypeObject* type = Py_TYPE(v);
       if (type != c.tensor && type != c.parameter) {
         // Not a plain tensor: a subclass may still match (the Python path asks isinstance).
-        return PyLong_FromLong(PyType_IsSubtype(type, c.tensor) ? kSideNotHere : kSideMismatch);
+        return PyType_IsSubtype(type, c.tensor) ? kSideNotHere : kSideMismatch;
       }
       r = side_tensor(v, p, end, moved);
     } else if (end - p < 2 && kind != kSideNone) {
@@ -141,22 +133,36 @@ PyObject* ring_side(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     } else {
       r = kSideNotHere;
     }
-    if (PyErr_Occurred()) return nullptr;
-    if (r != kSideLaunched) return PyLong_FromLong(r);
+    if (PyErr_Occurred()) return -1;
+    if (r != kSideLaunched) return r;
   }
-  if (moved) return PyLong_FromLong(kSideMoved);
+  if (moved) return kSideMoved;
   const int64_t* launches = reinterpret_cast<const int64_t*>(static_cast<intptr_t>(spec[3]));
-  if (!launches || launches[0] == 0) return PyLong_FromLong(kSideLaunched);
-  if (spec[5] != ((a[2] % 16) == 0 ? 1 : 0)) return PyLong_FromLong(kSideNotHere);
+  if (!launches || launches[0] == 0) return kSideLaunched;
+  if (spec[5] != ((out % 16) == 0 ? 1 : 0)) return kSideNotHere;
   const cu::Api* api = cu::process_api();
-  if (!api) return PyLong_FromLong(kSideNoDriver);
+  if (!api) return kSideNoDriver;
   cu::Device current = -1, want = -2;
   if (api->ctx_get_device(&current) != 0 || api->device_get(&want, static_cast<int>(spec[4])) != 0 ||
       current != want) {
-    return PyLong_FromLong(kSideNotHere);
+    return kSideNotHere;
   }
-  const cu::Result r = cu::launch_kept(launches, static_cast<uint64_t>(a[2]), static_cast<int32_t>(a[3]));
-  return PyLong_FromLong(r == 0 ? kSideLaunched : r == -1 ? kSideNoDriver : kSideCuda + r);
+  const cu::Result r = cu::launch_kept(launches, static_cast<uint64_t>(out), static_cast<int32_t>(k_total));
+  return r == 0 ? kSideLaunched : r == -1 ? kSideNoDriver : kSideCuda + r;
+}
+
+// side(spec, values, out, k_total) -> int: side_call from Python (the hooks' _planned_rows).
+PyObject* ring_side(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4) {
+    PyErr_SetString(PyExc_TypeError, "ring side: 4 arguments");
+    return nullptr;
+  }
+  int64_t a[4] = {};
+  for (int i : {0, 2, 3}) {
+    if (!as_int64(args[i], &a[i])) return nullptr;
+  }
+  const int r = side_call(reinterpret_cast<const int64_t*>(static_cast<intptr_t>(a[0])), args[1], a[2], a[3]);
+  return r < 0 ? nullptr : PyLong_FromLong(r);
 }
 
 PyMethodDef ring_side_def = {"ring_side", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(&ring_side)),
