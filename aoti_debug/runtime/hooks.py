@@ -230,6 +230,8 @@ class GraphHandle:
         try:
             x = self._express.get(id(site))
             if x is not None:
+                # (as in done: written out in both hooks, a shared helper would be one more
+                # Python frame per hook on the path the library's function exists to shorten)
                 express = fused_stats.express_function
                 if express:
                     rc = express(x, values, False)
