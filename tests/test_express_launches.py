@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from aoti_debug.format.protocol import make_site
-from aoti_debug.runtime import hooks, ring_records, session
+from aoti_debug.runtime import fused_stats, hooks, ring_records, session
 from aoti_debug.runtime.session import Job
 
 LABEL = "graph0"
@@ -205,7 +205,7 @@ def _run_express(library, monkeypatch, path: str, steps: int = 6, cap: int = 1 <
     session's writer wrote of them (and of the warm-up), its rows shipped as they fill and
     at the flush, instead."""
     from aoti_debug.format.protocol import PROTOCOL_VERSION
-    from aoti_debug.runtime import cpu_records, device_ring, fused_stats
+    from aoti_debug.runtime import cpu_records, device_ring
 
     _runs[0] += 1  # a run directory of its own (a session numbers its records after those there)
     monkeypatch.setenv("AOTI_DEBUG_DIR", os.path.join(os.environ["AOTI_DEBUG_DIR"], f"{path}-{_runs[0]}"))
@@ -363,13 +363,7 @@ def test_segment_turnover_and_a_held_lock_go_through_the_python_path(library, fr
     python = _run_express(library, monkeypatch, "python", cap=40, during=hold)
     assert _normal(c) == _normal(python)
     assert len(c["rows"]) > 3 and len(c["queue"]) > 3  # segments turned over, a run each
-    assert left and set(left) == {fused_stats_module().EXPRESS_SIDE_LEFT}
-
-
-def fused_stats_module():
-    from aoti_debug.runtime import fused_stats
-
-    return fused_stats
+    assert left and set(left) == {fused_stats.EXPRESS_SIDE_LEFT}
 
 
 def test_the_library_express_hooks_write_the_python_hooks_manifest(library, fresh_session, monkeypatch):

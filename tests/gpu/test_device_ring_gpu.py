@@ -150,10 +150,13 @@ def test_planned_sides_repeat_their_launches_bit_for_bit(tmp_path, monkeypatch):
         if fn and not isinstance(fn, _Counted):
             fused_stats.side_function = _Counted(fn, side_calls, call)
         express_fn = fused_stats.express_function
-        if express_fn and not isinstance(express_fn, _Counted):
-            fused_stats.express_function = _Counted(  # (the hooks of sides with a plan)
-                express_fn, express_done, call, counts=lambda rc, args: rc == fused_stats.EXPRESS_DONE and
-                (args[0].after if args[2] else args[0].before) is not None)
+        if express_fn and not isinstance(express_fn, _Watched):
+
+            def seen(rc, args):  # (the hooks of sides with a plan)
+                if rc == fused_stats.EXPRESS_DONE and (args[0].after if args[2] else args[0].before) is not None:
+                    express_done[call[0]] += 1
+
+            fused_stats.express_function = _Watched(express_fn, seen)
 
     monkeypatch.setattr(fused_stats, "bind_side_function", counting_bind_side)
     tuples = collections.Counter()  # planned sides holding a tuple, per (graph call, with CPU tensors)
@@ -210,11 +213,12 @@ def _count_express(monkeypatch, done) -> None:
     (``ring_express.h``) takes whole, bound now or later in the test."""
     from aoti_debug.runtime import fused_stats
 
+    def seen(rc, args):
+        if rc == fused_stats.EXPRESS_DONE:
+            done(args[0], bool(args[2]))
+
     def wrap(fn):
-        if not fn or isinstance(fn, _Counted):
-            return fn
-        return _Counted(fn, None, None, counts=lambda rc, args: rc == fused_stats.EXPRESS_DONE and
-                        done(args[0], bool(args[2])) and False)
+        return _Watched(fn, seen) if fn and not isinstance(fn, _Watched) else fn
 
     monkeypatch.setattr(fused_stats, "express_function", wrap(fused_stats.express_function))
     bind = fused_stats._bind_express_function
@@ -227,16 +231,25 @@ def _count_express(monkeypatch, done) -> None:
 
 
 class _Counted:
-    """A library function that counts its calls per graph call (``calls[call[0]]``), those
-    ``counts(result, arguments)`` says so."""
+    """A side function that counts its calls per graph call (``calls[call[0]]``)."""
 
-    def __init__(self, fn, calls, call, counts=None):
-        self.fn, self.calls, self.call, self.counts = fn, calls, call, counts
+    def __init__(self, fn, calls, call):
+        self.fn, self.calls, self.call = fn, calls, call
+
+    def __call__(self, *args):
+        self.calls[self.call[0]] += 1
+        return self.fn(*args)
+
+
+class _Watched:
+    """A library function whose every result ``seen(result, arguments)`` is shown."""
+
+    def __init__(self, fn, seen):
+        self.fn, self.seen = fn, seen
 
     def __call__(self, *args):
         rc = self.fn(*args)
-        if self.counts is None or self.counts(rc, args):
-            self.calls[self.call[0]] += 1
+        self.seen(rc, args)
         return rc
 
 

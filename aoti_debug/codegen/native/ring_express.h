@@ -61,8 +61,7 @@ struct ExpressEnv {
   X(_is_capturing) X(_count_lock) X(launch) X(seq) X(call) X(made) X(REUSE) X(ENABLED) X(_rings) X(_raw_stream) \
   X(_launch_hooks_installed) X(host) X(lines) X(texts) X(fast) X(reused) X(device) X(index) X(ring_count)      \
   X(records) X(rows) X(_lock) X(current) X(used) X(cap) X(addr) X(arrival) X(_queue_lock) X(_open_run)         \
-  X(_thread) X(_queue) X(event) X(finish) X(entries) X(plans) X(size) X(frombytes) X(acquire) X(release)       \
-  X(submit_planned) X(_queue_planned)
+  X(_thread) X(_queue) X(event) X(finish) X(entries) X(plans) X(size) X(frombytes) X(acquire) X(release)
 #define AOTI_DEBUG_EXPRESS_FIELD(name) PyObject* n_##name = nullptr;
   AOTI_DEBUG_EXPRESS_NAMES(AOTI_DEBUG_EXPRESS_FIELD)
 #undef AOTI_DEBUG_EXPRESS_FIELD
@@ -190,7 +189,7 @@ int express_plan(PyObject* x, PyObject* sess, PyObject* tls, PyObject* plan, PyO
       PyObject* item = PyTuple_GET_ITEM(reused.p, i);  // (position, producer site, its after position)
       if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) return left(__LINE__, kExpressSideLeft);
       PyObject* entry = PyDict_GetItemWithError(made_ref.p, PyTuple_GET_ITEM(item, 1));
-      if (!entry) return PyErr_Occurred() ? -1 : kExpressSideLeft;
+      if (!entry) return PyErr_Occurred() ? -1 : left(__LINE__, kExpressSideLeft);
       if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 3 || !PyTuple_Check(PyTuple_GET_ITEM(entry, 2))) {
         return left(__LINE__, kExpressSideLeft);
       }
@@ -224,7 +223,7 @@ int express_plan(PyObject* x, PyObject* sess, PyObject* tls, PyObject* plan, PyO
     Ref key(PyTuple_Pack(2, index.p, stream.p));
     if (!key) return -1;
     PyObject* ring = PyDict_GetItemWithError(rings.p, key.p);  // borrowed: `rings` keeps it
-    if (!ring) return PyErr_Occurred() ? -1 : kExpressSideLeft;
+    if (!ring) return PyErr_Occurred() ? -1 : left(__LINE__, kExpressSideLeft);
     if (PyTuple_GET_ITEM(fast.p, 0) != ring) return left(__LINE__, kExpressSideLeft);
     Ref hooks_fn(PyObject_GetAttr(e.fused_module, e.n__launch_hooks_installed));
     if (!hooks_fn) return -1;
