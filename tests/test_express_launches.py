@@ -366,6 +366,45 @@ def test_segment_turnover_and_a_held_lock_go_through_the_python_path(library, fr
     assert left and set(left) == {fused_stats.EXPRESS_SIDE_LEFT}
 
 
+class _Chain:
+    """Triton 3.6's ``HookChain`` as the hooks read it: its hooks in ``calls``."""
+
+    def __init__(self, *calls):
+        self.calls = list(calls)
+
+
+@pytest.mark.parametrize("enter,exit_,leaves", [(None, None, False), ("empty", "empty", False), ("hook", None, True),
+                                                ("empty", "hook", True)],
+                         ids=["none", "empty-chains", "enter-hook", "exit-hook"])
+def test_triton_launch_hooks_send_launching_sides_to_python(library, fresh_session, monkeypatch, enter, exit_,
+                                                            leaves):
+    """The library's function reads Triton's launch hook slots from the knobs
+    ``fused_stats._launch_hooks_installed`` found, as it does: a slot that is None or an
+    empty chain lets the library launch; a hook in either slot (a profiler such as
+    Proton) sends every side that launches to the Python path, from the next side on."""
+    slot = {None: None, "empty": _Chain(), "hook": _Chain(print)}
+    left = []
+    express_left = hooks.GraphHandle._express_left
+    monkeypatch.setattr(hooks.GraphHandle, "_express_left",
+                        lambda self, *a: left.append(a[3]) or express_left(self, *a))
+    steps = []
+
+    def install(step, g):
+        if step == 3:
+            monkeypatch.setattr(fused_stats, "_knobs",
+                                types.SimpleNamespace(launch_enter_hook=slot[enter], launch_exit_hook=slot[exit_]))
+        steps.append(len(left))
+
+    _run_express(library, monkeypatch, "c", during=install)
+    assert steps[3] == 0, "a side left the C function before a hook was installed"
+    if leaves:  # steps 3-5, each the same sides: those that launch (every after side, the before sides reading)
+        each = len(left) // 3
+        assert each >= 5 and steps[3:] == [0, each, 2 * each] and len(left) == 3 * each, (steps, len(left))
+        assert set(left) == {fused_stats.EXPRESS_SIDE_LEFT}
+    else:
+        assert not left
+
+
 def test_the_library_express_hooks_write_the_python_hooks_manifest(library, fresh_session, monkeypatch):
     """The writer's manifest of the steps, through the runtime library's encoder: the same
     bytes from both paths (each record's stats the row it read), segments turning over."""

@@ -261,6 +261,21 @@ def test_a_call_of_many_records_over_several_segments_is_the_dict_paths(library,
         assert native_prints.count("\n") == native.count(b"\n")
 
 
+def test_print_level_plans_a_side_taking_every_input(library, fresh_session, monkeypatch, capfd):
+    """A side whose tensors are all taken from their producers' rows (mul's inputs) is
+    planned at level print as at level stats (it was not: every call took the full
+    path and printed from the dicts); its lines and print lines are the full path's."""
+    planned = _count_planned(monkeypatch)
+    kw = dict(steps=4, level="print", cpu_side=False, sides=_reuse_sides(True))
+    native = _run(library, True, **kw)
+    err = capfd.readouterr().err
+    assert ("triton_poi_fused_mul_1", "before", 3) in planned, planned
+    assert len(planned) == 3 * 6, planned  # steps 2-4, both sides of the three launches
+    assert native == _run(library, True, plans=False, **kw)
+    assert err == capfd.readouterr().err
+    assert err.count("\n") == native.count(b"\n")
+
+
 def test_writer_keys_agree():
     assert ring_records._PLAIN == writer._KEPT
 

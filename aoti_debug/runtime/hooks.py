@@ -408,7 +408,7 @@ class GraphHandle:
             # The launch where the trigger's NaN/Inf was born, again: save both its sides.
             fl.capture(tensors, last=phase == "after" or not site.after)
         if tensors or taken:
-            host = self._tensors(sess, tensors, jobs) if tensors else [] if self.level == "stats" else None
+            host = self._tensors(sess, tensors, jobs) if tensors else []
             jobs.sort(key=_seq)  # scalars were queued before tensors: the manifest in record order
             if host is not None and extra is None and fl is None:
                 # Every tensor in the ring, taken from its producer's row or read by the

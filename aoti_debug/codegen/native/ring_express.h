@@ -61,7 +61,8 @@ struct ExpressEnv {
   X(_is_capturing) X(_count_lock) X(launch) X(seq) X(call) X(made) X(REUSE) X(ENABLED) X(_rings) X(_raw_stream) \
   X(_launch_hooks_installed) X(host) X(lines) X(texts) X(fast) X(reused) X(device) X(index) X(ring_count)      \
   X(records) X(rows) X(_lock) X(current) X(used) X(cap) X(addr) X(arrival) X(_queue_lock) X(_open_run)         \
-  X(_thread) X(_queue) X(event) X(finish) X(entries) X(plans) X(size) X(frombytes) X(acquire) X(release)
+  X(_thread) X(_queue) X(event) X(finish) X(entries) X(plans) X(size) X(frombytes) X(acquire) X(release)      \
+  X(_knobs) X(launch_enter_hook) X(launch_exit_hook)
 #define AOTI_DEBUG_EXPRESS_FIELD(name) PyObject* n_##name = nullptr;
   AOTI_DEBUG_EXPRESS_NAMES(AOTI_DEBUG_EXPRESS_FIELD)
 #undef AOTI_DEBUG_EXPRESS_FIELD
@@ -137,6 +138,40 @@ int left(int line, int code) {
     }
   }
   return code;
+}
+
+// Whether Triton launch hooks are installed (fused_stats._launch_hooks_installed: then the
+// Python path launches): 1 yes, 0 no, -1 an exception. Its common answers read here (the
+// knobs it found: each slot None or a HookChain with no calls), anything else asked of it.
+int launch_hooks(const ExpressEnv& e) {
+  Ref knobs(PyObject_GetAttr(e.fused_module, e.n__knobs));
+  if (!knobs) return -1;
+  if (knobs.p != Py_None) {
+    bool empty = true;
+    for (PyObject* name : {e.n_launch_enter_hook, e.n_launch_exit_hook}) {
+      Ref hook(PyObject_GetAttr(knobs.p, name));
+      if (!hook) return -1;
+      if (hook.p == Py_None) continue;
+      Ref calls(PyObject_GetAttr(hook.p, e.n_calls));
+      if (!calls) {
+        PyErr_Clear();
+        empty = false;
+        break;
+      }
+      if (!PyList_CheckExact(calls.p)) {
+        empty = false;
+        break;
+      }
+      if (PyList_GET_SIZE(calls.p) != 0) return 1;
+    }
+    if (empty) return 0;
+  }
+  Ref fn(PyObject_GetAttr(e.fused_module, e.n__launch_hooks_installed));
+  if (!fn) return -1;
+  Ref hooked(PyObject_CallNoArgs(fn.p));
+  if (!hooked) return -1;
+  const int yes = PyObject_IsTrue(hooked.p);
+  return yes;
 }
 
 // Whether every taken row is a row of `arrival`'s segment: a run's entries address its
@@ -225,11 +260,9 @@ int express_plan(PyObject* x, PyObject* sess, PyObject* tls, PyObject* plan, PyO
     PyObject* ring = PyDict_GetItemWithError(rings.p, key.p);  // borrowed: `rings` keeps it
     if (!ring) return PyErr_Occurred() ? -1 : left(__LINE__, kExpressSideLeft);
     if (PyTuple_GET_ITEM(fast.p, 0) != ring) return left(__LINE__, kExpressSideLeft);
-    Ref hooks_fn(PyObject_GetAttr(e.fused_module, e.n__launch_hooks_installed));
-    if (!hooks_fn) return -1;
-    Ref hooked(PyObject_CallNoArgs(hooks_fn.p));
-    if (!hooked) return -1;
-    if (hooked.p != Py_False) return left(__LINE__, kExpressSideLeft);  // Triton's launch hooks: the Python path
+    const int hooked = launch_hooks(e);
+    if (hooked < 0) return -1;
+    if (hooked) return left(__LINE__, kExpressSideLeft);  // Triton's launch hooks: the Python path
     int64_t k = 0, used = 0, cap = 0, addr = 0;
     if (!attr_int64(plan, e.n_ring_count, &k)) return -1;
     Ref seg;
