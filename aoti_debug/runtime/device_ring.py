@@ -20,7 +20,9 @@ allocations of the warming-up thread into the graph's private pool and check
 (``check_memory_pool``, on by default in torch 2.11 and 2.13) that nothing unknown
 stays alive there: a buffer of ours in that pool would fail the check inside the
 user's model. Buffers are kept for the process and reused, so the caching allocator
-never hands their blocks out again while queued kernels still write them. Host
+never hands their blocks out again while queued kernels still write them; a segment is
+let go only once it is free (the writer read its values: nothing queued writes it) and
+smaller than the ring's segments have grown to (``MAX_SEGMENT_ROWS``). Host
 buffers name ``device="cpu"``: the warm-up also makes CUDA the default device.
 """
 
@@ -37,8 +39,13 @@ from .stats import format_checksum, stats_fields
 
 #: False sends CUDA stats down the per-side host-copy path (tests compare the two).
 ENABLED = True
-#: Rows of a new segment (72 bytes each on the device and on the host).
+#: Rows of a ring's first segment (72 bytes each on the device and on the host).
 SEGMENT_ROWS = 1024
+#: The most rows a segment grows to. A segment that fills before a flush ships it is
+#: followed by segments of twice its rows: steps run back to back then turn segments
+#: over less often, and a side whose inputs are rows of the segment before (taken from
+#: their producers) is queued alone, in Python, only at a turnover.
+MAX_SEGMENT_ROWS = 16384
 #: Segments per ring that may wait for the writer before a launch side waits for one.
 MAX_SEGMENTS = 16
 
@@ -203,6 +210,7 @@ class Ring:
         self.segments: list[Segment] = []
         self.current: Segment | None = None
         self._lock = threading.Lock()
+        self._rows = SEGMENT_ROWS  # a new segment's rows (doubled each time one fills)
         self._index = device.index if device.index is not None else torch.cuda.current_device()
         self._raw = stream.cuda_stream
         #: Pinned host copies no arrival holds, by segment rows: a shipment takes one, its
@@ -221,6 +229,7 @@ class Ring:
                 seg.used = (seg.used + 7) & ~7
             if seg is None or seg.used + k > seg.cap:
                 if seg is not None and seg.used:
+                    self._rows = min(max(self._rows, 2 * seg.cap), max(MAX_SEGMENT_ROWS, SEGMENT_ROWS))
                     self._ship(seg)
                 elif seg is not None:
                     seg.release()  # nothing reserved in it: free again as it is
@@ -230,8 +239,12 @@ class Ring:
             return seg, first
 
     def _fresh(self, k: int) -> Segment:
+        want = max(k, self._rows)
+        # Free segments smaller than a new one now are dropped (nothing queued writes them:
+        # the writer read their values), so that they do not count against MAX_SEGMENTS.
+        self.segments = [seg for seg in self.segments if seg.cap >= self._rows or not seg._free.is_set()]
         for seg in self.segments:
-            if seg.cap >= k and seg._free.is_set():
+            if seg.cap >= want and seg._free.is_set():
                 seg.reset()
                 return seg
         if len(self.segments) >= MAX_SEGMENTS:
@@ -244,7 +257,7 @@ class Ring:
                 oldest._free.wait()
                 oldest.reset()
                 return oldest
-        cap = SEGMENT_ROWS
+        cap = self._rows
         while cap < k:
             cap *= 2
         seg = Segment(self.device, cap)
@@ -260,8 +273,10 @@ class Ring:
             # One copy of the used rows and the checksums' first `used` slots (the unused
             # rows between, up to 64 KiB more on the bus, cost less than a second copy's
             # host time), into pinned memory of the ring's: the arrival holds it until its
-            # records are written, while the segment is filled again.
+            # records are written, while the segment is filled again. A grown segment
+            # mostly empty (a flush) ships its rows and its checksums in two copies.
             n = 8 * cap + used
+            spans = [(0, n)] if cap <= SEGMENT_ROWS or 2 * used > cap else [(0, 8 * used), (8 * cap, n)]
             pool = self._hosts.get(cap)
             if pool is None:
                 pool = self._hosts[cap] = collections.deque()
@@ -271,10 +286,12 @@ class Ring:
                 # device="cpu": a CUDA-graph tree's warm-up makes CUDA the default device
                 host = torch.empty(9 * cap, dtype=torch.float64, device="cpu", pin_memory=True)
             if _raw_stream is not None and _raw_stream(self._index) == self._raw:
-                host[:n].copy_(seg.buf[:n], non_blocking=True)  # (the usual case: no stream switch)
+                for a, b in spans:  # (the usual case: no stream switch)
+                    host[a:b].copy_(seg.buf[a:b], non_blocking=True)
             else:  # a flush from another stream or thread
                 with torch.cuda.stream(self.stream):
-                    host[:n].copy_(seg.buf[:n], non_blocking=True)
+                    for a, b in spans:
+                        host[a:b].copy_(seg.buf[a:b], non_blocking=True)
             event = torch.cuda.Event()
             event.record(self.stream)
         except Exception as e:  # a device fault: every record waiting on it gets the error

@@ -98,6 +98,40 @@ def test_ring_equals_host_copy_path(tmp_path, monkeypatch):
     assert seqs == sorted(seqs), "manifest out of launch order"
 
 
+def test_segments_grow_when_calls_run_back_to_back(tmp_path, monkeypatch):
+    """One compile (autotuning picks kernel configs once): calls flushed one by one, then
+    the same inputs back to back (one flush at the end). A segment that fills is followed
+    by segments of twice its rows, up to ``MAX_SEGMENT_ROWS`` (a grown segment mostly
+    empty ships in two copies); the calls back to back record what the flushed ones
+    did, bit for bit."""
+    monkeypatch.setattr(device_ring, "SEGMENT_ROWS", 64)
+    monkeypatch.setattr(device_ring, "MAX_SEGMENT_ROWS", 256)
+    monkeypatch.setattr(device_ring, "_rings", {})  # a ring of its own, from SEGMENT_ROWS
+    torch.manual_seed(0)
+    model = Transformer(128, 4, 2).cuda().eval()
+    xs = [torch.randn(2, 32, 128, device="cuda") for _ in range(3)] * 2
+    failures = len(session.FAILURES)
+    root = str(tmp_path / "grow")
+    torch._dynamo.reset()
+    session.reset()
+    with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=root):
+        fn = torch.compile(model)
+        for x in xs:
+            fn(x)
+            aoti_debug.flush()
+        for x in xs:
+            fn(x)
+        caps = sorted({seg.cap for ring in device_ring._rings.values() for seg in ring.segments})
+        aoti_debug.flush()  # (a segment of 256 rows mostly empty: two copies)
+    torch.cuda.synchronize()
+    assert caps and caps[-1] == 256, caps
+    assert session.FAILURES[failures:] == []
+    calls = _per_call(records(only_run(root)), 2 * len(xs))
+    for i in range(len(xs)):
+        _same(calls[i], calls[len(xs) + i])
+    assert calls[0] != calls[1]
+
+
 def test_planned_sides_repeat_their_launches_bit_for_bit(tmp_path, monkeypatch):
     """From the third call a side's records come from its plan and its stats kernel's kept
     launches (``GraphHandle._planned_rows``): each call's own values, bit for bit as the
