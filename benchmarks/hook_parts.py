@@ -84,29 +84,31 @@ def main() -> int:
 
     model, x, source = build_model(args.model, args.preset, device)
     acc: dict = collections.defaultdict(lambda: [0, 0])
-    with torch.no_grad():
-        base = torch.compile(model)  # the uninstrumented step's issue time, for the difference
-        for _ in range(4):
-            base(x)
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(args.steps):
-            base(x)
-        base_issue = (time.perf_counter() - t0) / args.steps
-        sync()
-        torch._dynamo.reset()
-        aoti_debug.enable("stats")
-        fn = torch.compile(model)
+
+    def issue_of(fn, before_timing=None) -> float:
+        """Seconds to issue one of ``args.steps`` steps back to back, after four warm-up
+        steps (``before_timing`` runs between)."""
         for _ in range(4):
             fn(x)
         sync()
+        if before_timing is not None:
+            before_timing()
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            fn(x)
+        seconds = (time.perf_counter() - t0) / args.steps
+        sync()
+        return seconds
+
+    def wrap_parts() -> None:
         for owner, attr in timed_parts():
             wrap(owner, attr, acc)
-        t0 = time.perf_counter()
-        for _ in range(args.steps):
-            fn(x)
-        issue = (time.perf_counter() - t0) / args.steps
-        sync()
+
+    with torch.no_grad():
+        base_issue = issue_of(torch.compile(model))  # the uninstrumented step, for the difference
+        torch._dynamo.reset()
+        aoti_debug.enable("stats")
+        issue = issue_of(torch.compile(model), wrap_parts)
     n = args.steps
     print(f"{source} on {torch.cuda.get_device_name() if device == 'cuda' else 'CPU'}, level stats, "
           f"torch {torch.__version__}, {n} steps back to back")
