@@ -6,16 +6,19 @@
 # dependency resolution touch torch.
 
 PYTHON ?= python3
+# pytest-xdist workers for make test (a test file's tests stay in one worker, so the
+# compiled models its fixtures share are compiled once)
+TEST_JOBS ?= 2
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow test-all bench clean
+.PHONY: install demo test test-slow bench clean
 
 install: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv --system-site-packages $(VENV)
 	@if $(PY) -c "import torch" 2>/dev/null; then \
 		echo "using installed torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \
@@ -25,19 +28,21 @@ $(STAMP): setup.cfg pyproject.toml
 	@# Install the pinned torch first, then everything else with a constraint that
 	@# keeps the torch we have: an unpinned torch requirement would pull GBs of CUDA.
 	@$(PY) -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/constraints.txt
-	$(PY) -m pip install -q -c $(VENV)/constraints.txt "click>=8" pandas pytest hypothesis transformers matplotlib "triton==3.6.0"
+	$(PY) -m pip install -q -c $(VENV)/constraints.txt "click>=8" pandas pytest pytest-xdist hypothesis transformers matplotlib "triton==3.6.0"
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
 demo: install
 	$(PY) examples/demo.py
 
+PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
+
 test: install
-	$(PY) -m pytest -q -m "not gpu and not slow" tests
-	$(PY) -m pytest -q -m "slow and not gpu" tests
+	$(PYTEST) -m "not gpu and not slow" tests
+	$(PYTEST) -m "slow and not gpu" tests
 
 test-slow: install
-	$(PY) -m pytest -q -m "slow and not gpu" tests
+	$(PYTEST) -m "slow and not gpu" tests
 
 bench: install
 	$(PY) benchmarks/overhead.py

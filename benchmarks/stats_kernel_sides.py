@@ -1,7 +1,7 @@
 """Device time of the stats kernels over one real step's launch sides, for kernel variants.
 
     CXX=/usr/bin/g++ PYTHONPATH=. python3 benchmarks/stats_kernel_sides.py --model transformer \
-        [--per-side] [--variant NAME=PATH[:RBLOCK[:PER_SM[:MIN_TILES]]]] ... [--calls 20]
+        [--per-side] [--variant NAME=PATH[:RBLOCK[:PER_SM[:MIN_TILES[:BLOCK[:WARPS]]]]]] ... [--calls 20]
 
 Compiles the model at level stats (Python wrapper), records the tensors of every launch
 side its first call summarises (shapes, strides, dtypes, offsets: the stats kernels' real
@@ -79,17 +79,18 @@ def rebuild(sides: list[list[tuple]]) -> list[list]:
     return out
 
 
-def _package_settings() -> tuple[int, int, int]:
+def _package_settings() -> tuple[int, int, int, int, int]:
     from aoti_debug.runtime import fused_stats as fs
 
-    return fs._RBLOCK, fs.PROGRAMS_PER_SM, fs.MIN_TILES
+    return fs._RBLOCK, fs.PROGRAMS_PER_SM, fs.MIN_TILES, fs.BLOCK, fs.NUM_WARPS
 
 
-#: The package's own RBLOCK, programs per SM and minimum tiles (a variant's defaults).
+#: The package's own RBLOCK, programs per SM, minimum tiles, tile and warps (a variant's defaults).
 _PACKAGE = _package_settings()
 
 
-def use_kernels(path: str | None, rblock: int | None = None, per_sm: int | None = None, min_tiles: int | None = None) -> None:
+def use_kernels(path: str | None, rblock: int | None = None, per_sm: int | None = None, min_tiles: int | None = None,
+                block: int | None = None, warps: int | None = None) -> None:
     from aoti_debug.runtime import fused_stats as fs
 
     if path is None:
@@ -105,6 +106,8 @@ def use_kernels(path: str | None, rblock: int | None = None, per_sm: int | None 
     fs._RBLOCK = rblock or _PACKAGE[0]
     fs.PROGRAMS_PER_SM = per_sm or _PACKAGE[1]
     fs.MIN_TILES = min_tiles or _PACKAGE[2]
+    fs.BLOCK = block or _PACKAGE[3]
+    fs.NUM_WARPS = warps or _PACKAGE[4]
     fs._compiled.clear()
     fs._sides.clear()
 
@@ -164,7 +167,8 @@ def main() -> int:
     p.add_argument("--model", choices=sorted(MODELS), default="transformer")
     p.add_argument("--preset", choices=["full", "small", "tiny"], default="full")
     p.add_argument("--variant", action="append", default=[],
-                   help="name=path of a kernels module[:RBLOCK[:programs per SM[:min tiles]]] (repeatable)")
+                   help="name=path of a kernels module[:RBLOCK[:programs per SM[:min tiles[:BLOCK[:warps]]]]] "
+                        "(repeatable)")
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--per-side", action="store_true", help="also time each side alone (package kernels)")
     p.add_argument("--rounds", type=int, default=2, help="every variant this many times, alternating")
