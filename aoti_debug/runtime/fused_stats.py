@@ -49,10 +49,11 @@ sums in float64 too): every element is exact in float64 (int64 beyond 2**53 is r
 as ``.to(torch.float64)`` rounds it); the cross-program combination is exact up to
 float64 rounding; the one error source beyond rounding is the cancellation in a
 program's ``M2 = S2 - S1^2/n`` of its shifted sums, relative error about
-``2**-53 * sqrt(tiles per program) * S2/M2`` where ``S2/M2 = 1 + n (mean-K)^2/M2`` is
+``2**-53 * sqrt(elements a lane sums) * S2/M2`` (a lane: a thread's 16-byte vector over
+the program's tiles) where ``S2/M2 = 1 + n (mean-K)^2/M2`` is
 O(1) for ordinary data and at most the chunk's element count when ``K`` is an extreme
 outlier (chunk: 4096 elements for tensors up to ~2M elements, growing with size so
-that a tensor gets at most ``4 * SMs`` programs): 1e-15 typical, <1e-8 worst case.
+that a tensor gets at most ``PROGRAMS_PER_SM * SMs`` programs): 1e-15 typical, <1e-8 worst case.
 Tests check mean to 1e-12 (relative to absmax) and std to 1e-9 relative. Sums that
 overflow float64 (float64 data near 1e154 and up) give inf/NaN in different places
 than the torch path.
@@ -85,8 +86,9 @@ from .stats import device_summary
 BLOCK = 1024
 NUM_WARPS = 4
 #: A tensor gets at most this many programs per SM (more tiles per program beyond): as
-#: many as the registers let an SM hold at once (the kernels use 140-170 of a thread's;
-#: 65536 an SM), so that a tensor's programs run in one wave.
+#: many as the registers let an SM hold at once (the kernels use 128 of a thread's, up to
+#: ~250 for strided tiles narrower than 8 columns or unaligned; 65536 an SM), so that a
+#: tensor's programs run in one wave. 4, 6 or 8 a SM measured slower on the H200.
 PROGRAMS_PER_SM = 3
 #: Tiles per program at least (small tensors: one program; fewer partials to combine).
 MIN_TILES = 4

@@ -8,6 +8,14 @@ program stores its partials, ``debug_barrier`` (bar.sync), then one ``atomic_add
 acq_rel semantics at GPU scope on the tensor's counter; the program that draws the last
 ticket reads all partials with ``.cg`` loads (L2, never a stale L1 line), writes the
 result and resets the counter to 0 for the next launch on the stream.
+
+In a program's loop: the next tile is loaded before the present one is summed (two
+tiles in flight a thread); a thread's 16-byte vector is summed in its registers, so the
+accumulators hold one value per vector, not per element; the checksum
+``sum(bits * (2 * index + 1))`` is taken apart by distributivity (exact: a sum mod
+2**64), so that no element needs its 64-bit logical index: in the contiguous kernel,
+``sum(bits) + 2 * BLOCK * sum(tile * tile's sum) + 2 * sum(bits * lane)``; in the strided
+one, a row's sum times its weight plus ``2 * L_inner * sum(bits * column)``.
 """
 
 import triton
@@ -59,52 +67,43 @@ def _decode(bits, KIND: tl.constexpr):
 
 
 @triton.jit
-def _tile(p, idx, mask, K, mn, mx, s1, s2, cnt, nan, cs,
-          KIND: tl.constexpr, IS_FLOAT: tl.constexpr, MASKED: tl.constexpr):
-    """A tile of elements at ``p + idx``, ``idx`` being also their logical index."""
-    return _tile_at(p, idx, idx, mask, K, mn, mx, s1, s2, cnt, nan, cs, KIND, IS_FLOAT, MASKED)
-
-
-@triton.jit
-def _tile_at(p, off, li, mask, K, mn, mx, s1, s2, cnt, nan, cs,
-             KIND: tl.constexpr, IS_FLOAT: tl.constexpr, MASKED: tl.constexpr):
-    """Accumulates a tile of elements at ``p + off`` (any shape) whose logical row-major
-    indices are ``li`` (the checksum's weights)."""
-    if MASKED:
-        bits = tl.load(p + off, mask=mask, other=0)
-    else:
-        bits = tl.load(p + off)
-    return _acc(bits, li, mask, K, mn, mx, s1, s2, cnt, nan, cs, KIND, IS_FLOAT, MASKED)
-
-
-@triton.jit
-def _acc(bits, li, mask, K, mn, mx, s1, s2, cnt, nan, cs,
-         KIND: tl.constexpr, IS_FLOAT: tl.constexpr, MASKED: tl.constexpr):
-    """Accumulates loaded ``bits`` whose logical indices are ``li``."""
+def _acc(bits, mask, K, mn, mx, s1, s2, cnt, nan,
+         KIND: tl.constexpr, WIDTH: tl.constexpr, IS_FLOAT: tl.constexpr, MASKED: tl.constexpr):
+    """The value statistics of a tile whose last axis is one thread's vector, that axis
+    summed (in the thread's registers) into accumulators of one rank less. The checksum is
+    the caller's."""
     x = _decode(bits, KIND)
     if IS_FLOAT:
         fin = tl.abs(x) < float("inf")
         if MASKED:
             fin = fin & mask
-        nan += (x != x).to(tl.int32)
-        mn = tl.minimum(mn, tl.where(fin, x, float("inf")))
-        mx = tl.maximum(mx, tl.where(fin, x, float("-inf")))
-        d = tl.where(fin, x.to(tl.float64) - K, 0.0)
-        cnt += fin.to(tl.int32)
+        nan += tl.sum((x != x).to(tl.int32), axis=-1)
+        mn = tl.minimum(mn, tl.min(tl.where(fin, x, float("inf")), axis=-1))
+        mx = tl.maximum(mx, tl.max(tl.where(fin, x, float("-inf")), axis=-1))
+        if WIDTH < 8:  # x is float32 and K one of its values: select in 32 bits, d = 0 exactly
+            d = tl.where(fin, x, K.to(tl.float32)).to(tl.float64) - K
+        else:
+            d = tl.where(fin, x, K) - K
+        cnt += tl.sum(fin.to(tl.int32), axis=-1)
     elif MASKED:
-        mn = tl.minimum(mn, tl.where(mask, x, float("inf")))
-        mx = tl.maximum(mx, tl.where(mask, x, float("-inf")))
+        mn = tl.minimum(mn, tl.min(tl.where(mask, x, float("inf")), axis=-1))
+        mx = tl.maximum(mx, tl.max(tl.where(mask, x, float("-inf")), axis=-1))
         d = tl.where(mask, x - K, 0.0)
-        cnt += mask.to(tl.int32)
+        cnt += tl.sum(mask.to(tl.int32), axis=-1)
     else:
-        mn = tl.minimum(mn, x)
-        mx = tl.maximum(mx, x)
+        mn = tl.minimum(mn, tl.min(x, axis=-1))
+        mx = tl.maximum(mx, tl.max(x, axis=-1))
         d = x - K
-        cnt += 1
-    s1 += d
-    s2 += d * d
-    cs += bits.to(tl.int64) * (li * 2 + 1)
-    return mn, mx, s1, s2, cnt, nan, cs
+        cnt += tl.sum(tl.full(d.shape, 1, tl.int32), axis=-1)
+    s1 += tl.sum(d, axis=-1)
+    s2 += tl.sum(d * d, axis=-1)
+    return mn, mx, s1, s2, cnt, nan
+
+
+@triton.jit
+def _wide(bits):
+    """Raw bits as uint64, zero-extended (the loads of narrow kinds are unsigned)."""
+    return bits.to(tl.uint64, bitcast=True) if bits.dtype == tl.int64 else bits.to(tl.uint64)
 
 
 @triton.jit(do_not_specialize=["k", "k_total"])
@@ -135,6 +134,10 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
     else:
         bp = base.to(tl.pointer_type(tl.int64), bitcast=True)
     p = bp + q * VEC  # q is in units of VEC elements (16 bytes when VEC > 1)
+    # a tile is [R, C]: C elements (16 bytes) a thread's vector, summed in its registers
+    # into accumulators of R values (not BLOCK: fewer registers, more programs a SM)
+    C: tl.constexpr = 16 // WIDTH
+    R: tl.constexpr = BLOCK // C
     t0 = (pid - first) * ctiles
     start = t0 * BLOCK
     end = tl.minimum(start + ctiles * BLOCK, n)
@@ -143,33 +146,56 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
     # -- the shift (the chunk's first element; 0 when absent or not finite) and the first
     # tile, loaded together: one wait for memory before the loop, not two
     kbits = tl.load(p + start, mask=nvalid > 0, other=0)
-    ar = tl.arange(0, BLOCK)
+    ar = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]  # the lane in the tile
     idx = t0 * BLOCK + ar
     bits = tl.load(p + idx, mask=idx < end, other=0)
     K = _decode(kbits, KIND).to(tl.float64)
     if IS_FLOAT:
         K = tl.where(tl.abs(K) < float("inf"), K, 0.0)
     if IS_FLOAT and WIDTH < 8:
-        mn = tl.full([BLOCK], float("inf"), tl.float32)
-        mx = tl.full([BLOCK], float("-inf"), tl.float32)
+        mn = tl.full([R], float("inf"), tl.float32)
+        mx = tl.full([R], float("-inf"), tl.float32)
     else:
-        mn = tl.full([BLOCK], float("inf"), tl.float64)
-        mx = tl.full([BLOCK], float("-inf"), tl.float64)
-    s1 = tl.zeros([BLOCK], tl.float64)
-    s2 = tl.zeros([BLOCK], tl.float64)
-    cnt = tl.zeros([BLOCK], tl.int32)
-    nan = tl.zeros([BLOCK], tl.int32)
-    cs = tl.zeros([BLOCK], tl.int64)
-    mn, mx, s1, s2, cnt, nan, cs = _acc(bits, idx, idx < end, K, mn, mx, s1, s2, cnt, nan, cs,
-                                        KIND, IS_FLOAT, True)
+        mn = tl.full([R], float("inf"), tl.float64)
+        mx = tl.full([R], float("-inf"), tl.float64)
+    s1 = tl.zeros([R], tl.float64)
+    s2 = tl.zeros([R], tl.float64)
+    cnt = tl.zeros([R], tl.int32)
+    nan = tl.zeros([R], tl.int32)
+    # checksum sum(bits * (2 * idx + 1)) with idx = T * BLOCK + a, T the tile, a its lane:
+    # sum(bits) + 2 * BLOCK * sum(T * tile sum) + 2 * sum(bits * a), in uint64 (mod 2**64)
+    cS = tl.zeros([R], tl.uint64)
+    cT = tl.zeros([R], tl.uint64)
+    cA = tl.zeros([R], tl.uint64)
+    au = ar.to(tl.uint64)
+    b = _wide(bits)
+    st = tl.sum(b, axis=1)
+    cS += st
+    cT += st * t0.to(tl.uint64)
+    cA += tl.sum(b * au, axis=1)
+    mn, mx, s1, s2, cnt, nan = _acc(bits, idx < end, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
+    # the next tile is loaded before this one is summed: two tiles in flight a thread
+    nbits = tl.load(p + (t0 + 1) * BLOCK + ar, mask=nfull > 1, other=0)
     for i in range(1, nfull):
         idx = (t0 + i) * BLOCK + ar
-        mn, mx, s1, s2, cnt, nan, cs = _tile(p, idx, idx < end, K, mn, mx, s1, s2, cnt, nan, cs,
-                                             KIND, IS_FLOAT, False)
+        bits = nbits
+        nbits = tl.load(p + idx + BLOCK, mask=i + 1 < nfull, other=0)
+        b = _wide(bits)
+        st = tl.sum(b, axis=1)
+        cS += st
+        cT += st * (t0 + i).to(tl.uint64)
+        cA += tl.sum(b * au, axis=1)
+        mn, mx, s1, s2, cnt, nan = _acc(bits, None, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, False)
     if nfull >= 1 and nfull * BLOCK < nvalid:
         idx = (t0 + nfull) * BLOCK + ar
-        mn, mx, s1, s2, cnt, nan, cs = _tile(p, idx, idx < end, K, mn, mx, s1, s2, cnt, nan, cs,
-                                             KIND, IS_FLOAT, True)
+        bits = tl.load(p + idx, mask=idx < end, other=0)
+        b = _wide(bits)
+        st = tl.sum(b, axis=1)
+        cS += st
+        cT += st * (t0 + nfull).to(tl.uint64)
+        cA += tl.sum(b * au, axis=1)
+        mn, mx, s1, s2, cnt, nan = _acc(bits, idx < end, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
+    cs = (cS + cT * (2 * BLOCK) + cA * 2).to(tl.int64, bitcast=True)
     _finish(part, counters, out, k_total, pid, first, nprog, row, K, nvalid, cnt, s1, s2, mn, mx, nan, cs,
             RBLOCK)
 
@@ -303,6 +329,17 @@ def _row_bases(rp, rows, nd):
     return b + last * tl.load(dp + 1), m + last * tl.load(dp + 2)
 
 
+@triton.jit
+def _perm_checksum(bits, lb, cb, lu, au, cR, cA, CB: tl.constexpr):
+    """The strided kernel's checksum parts of a ``[RB, CW, CV]`` tile of column block
+    ``cb`` whose rows' logical bases are ``lb``: each row's bits' sum times its weight
+    ``2 lb + 1 + 2 L_inner cb CB`` into ``cR``, the bits times their column in the tile
+    into ``cA`` (weighed by ``2 L_inner`` at the end)."""
+    b = _wide(bits)
+    rw = (lb.to(tl.uint64, bitcast=True) * 2 + 1 + lu * (2 * CB) * cb.to(tl.uint64))[:, None]
+    return cR + tl.sum(b, axis=2) * rw, cA + tl.sum(b * au, axis=2)
+
+
 @triton.jit(do_not_specialize=["k", "k_total"])
 def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
                        KIND: tl.constexpr, WIDTH: tl.constexpr, IS_FLOAT: tl.constexpr,
@@ -314,6 +351,8 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
     checksum by its logical index ``base(row) + col * L_inner`` (:func:`_row_bases`).
     Table rows of ``TW`` int64 (``_PERM_DIMS``)."""
     RB: tl.constexpr = BLOCK // CB
+    CV: tl.constexpr = 16 // WIDTH if 16 // WIDTH < CB else CB  # a thread's vector
+    CW: tl.constexpr = CB // CV
     pid = tl.program_id(0).to(tl.int64)
     tid = -1
     for j0 in range(0, k, TBLOCK):
@@ -356,47 +395,69 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
     if IS_FLOAT:
         K = tl.where(tl.abs(K) < float("inf"), K, 0.0)
     if IS_FLOAT and WIDTH < 8:
-        mn = tl.full([RB, CB], float("inf"), tl.float32)
-        mx = tl.full([RB, CB], float("-inf"), tl.float32)
+        mn = tl.full([RB, CW], float("inf"), tl.float32)
+        mx = tl.full([RB, CW], float("-inf"), tl.float32)
     else:
-        mn = tl.full([RB, CB], float("inf"), tl.float64)
-        mx = tl.full([RB, CB], float("-inf"), tl.float64)
-    s1 = tl.zeros([RB, CB], tl.float64)
-    s2 = tl.zeros([RB, CB], tl.float64)
-    cnt = tl.zeros([RB, CB], tl.int32)
-    nan = tl.zeros([RB, CB], tl.int32)
-    cs = tl.zeros([RB, CB], tl.int64)
+        mn = tl.full([RB, CW], float("inf"), tl.float64)
+        mx = tl.full([RB, CW], float("-inf"), tl.float64)
+    s1 = tl.zeros([RB, CW], tl.float64)
+    s2 = tl.zeros([RB, CW], tl.float64)
+    cnt = tl.zeros([RB, CW], tl.int32)
+    nan = tl.zeros([RB, CW], tl.int32)
+    # checksum sum(bits * (2 * li + 1)) with li = lb(row) + (cb * CB + a) * L_inner, a the
+    # column in the tile: per row (2 lb + 1 + 2 L cb CB) * (its bits' sum), plus
+    # 2 L * sum(bits * a), in uint64 (mod 2**64)
+    cR = tl.zeros([RB, CW], tl.uint64)
+    cA = tl.zeros([RB, CW], tl.uint64)
     ar = tl.arange(0, RB).to(tl.int64)
-    ac = tl.arange(0, CB)
+    ac = (tl.arange(0, CW)[:, None] * CV + tl.arange(0, CV)[None, :])[None, :, :]  # [1, CW, CV]
+    au = ac.to(tl.uint64)
+    lu = li_inner.to(tl.uint64, bitcast=True)
     nvalid = t0 * 0  # elements read, for the inf count
     # tile t is (row block rb, column block cb) = divmod(t, ncb): counted along, not divided
     rb = rb0
     cb = t0 - rb0 * ncb
-    for t in range(t0, tsplit):
-        cols = cb * CB + ac
-        rows = rb * RB + ar
-        lb, mb = _row_bases(rp, rows, nd)
-        off = mb[:, None] * VEC + cols[None, :]
-        li = lb[:, None] + cols[None, :] * li_inner
-        mn, mx, s1, s2, cnt, nan, cs = _tile_at(p, off, li, None, K, mn, mx, s1, s2, cnt, nan, cs,
-                                                KIND, IS_FLOAT, False)
-        nvalid += RB * CB
-        cb += 1
-        rb = tl.where(cb == ncb, rb + 1, rb)
-        cb = tl.where(cb == ncb, 0, cb)
+    if CB >= 8:
+        # the next tile is loaded before this one is summed: two tiles in flight a thread
+        # (narrower tiles hold many rows a thread: their bases twice would cost registers)
+        lb, mb = _row_bases(rp, rb * RB + ar, nd)
+        nbits = tl.load(p + (mb[:, None, None] * VEC + (cb * CB + ac)), mask=t0 < tsplit, other=0)
+        for t in range(t0, tsplit):
+            lbt = lb
+            cbt = cb
+            bits = nbits
+            nvalid += RB * CB
+            cb += 1
+            rb = tl.where(cb == ncb, rb + 1, rb)
+            cb = tl.where(cb == ncb, 0, cb)
+            lb, mb = _row_bases(rp, rb * RB + ar, nd)
+            nbits = tl.load(p + (mb[:, None, None] * VEC + (cb * CB + ac)), mask=t + 1 < tsplit, other=0)
+            cR, cA = _perm_checksum(bits, lbt, cbt, lu, au, cR, cA, CB)
+            mn, mx, s1, s2, cnt, nan = _acc(bits, None, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, False)
+    else:
+        for t in range(t0, tsplit):
+            lb, mb = _row_bases(rp, rb * RB + ar, nd)
+            bits = tl.load(p + (mb[:, None, None] * VEC + (cb * CB + ac)))
+            cR, cA = _perm_checksum(bits, lb, cb, lu, au, cR, cA, CB)
+            mn, mx, s1, s2, cnt, nan = _acc(bits, None, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, False)
+            nvalid += RB * CB
+            cb += 1
+            rb = tl.where(cb == ncb, rb + 1, rb)
+            cb = tl.where(cb == ncb, 0, cb)
     for t in range(tsplit, t1):
         cols = cb * CB + ac
         rows = rb * RB + ar
         lb, mb = _row_bases(rp, rows, nd)
-        off = mb[:, None] * VEC + cols[None, :]
-        li = lb[:, None] + cols[None, :] * li_inner
-        mask = (rows < R)[:, None] & (cols < inner)[None, :]
-        mn, mx, s1, s2, cnt, nan, cs = _tile_at(p, off, li, mask, K, mn, mx, s1, s2, cnt, nan, cs,
-                                                KIND, IS_FLOAT, True)
+        off = mb[:, None, None] * VEC + cols
+        mask = (rows < R)[:, None, None] & (cols < inner)
+        bits = tl.load(p + off, mask=mask, other=0)
+        cR, cA = _perm_checksum(bits, lb, cb, lu, au, cR, cA, CB)
+        mn, mx, s1, s2, cnt, nan = _acc(bits, mask, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
         nvalid += tl.minimum(R - rb * RB, RB) * tl.minimum(inner - cb * CB, CB)
         cb += 1
         rb = tl.where(cb == ncb, rb + 1, rb)
         cb = tl.where(cb == ncb, 0, cb)
+    cs = (cR + cA * (lu * 2)).to(tl.int64, bitcast=True)
     _finish(part, counters, out, k_total, pid, first, nprog, row, K, nvalid,
             tl.sum(cnt, axis=1), tl.sum(s1, axis=1), tl.sum(s2, axis=1), tl.min(mn, axis=1),
             tl.max(mx, axis=1), tl.sum(nan, axis=1), tl.sum(cs, axis=1), RBLOCK)
