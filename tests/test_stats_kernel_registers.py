@@ -1,0 +1,29 @@
+"""The stats kernels, compiled for the H100/H200 (sm_90) with Triton's own ptxas here (no
+GPU needed), keep to the registers ``fused_stats.PROGRAMS_PER_SM`` assumes: a tensor's
+programs run in one wave only if that many 128-thread programs fit an SM's 65536."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+
+pytest.importorskip("triton", reason="needs a C++ compiler toolchain: triton (its ptxas) is not installed")
+
+
+@pytest.mark.parametrize("kind,cb", [("float32", 64), ("bfloat16", 64), ("float32", 512), ("float16", 8)])
+def test_kernels_fit_the_programs_a_sm_the_planner_gives_them(tmp_path, kind, cb):
+    import stats_kernel_sass as sass
+
+    from aoti_debug.runtime import fused_stats as fs
+    from aoti_debug.runtime import fused_stats_kernels as k
+
+    threads = 32 * fs.NUM_WARPS
+    for fn in (k._stats_kernel, k._stats_kernel_perm):
+        regs, loops = sass.sass_loops(sass.compile_kernel(fn, 90, kind, cb, 16).asm["cubin"], str(tmp_path))
+        assert 0 < regs and regs * threads * fs.PROGRAMS_PER_SM <= 65536, (fn.__name__, kind, cb, regs)
+        assert loops, "no loop found in the disassembly"
