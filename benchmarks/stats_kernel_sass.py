@@ -4,7 +4,7 @@
         [--cb 64] [--vec 16]
 
 Compiles ``_stats_kernel`` and ``_stats_kernel_perm`` (of the package, or of a variant
-module: a copy of ``runtime/fused_stats_kernels.py``) with Triton's own ``ptxas`` for
+module: a copy of ``runtime/fused_stats_kernels.py`` or a ``.patch`` of it) with Triton's own ``ptxas`` for
 ``sm_<arch>`` (no GPU needed), disassembles them with its ``nvdisasm``, and prints each
 kernel's registers and, per loop of its code (a backward branch), the instructions in the
 loop's body and the most frequent opcodes. The main loops sum one tile a thread an
@@ -24,6 +24,7 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def _module(path: str | None):
@@ -31,6 +32,10 @@ def _module(path: str | None):
         from aoti_debug.runtime import fused_stats_kernels
 
         return fused_stats_kernels
+    if path.endswith(".patch"):
+        from stats_kernel_sides import patched_kernels
+
+        path = patched_kernels(path)
     spec = importlib.util.spec_from_file_location("stats_kernels_variant", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod

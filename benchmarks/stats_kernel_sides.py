@@ -8,7 +8,8 @@ side its first call summarises (shapes, strides, dtypes, offsets: the stats kern
 work, the strided views included), rebuilds them on fresh random storage, and times
 ``fused_stats.summarize`` over all of them per step (torch.profiler, device time of the
 stats kernels), first with the package's own kernels, then with each variant module (a
-copy of ``runtime/fused_stats_kernels.py``). Prints per variant the device time per step,
+copy of ``runtime/fused_stats_kernels.py``, or a ``.patch`` of it applied to the package's:
+``benchmarks/variants/``). Prints per variant the device time per step,
 the bytes read per second, and whether min/max/absmax/nan/inf and the checksums are bit for
 bit those of the package's kernels (mean/std: the largest relative difference). CUDA only.
 """
@@ -89,6 +90,21 @@ def _package_settings() -> tuple[int, int, int, int, int]:
 _PACKAGE = _package_settings()
 
 
+def patched_kernels(patch: str) -> str:
+    """The package's kernels module with ``patch`` (a unified diff of it, e.g.
+    ``benchmarks/variants/*.patch``) applied, in a temporary file: its path."""
+    import subprocess
+
+    from aoti_debug.runtime import fused_stats_kernels
+
+    out = os.path.join(tempfile.mkdtemp(prefix="stats_variant_"), os.path.splitext(os.path.basename(patch))[0] + ".py")
+    proc = subprocess.run(["patch", "-s", "-o", out, fused_stats_kernels.__file__, patch], capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"stats_kernel_sides.py: {patch} does not apply to the package's kernels: "
+                         f"{(proc.stdout + proc.stderr).strip()}")
+    return out
+
+
 def use_kernels(path: str | None, rblock: int | None = None, per_sm: int | None = None, min_tiles: int | None = None,
                 block: int | None = None, warps: int | None = None) -> None:
     from aoti_debug.runtime import fused_stats as fs
@@ -96,6 +112,8 @@ def use_kernels(path: str | None, rblock: int | None = None, per_sm: int | None 
     if path is None:
         from aoti_debug.runtime import fused_stats_kernels as mod
     else:
+        if path.endswith(".patch"):
+            path = patched_kernels(path)
         name = "stats_variant_" + os.path.splitext(os.path.basename(path))[0]
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
