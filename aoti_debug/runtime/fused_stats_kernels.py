@@ -106,6 +106,16 @@ def _wide(bits):
     return bits.to(tl.uint64, bitcast=True) if bits.dtype == tl.int64 else bits.to(tl.uint64)
 
 
+@triton.jit
+def _checksum(bits, tile, au, cS, cT, cA):
+    """The contiguous kernel's checksum parts of an ``[R, C]`` tile numbered ``tile``
+    (``au``: its lanes): the bits' sum into ``cS``, times the tile into ``cT``, the bits
+    times their lane into ``cA``."""
+    b = _wide(bits)
+    st = tl.sum(b, axis=1)
+    return cS + st, cT + st * tile.to(tl.uint64), cA + tl.sum(b * au, axis=1)
+
+
 @triton.jit(do_not_specialize=["k", "k_total"])
 def _stats_kernel(base, tab, k, part, counters, out, k_total,
                   KIND: tl.constexpr, WIDTH: tl.constexpr, IS_FLOAT: tl.constexpr,
@@ -168,11 +178,7 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
     cT = tl.zeros([R], tl.uint64)
     cA = tl.zeros([R], tl.uint64)
     au = ar.to(tl.uint64)
-    b = _wide(bits)
-    st = tl.sum(b, axis=1)
-    cS += st
-    cT += st * t0.to(tl.uint64)
-    cA += tl.sum(b * au, axis=1)
+    cS, cT, cA = _checksum(bits, t0, au, cS, cT, cA)
     mn, mx, s1, s2, cnt, nan = _acc(bits, idx < end, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
     # the next tile is loaded before this one is summed: two tiles in flight a thread
     nbits = tl.load(p + (t0 + 1) * BLOCK + ar, mask=nfull > 1, other=0)
@@ -180,20 +186,12 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
         idx = (t0 + i) * BLOCK + ar
         bits = nbits
         nbits = tl.load(p + idx + BLOCK, mask=i + 1 < nfull, other=0)
-        b = _wide(bits)
-        st = tl.sum(b, axis=1)
-        cS += st
-        cT += st * (t0 + i).to(tl.uint64)
-        cA += tl.sum(b * au, axis=1)
+        cS, cT, cA = _checksum(bits, t0 + i, au, cS, cT, cA)
         mn, mx, s1, s2, cnt, nan = _acc(bits, None, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, False)
     if nfull >= 1 and nfull * BLOCK < nvalid:
         idx = (t0 + nfull) * BLOCK + ar
         bits = tl.load(p + idx, mask=idx < end, other=0)
-        b = _wide(bits)
-        st = tl.sum(b, axis=1)
-        cS += st
-        cT += st * (t0 + nfull).to(tl.uint64)
-        cA += tl.sum(b * au, axis=1)
+        cS, cT, cA = _checksum(bits, t0 + nfull, au, cS, cT, cA)
         mn, mx, s1, s2, cnt, nan = _acc(bits, idx < end, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
     cs = (cS + cT * (2 * BLOCK) + cA * 2).to(tl.int64, bitcast=True)
     _finish(part, counters, out, k_total, pid, first, nprog, row, K, nvalid, cnt, s1, s2, mn, mx, nan, cs,
