@@ -4,8 +4,10 @@
         [--cb 64] [--vec 16]
 
 Compiles ``_stats_kernel`` and ``_stats_kernel_perm`` (of the package, or of a variant
-module: a copy of ``runtime/fused_stats_kernels.py`` or a ``.patch`` of it) with Triton's own ``ptxas`` for
-``sm_<arch>`` (no GPU needed), disassembles them with its ``nvdisasm``, and prints each
+module: a copy of ``runtime/fused_stats_kernels.py`` or a ``.patch`` of it) as the C++
+runtime's pack compiles them (``device_stats.Variant``: the same signature, constants and
+alignment) with Triton's own ``ptxas`` for ``sm_<arch>`` (no GPU needed), disassembles
+them with its ``nvdisasm``, and prints each
 kernel's registers and, per loop of its code (a backward branch), the instructions in the
 loop's body and the most frequent opcodes. The main loops sum one tile a thread an
 iteration (BLOCK / (32 * warps) elements): their instructions per tile, against those
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
 import os
 import re
 import subprocess
@@ -27,45 +28,41 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def _module(path: str | None):
+def kernels_path(path: str | None) -> str:
+    """The kernels module's file: the package's, a variant's, or a ``.patch`` of the package's applied."""
     if path is None:
         from aoti_debug.runtime import fused_stats_kernels
 
-        return fused_stats_kernels
+        return fused_stats_kernels.__file__
     if path.endswith(".patch"):
         from stats_kernel_sides import patched_kernels
 
-        path = patched_kernels(path)
-    spec = importlib.util.spec_from_file_location("stats_kernels_variant", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+        return patched_kernels(path)
+    return path
 
 
-def compile_kernel(fn, arch: int, kind: str, cb: int, vec_bytes: int):
+def compile_cubins(kernels: str, arch: int, kind: str, cb: int, vec_bytes: int, out: str) -> list[tuple[str, bytes]]:
+    """``[(kernel name, cubin)]`` of the contiguous and the strided kernel of ``kernels`` for
+    ``sm_<arch>``, compiled as the C++ runtime's pack compiles them (``device_stats.Variant``,
+    ``stats_worker.compile_variants``: the same signature, constants and alignment)."""
     import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
+    from aoti_debug.codegen import device_stats
+    from aoti_debug.codegen.stats_worker import compile_variants
     from aoti_debug.runtime import fused_stats as fs
 
     code, width, is_float = fs._KINDS[getattr(torch, kind)]
     vec = max(1, vec_bytes // width)
-    ptr = {1: "*u8", 2: "*u16", 4: "*u32", 8: "*i64"}[width]
-    sig = {"base": ptr, "tab": "*i64", "k": "i32", "part": "*fp64", "counters": "*i32", "out": "*fp64",
-           "k_total": "i32"}
-    consts = dict(KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=fs.BLOCK, TBLOCK=fs._TBLOCK,
-                  RBLOCK=fs._RBLOCK)
-    if fn.__name__ == "_stats_kernel_perm":
-        consts.update(CB=cb, TW=fs._PERM_TW)
-    sig.update({k: "constexpr" for k in consts})
-    aligned = [["tt.divisibility", 16]]
-    attrs = {(i,): aligned for i in (0, 1, 3, 4, 5)}
-    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()},
-                    attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": fs.NUM_WARPS})
+    pointer = device_stats._POINTER[kind]
+    chosen = [device_stats.Variant(code, width, bool(is_float), vec, pointer),
+              device_stats.Variant(code, width, bool(is_float), vec, pointer, cb)]
+    job = {"kernels": os.path.abspath(kernels), "capability": arch, "num_warps": fs.NUM_WARPS, "out": out,
+           "variants": [v.job() for v in chosen]}
+    cubins = []
+    for v, r in zip(chosen, compile_variants(job)):
+        with open(os.path.join(out, r["file"]), "rb") as f:
+            cubins.append((v.kernel, f.read()))
+    return cubins
 
 
 def sass_loops(cubin: bytes, workdir: str) -> tuple[int, list[tuple[int, collections.Counter]]]:
@@ -109,13 +106,11 @@ def main() -> int:
     args = p.parse_args()
     import tempfile
 
-    mod = _module(args.kernels)
     with tempfile.TemporaryDirectory() as tmp:
-        for fn in (mod._stats_kernel, mod._stats_kernel_perm):
-            ck = compile_kernel(fn, args.arch, args.kind, args.cb, args.vec)
-            regs, loops = sass_loops(ck.asm["cubin"], tmp)
-            extra = f" CB={args.cb}" if fn.__name__ == "_stats_kernel_perm" else ""
-            print(f"{fn.__name__} ({args.kind}, sm_{args.arch}, vec {args.vec} bytes{extra}): {regs} registers")
+        for name, cubin in compile_cubins(kernels_path(args.kernels), args.arch, args.kind, args.cb, args.vec, tmp):
+            regs, loops = sass_loops(cubin, tmp)
+            extra = f" CB={args.cb}" if name == "_stats_kernel_perm" else ""
+            print(f"{name} ({args.kind}, sm_{args.arch}, vec {args.vec} bytes{extra}): {regs} registers")
             for n, ops in loops:
                 print(f"  loop of {n:4d} instructions: " + ", ".join(f"{k} {v}" for k, v in ops.most_common(args.top)))
     return 0
