@@ -115,16 +115,18 @@ def rows_for(wrappers: list[str], cudagraphs: bool, only: set[str] | None) -> li
     return out
 
 
-def prebuild_runtime(rows: list[dict]) -> tuple[list[str], float, str | None]:
+def prebuild_runtime(rows: list[dict], device: str = "cpu") -> tuple[list[str], float, str | None]:
     """The runtime the instrumented rows use (the JIT library; AOTI's objects of their
-    levels), built once where an instrumented compile would put it (this process's
-    Inductor cache) unless it is there: its folders, the seconds spent, and why it could
-    not be built (None: it was)."""
+    levels; on CUDA the stats kernels' pack, and its object for AOTI, where a C++ row's
+    level summarises on the device), built once where an instrumented compile would put it
+    (this process's Inductor cache) unless it is there: its folders, the seconds spent,
+    and why it could not be built (None: it was). A user's cache holds them after the
+    first compile; a row that built them again would time that one-off build."""
     jit = any(r["ours"] not in (None, "off") and r["wrapper"] != "aoti" for r in rows)
     aoti = {r["ours"] for r in rows if r["ours"] not in (None, "off") and r["wrapper"] == "aoti"}
     if not jit and not aoti:
         return [], 0.0, None
-    from aoti_debug.codegen import native_library, native_object
+    from aoti_debug.codegen import device_stats, native_library, native_object
 
     t0 = time.perf_counter()
     try:
@@ -132,15 +134,29 @@ def prebuild_runtime(rows: list[dict]) -> tuple[list[str], float, str | None]:
         specs += [native_object.object_spec(v) for v in sorted({native_object.variant(level) for level in aoti})]
         for spec in specs:
             native_library.build(spec)
+        folders = [spec.directory for spec in specs]
+        for wrapper in ("cpp", "aoti"):
+            for level in sorted({r["ours"] for r in rows if r["wrapper"] == wrapper and r["ours"]}):
+                cap = device_stats.wanted(device, level)
+                if cap is None:
+                    continue
+                pack = device_stats.pack_path(cap)
+                if pack is None:
+                    raise RuntimeError(f"the stats pack for sm_{cap} could not be built (the warning above says why)")
+                if wrapper == "aoti" and device_stats.object_name(cap) is None:
+                    raise RuntimeError(f"the stats pack's object for sm_{cap} could not be built")
+                folders.append(os.path.dirname(pack))
     except Exception as e:  # no compiler, a failed build: each row builds its own (and says so)
         return [], time.perf_counter() - t0, one_line(e)
-    return list(dict.fromkeys(spec.directory for spec in specs)), time.perf_counter() - t0, None
+    return list(dict.fromkeys(folders)), time.perf_counter() - t0, None
 
 
 def runtime_builds(cache: str) -> set[str]:
-    """aoti_debug runtime artifacts anywhere under ``cache``."""
+    """aoti_debug runtime artifacts anywhere under ``cache`` (the library, AOTI's objects,
+    the stats kernels' packs and their objects)."""
     return {os.path.relpath(os.path.join(root, f), cache) for root, _dirs, files in os.walk(cache) for f in files
-            if f == "libaoti_debug_rt.so" or (f.startswith("aoti_debug_rt-") and f.endswith(".o"))}
+            if f == "libaoti_debug_rt.so" or (f.startswith("aoti_debug_rt-") and f.endswith(".o"))
+            or (f.startswith("pack-sm") and f.endswith((".bin", ".o")))}
 
 
 def warm_rows(rows: list[dict]) -> list[dict]:
@@ -336,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress(f"disk write {disk / 1e9:.2f} GB/s")
             except OSError as e:
                 progress(f"disk write rate not measured: {one_line(e)}")
-        runtime, build_s, why = prebuild_runtime(rows)
+        runtime, build_s, why = prebuild_runtime(rows, device)
         progress(f"runtime not prebuilt: {why}" if why else f"runtime ready in {build_s:.1f} s: {runtime}")
         if args.triton_cache and device == "cuda":  # CPU compiles no Triton kernel
             for row in warm_rows(rows):

@@ -8,8 +8,8 @@ side its first call summarises (shapes, strides, dtypes, offsets: the stats kern
 work, the strided views included), rebuilds them on fresh random storage, and times
 ``fused_stats.summarize`` over all of them per step (torch.profiler, device time of the
 stats kernels), first with the package's own kernels, then with each variant module (a
-copy of ``runtime/fused_stats_kernels.py``, or a ``.patch`` of it applied to the package's:
-``benchmarks/variants/``). Prints per variant the device time per step,
+copy of ``runtime/fused_stats_kernels.py``, or a ``.patch`` of it, as ``git diff`` writes
+it, applied to the package's). Prints per variant the device time per step,
 the bytes read per second, and whether min/max/absmax/nan/inf and the checksums are bit for
 bit those of the package's kernels (mean/std: the largest relative difference). CUDA only.
 """
@@ -91,8 +91,8 @@ _PACKAGE = _package_settings()
 
 
 def patched_kernels(patch: str) -> str:
-    """The package's kernels module with ``patch`` (a unified diff of it, e.g.
-    ``benchmarks/variants/*.patch``) applied, in a temporary file: its path."""
+    """The package's kernels module with ``patch`` (a unified diff of it) applied, in a
+    temporary file: its path."""
     import subprocess
 
     from aoti_debug.runtime import fused_stats_kernels

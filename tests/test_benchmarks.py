@@ -133,3 +133,40 @@ def test_express_cost_reaches_the_express_path():
                            "--rounds", "2", "--steps", "2"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "4 express launches a step" in proc.stdout and " us a launch (both hooks)" in proc.stdout, proc.stdout
+
+
+def test_prebuilt_runtime_includes_the_stats_pack_of_cpp_rows_on_cuda(tmp_path, monkeypatch):
+    """A C++ row that summarises on the device finds the stats pack (and for AOTI its object)
+    built, as a user's cache holds it after the first compile: a row's compile time never
+    includes that one-off build, and a row that builds one again is seen doing it."""
+    from aoti_debug.codegen import device_stats, native_library, native_object
+
+    overhead = _load("overhead")
+    built = []
+
+    def fake_compile(capability, chosen=None, workers=None):
+        built.append(capability)
+        return [device_stats.KernelImage(v, "_stats_kernel", b"\x7fELFFAKE" + bytes(12), 4, 32,
+                                         (*device_stats.ARG_TYPES, "u64", "u64"))
+                for v in device_stats.variants()]
+
+    spec = lambda name: type("Spec", (), {"directory": str(tmp_path / name)})()  # noqa: E731
+    monkeypatch.setattr(device_stats, "compile_images", fake_compile)
+    monkeypatch.setattr(device_stats, "pack_key", lambda capability: f"bench{capability:07x}")
+    monkeypatch.setattr(device_stats, "capability", lambda: 7)
+    monkeypatch.setattr(native_library, "build_spec", lambda: spec("library"))
+    monkeypatch.setattr(native_library, "build", lambda s: None)
+    monkeypatch.setattr(native_object, "object_spec", lambda variant: spec(f"object-{variant}"))
+    rows = overhead.rows_for(["cpp", "aoti"], False, {"ours 3 names", "ours 4 stats"})
+
+    folders, _seconds, why = overhead.prebuild_runtime(rows, "cuda")
+    assert why is None
+    pack = device_stats.pack_path(7)
+    assert built == [7] and os.path.dirname(pack) in folders  # built once, for both wrappers
+    assert any(os.path.basename(f).startswith("pack-sm7-") for f in os.listdir(os.path.dirname(pack)))  # AOTI's object
+    found = overhead.runtime_builds(os.path.dirname(os.path.dirname(pack)))
+    assert {os.path.basename(f) for f in found} >= {"pack-sm7.bin"}
+    # On the CPU (or at names alone) no pack is built.
+    assert os.path.dirname(pack) not in overhead.prebuild_runtime(rows, "cpu")[0]
+    names_only = [r for r in rows if r["ours"] in (None, "names")]
+    assert os.path.dirname(pack) not in overhead.prebuild_runtime(names_only, "cuda")[0]
