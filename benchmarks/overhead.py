@@ -135,17 +135,17 @@ def prebuild_runtime(rows: list[dict], device: str = "cpu") -> tuple[list[str], 
         for spec in specs:
             native_library.build(spec)
         folders = [spec.directory for spec in specs]
-        for wrapper in ("cpp", "aoti"):
-            for level in sorted({r["ours"] for r in rows if r["wrapper"] == wrapper and r["ours"]}):
-                cap = device_stats.wanted(device, level)
-                if cap is None:
-                    continue
-                pack = device_stats.pack_path(cap)
-                if pack is None:
-                    raise RuntimeError(f"the stats pack for sm_{cap} could not be built (the warning above says why)")
-                if wrapper == "aoti" and device_stats.object_name(cap) is None:
-                    raise RuntimeError(f"the stats pack's object for sm_{cap} could not be built")
-                folders.append(os.path.dirname(pack))
+        # the wrappers of the C++ rows whose level summarises on the device
+        packed = {r["wrapper"] for r in rows if r["wrapper"] in ("cpp", "aoti") and r["ours"]
+                  and device_stats.wanted(device, r["ours"]) is not None}
+        if packed:
+            cap = device_stats.capability()
+            pack = device_stats.pack_path(cap)
+            if pack is None:
+                raise RuntimeError(f"the stats pack for sm_{cap} could not be built (the warning above says why)")
+            if "aoti" in packed and device_stats.object_name(cap) is None:
+                raise RuntimeError(f"the stats pack's object for sm_{cap} could not be built")
+            folders.append(os.path.dirname(pack))
     except Exception as e:  # no compiler, a failed build: each row builds its own (and says so)
         return [], time.perf_counter() - t0, one_line(e)
     return list(dict.fromkeys(folders)), time.perf_counter() - t0, None
