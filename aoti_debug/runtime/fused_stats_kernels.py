@@ -339,6 +339,14 @@ def _perm_checksum(bits, lb, cb, lu, au, cR, cA, CB: tl.constexpr):
     return cR + tl.sum(b, axis=2) * rw, cA + tl.sum(b * au, axis=2)
 
 
+@triton.jit
+def _next_tile(rb, cb, ncb):
+    """The strided kernel's tile after ``(rb, cb)`` (row block, column block of ``ncb``):
+    tiles are numbered row block major."""
+    cb += 1
+    return tl.where(cb == ncb, rb + 1, rb), tl.where(cb == ncb, 0, cb)
+
+
 @triton.jit(do_not_specialize=["k", "k_total"])
 def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
                        KIND: tl.constexpr, WIDTH: tl.constexpr, IS_FLOAT: tl.constexpr,
@@ -426,9 +434,7 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
             cbt = cb
             bits = nbits
             nvalid += RB * CB
-            cb += 1
-            rb = tl.where(cb == ncb, rb + 1, rb)
-            cb = tl.where(cb == ncb, 0, cb)
+            rb, cb = _next_tile(rb, cb, ncb)
             lb, mb = _row_bases(rp, rb * RB + ar, nd)
             nbits = tl.load(p + (mb[:, None, None] * VEC + (cb * CB + ac)), mask=t + 1 < tsplit, other=0)
             cR, cA = _perm_checksum(bits, lbt, cbt, lu, au, cR, cA, CB)
@@ -440,9 +446,7 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
             cR, cA = _perm_checksum(bits, lb, cb, lu, au, cR, cA, CB)
             mn, mx, s1, s2, cnt, nan = _acc(bits, None, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, False)
             nvalid += RB * CB
-            cb += 1
-            rb = tl.where(cb == ncb, rb + 1, rb)
-            cb = tl.where(cb == ncb, 0, cb)
+            rb, cb = _next_tile(rb, cb, ncb)
     for t in range(tsplit, t1):
         cols = cb * CB + ac
         rows = rb * RB + ar
@@ -453,9 +457,7 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
         cR, cA = _perm_checksum(bits, lb, cb, lu, au, cR, cA, CB)
         mn, mx, s1, s2, cnt, nan = _acc(bits, mask, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
         nvalid += tl.minimum(R - rb * RB, RB) * tl.minimum(inner - cb * CB, CB)
-        cb += 1
-        rb = tl.where(cb == ncb, rb + 1, rb)
-        cb = tl.where(cb == ncb, 0, cb)
+        rb, cb = _next_tile(rb, cb, ncb)
     cs = (cR + cA * (lu * 2)).to(tl.int64, bitcast=True)
     _finish(part, counters, out, k_total, pid, first, nprog, row, K, nvalid,
             tl.sum(cnt, axis=1), tl.sum(s1, axis=1), tl.sum(s2, axis=1), tl.min(mn, axis=1),
