@@ -36,6 +36,20 @@ def records(run_dir: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+#: The stats kernels' scratch pointer parameters after their own (Triton 3.6: global and profile).
+STATS_SCRATCH = ("u64", "u64")
+
+
+def fake_stats_images(capability, chosen=None, workers=None) -> list:
+    """A stand-in for ``device_stats.compile_images``: a fake "cubin" of every variant with
+    the parameters Triton 3.6 gives the real ones (their two scratch pointers included)."""
+    from aoti_debug.codegen import device_stats
+
+    return [device_stats.KernelImage(v, "_stats_kernel", b"\x7fELFFAKE" + bytes(12), 4, 32,
+                                     (*device_stats.ARG_TYPES, *STATS_SCRATCH))
+            for v in device_stats.variants()]
+
+
 def build_harness(folder, source: str) -> str:
     """A program from ``source`` (C++ that includes the runtime's parts, e.g. ``entry.h``,
     and drives its entry points as wrappers do) built in ``folder`` against torch's shim:

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, fake_stats_images
 
 def overhead(*args: str) -> dict[tuple[str, str, str], dict[str, str]]:
     """Run the benchmark (tiny preset, 2 steps, markdown); its table rows by (wrapper, mode, config)."""
@@ -146,9 +146,7 @@ def test_prebuilt_runtime_includes_the_stats_pack_of_cpp_rows_on_cuda(tmp_path, 
 
     def fake_compile(capability, chosen=None, workers=None):
         built.append(capability)
-        return [device_stats.KernelImage(v, "_stats_kernel", b"\x7fELFFAKE" + bytes(12), 4, 32,
-                                         (*device_stats.ARG_TYPES, "u64", "u64"))
-                for v in device_stats.variants()]
+        return fake_stats_images(capability)
 
     spec = lambda name: type("Spec", (), {"directory": str(tmp_path / name)})()  # noqa: E731
     monkeypatch.setattr(device_stats, "compile_images", fake_compile)

@@ -23,12 +23,11 @@ import torch
 
 from aoti_debug.codegen import cpp_runtime, device_stats
 from aoti_debug.runtime import fused_stats
-from tests.conftest import REPO, only_run, records
+from tests.conftest import REPO, STATS_SCRATCH, fake_stats_images, only_run, records
 
 CXX = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
 INCLUDE = os.path.join(os.path.dirname(torch.__file__), "include")
 FAKE = os.path.join(REPO, "tests", "fake_cuda")
-SCRATCH = ("u64", "u64")  # Triton 3.6: global and profile scratch pointers
 SEGMENT_ROWS = 2048  # device_stats.h's ring: rows per segment (AOTI_DEBUG_DEVICE_SEGMENT_ROWS)
 #: Harnesses built with smaller rings (rows per segment, segments): a segment smaller
 #: than a graph call's 25 device rows, a ring smaller than one call, segments smaller than a side.
@@ -63,7 +62,7 @@ def fake_pack(path, capability=90, leave_out=(12,)) -> str:
     for the stand-in driver."""
     images = [device_stats.KernelImage(v, v.kernel,
                                        b"\x7fELFFAKE" + struct.pack("<IIII", v.kind, v.width, v.vec, v.cols),
-                                       4, 32, (*device_stats.ARG_TYPES, *SCRATCH))
+                                       4, 32, (*device_stats.ARG_TYPES, *STATS_SCRATCH))
               for v in device_stats.variants() if v.kind not in leave_out]
     path.write_bytes(device_stats.write_pack(capability, images, device_stats.dtypes()))
     return str(path)
@@ -574,9 +573,7 @@ def test_workers_past_the_timeout_are_killed_and_the_build_is_a_warning(tmp_path
 
 
 def test_the_build_trace_shows_its_phases(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(device_stats, "compile_images", lambda capability, chosen=None, workers=None: [
-        device_stats.KernelImage(v, "_stats_kernel", b"\x7fELFFAKE" + bytes(12), 4, 32,
-                                 (*device_stats.ARG_TYPES, *SCRATCH)) for v in device_stats.variants()])
+    monkeypatch.setattr(device_stats, "compile_images", fake_stats_images)
     monkeypatch.setattr(device_stats, "pack_key", lambda capability: f"trace{capability:07x}")
     monkeypatch.setenv("AOTI_DEBUG_TRACE_BUILD", "1")
     assert device_stats.pack_path(5) and device_stats.pack_path(5)
@@ -630,8 +627,7 @@ def test_pack_and_object_are_built_once_and_linked(tmp_path, monkeypatch, caplog
 
     def fake_compile(capability, chosen=None, workers=None):
         calls.append(capability)
-        return [device_stats.KernelImage(v, "_stats_kernel", b"\x7fELFFAKE" + bytes(12), 4, 32,
-                                         (*device_stats.ARG_TYPES, *SCRATCH)) for v in device_stats.variants()]
+        return fake_stats_images(capability)
 
     monkeypatch.setattr(device_stats, "compile_images", fake_compile)
     monkeypatch.setattr(device_stats, "pack_key", lambda capability: f"{capability:012x}")
