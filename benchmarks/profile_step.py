@@ -126,6 +126,9 @@ def main() -> int:
     p.add_argument("--timeline", action="store_true",
                    help="also the device's view of back-to-back steps (torch.profiler): kernel time per step "
                         "by kind, base and instrumented")
+    p.add_argument("--mode", default=None, choices=["reduce-overhead"],
+                   help="torch.compile's mode, base and instrumented (reduce-overhead: CUDA graphs; level "
+                        "stats records every replay)")
     p.add_argument("--no-reuse", action="store_true",
                    help="read every input again, none from the record of the launch that wrote it "
                         "(aoti_debug.enable(reuse=False), AOTI_DEBUG_REUSE=0)")
@@ -172,7 +175,7 @@ def main() -> int:
     timelines = []
     breakdowns = []
     with torch.no_grad():
-        base = torch.compile(model)
+        base = torch.compile(model, mode=args.mode)
         base(x)
         sync()
         base_step = statistics.median(lockstep(base))
@@ -182,7 +185,7 @@ def main() -> int:
             breakdowns.append(("base", breakdown(base)))
         torch._dynamo.reset()
         aoti_debug.enable(args.level, reuse=not args.no_reuse)
-        fn = torch.compile(model)
+        fn = torch.compile(model, mode=args.mode)
         first_prof = cProfile.Profile() if args.first_call else None
         t0 = time.perf_counter()
         if first_prof is not None:
@@ -213,7 +216,7 @@ def main() -> int:
             if args.breakdown:
                 breakdowns.append((f"ours {args.level}", breakdown(fn)))
     print(f"{source} on {torch.cuda.get_device_name() if device == 'cuda' else 'CPU'}, level {args.level}"
-          f"{' (no reuse)' if args.no_reuse else ''}, torch {torch.__version__}, {len(inputs)} steps")
+          f"{' (no reuse)' if args.no_reuse else ''}{f', mode {args.mode}' if args.mode else ''}, torch {torch.__version__}, {len(inputs)} steps")
     print(f"base step {base_step * 1e3:.3f} ms; instrumented {step * 1e3:.3f} ms ({step / base_step:.2f}x), "
           f"back to back {steady * 1e3:.3f} ms ({steady / base_step:.2f}x); first call {first_call:.1f} s")
     if w0 is not None and w1 is not None:

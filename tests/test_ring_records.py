@@ -523,6 +523,134 @@ def test_cuda_graph_replay_values_are_written_alike(library, fresh_session):
     assert sess._encode(native) == sess._encode(dicts) == writer.encode_lines([j.record for j in dicts])
 
 
+class _HostArena:
+    """``cuda_graphs.Arena`` on the host: its rows written by a fake stats kernel."""
+
+    def __init__(self):
+        from aoti_debug.runtime import cuda_graphs
+
+        self.device = torch.device("cpu")
+        self.buf = torch.zeros(9 * cuda_graphs.ARENA_ROWS, dtype=torch.float64)
+        self.rows_used = self.table_used = 0
+        self.tensors: dict[int, torch.Tensor] = {}  # row -> the tensor captured there
+
+    def write(self, replay: int) -> None:
+        """What the captured stats kernels write in replay ``replay``: each row's tensor
+        scaled by it; every third row one of :data:`_ODD_ROWS` instead."""
+        from aoti_debug.runtime import cuda_graphs
+
+        sums = self.buf[8 * cuda_graphs.ARENA_ROWS:].view(torch.int64)
+        for row, t in self.tensors.items():
+            s, c = device_summary(t * (replay + 1))
+            values = s.tolist() if (row + replay) % 3 else [*_ODD_ROWS[(row + replay) % len(_ODD_ROWS)], 1.0]
+            self.buf[8 * row: 8 * row + 8] = torch.tensor(values, dtype=torch.float64)
+            sums[row] = int(c) if row % 2 else -int(c) - 1
+
+
+def _graph_run(library, native: bool, sides, replays: int = 3, replay_plan: bool = True,
+               counted: list | None = None) -> tuple[bytes, object]:
+    """The manifest of a CUDA graph captured from one step of ``sides`` (the hooks'
+    capture path, a fake stats kernel on a host arena) and replayed ``replays`` times,
+    and the capture; ``replay_plan`` False: its replays are made as dicts
+    (``cuda_graphs.Replay`` not made); ``counted``: the rows the stats kernel was given."""
+    from aoti_debug.runtime import cuda_graphs, fused_stats
+
+    _runs[0] += 1
+    os.environ["AOTI_DEBUG_DIR"] = os.path.join(os.environ["AOTI_DEBUG_DIR"], f"graph-{_runs[0]}")
+    session.reset()
+    arena = _HostArena()
+
+    def summarize(tensors, into, static):
+        buf, first = into
+        assert buf is arena.buf and static is cap
+        arena.tensors.update({first + j: t.clone() for j, t in enumerate(tensors)})
+        if counted is not None:
+            counted.append(len(tensors))
+
+    class HostValues(cuda_graphs._Values):
+        def __init__(self, arena, first, n):
+            self._n = n
+            self._host = torch.cat([arena.buf[8 * first: 8 * (first + n)],
+                                    arena.buf[8 * cuda_graphs.ARENA_ROWS + first: 8 * cuda_graphs.ARENA_ROWS + first + n]])
+            self._event, self._lists, self._lock = _Done(), None, threading.Lock()
+
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(hooks, "_capturing", lambda: True)
+        mp.setattr(fused_stats, "summarize", summarize)
+        mp.setattr(cuda_graphs, "_Values", HostValues)
+        if not replay_plan:
+            mp.setattr(cuda_graphs.Replay, "of", classmethod(lambda cls, cap: None))
+        g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
+        g._records = None
+        if not native:
+            g._lines = None
+        cap = cuda_graphs.Capture(arena)
+        known = {id(site): g.site(tuple(site)) for site, _b, _a in sides(0)}
+        cuda_graphs._tls.capture = cap
+        for site, before, after in sides(0):
+            g.launch(known[id(site)], before)
+            g.done(known[id(site)], after)
+        cuda_graphs._tls.capture = None
+        cap.finish()
+        for r in range(replays):
+            arena.write(r)
+            cap.emit()
+        aoti_debug.flush()
+        with open(os.path.join(session.dump_path(), schema.MANIFEST_FILE), "rb") as f:
+            data = f.read()
+    finally:
+        cuda_graphs._tls.capture = None
+        mp.undo()
+        session.reset()
+        os.environ["AOTI_DEBUG_DIR"] = os.path.dirname(os.environ["AOTI_DEBUG_DIR"])
+    return data, cap
+
+
+def _graph_sides(step: int):
+    """:func:`_reuse_sides` and the producer launched again (a kernel twice in a graph)."""
+    sides = _reuse_sides(True)(step)
+    g = torch.Generator().manual_seed(99)
+    x = torch.randn(4, 16, generator=g)
+    return [*sides, (sides[0][0], [x], [x + 1])]
+
+
+def test_cuda_graph_replays_are_one_job_each_written_as_their_dicts(library, fresh_session, monkeypatch):
+    """Every side of a captured graph planned: each replay is one writer job (a run of
+    planned sides, ``cuda_graphs.Replay``) whose lines are those of the dict path byte for
+    byte, numbered on from replay to replay (records, launches, each kernel's calls); an
+    input whose producer's row is in the graph takes it (no row of its own)."""
+    jobs = []
+    submit = session.Session.submit_side
+    monkeypatch.setattr(session.Session, "submit_side", lambda self, job: jobs.append(job) or submit(self, job))
+    counted = []
+    planned, cap = _graph_run(library, True, _graph_sides, counted=counted)
+    assert cap.replay is not None and len(jobs) == 3
+    assert all(type(j.finish) is ring_records.SideRun and j.record is None for j in jobs)
+    # a tensor a side: add x | buf1, mm w | buf2, mul (buf1 and buf2 taken) | buf3, add x | buf1
+    assert counted == [1] * 7
+    dicts, cap = _graph_run(library, True, _graph_sides, replay_plan=False)
+    assert cap.replay is None
+    assert planned == dicts == _graph_run(library, False, _graph_sides)[0]
+    recs = _lines(planned)
+    assert [r["seq"] for r in recs] == list(range(1, len(recs) + 1))
+    assert [(r["kernel"][-5:], r["launch"], r["kernel_call"]) for r in recs if r["phase"] == "after"] == [
+        (k, 4 * c + j + 1, n) for c in range(3) for j, (k, n) in
+        enumerate([("add_0", 2 * c), ("ls.mm", c), ("mul_1", c), ("add_0", 2 * c + 1)])]
+    assert [r.get("reused") for r in recs if r["phase"] == "before"] == [None, 10, None, 10, 11, None, None] * 3
+    first = [r for r in recs if r["launch"] <= 4]
+    assert [r.get("stats") for r in first] != [r.get("stats") for r in recs if 4 < r["launch"] <= 8]
+
+
+def test_cuda_graph_replays_of_sides_no_plan_keeps_are_dicts(library, fresh_session):
+    """A graph with a side no plan keeps (a list of tensors, flattened) is made as dicts
+    at every replay: the same lines as with the library's fill of each record."""
+    native, cap = _graph_run(library, True, _sides)
+    assert cap.replay is None and any(side.plan is None for side in cap.sides)
+    assert native == _graph_run(library, False, _sides)[0]
+    assert len(_lines(native)) == 3 * sum(len(side.records) for side in cap.sides) > 30
+
+
 def _count_planned(monkeypatch) -> list[tuple[str, str, int]]:
     """The sides ``GraphHandle._ring_side`` made from their plan: ``(kernel, phase, kernel call)``."""
     calls = []

@@ -22,16 +22,17 @@ Python methods over ``torch._C._CUDAGraph`` in torch 2.11 and 2.13) are wrapped 
 
 from __future__ import annotations
 
+import array
 import functools
 import threading
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
 from . import session as _session
 from .device_ring import fill, private_empty
 from .fused_stats import _PERM_TW
-from .ring_records import RingFill
+from .ring_records import RingFill, SideRun
 from .session import Job, warn_once
 
 #: Rows (tensors recorded inside CUDA graphs), partial slots and pointer-table entries
@@ -73,13 +74,17 @@ def prepare(device: torch.device) -> Arena | None:
 
 
 class Side:
-    """One launch side recorded inside a graph: record templates and their arena rows."""
+    """One launch side recorded inside a graph: record templates, their arena rows (a
+    row of this side's stats kernel, or one taken from a producer's side), and its
+    records as a plan (``ring_records.SidePlan``: what the runtime library writes), or
+    None."""
 
-    __slots__ = ("handle", "site", "label", "phase", "records", "rows")
+    __slots__ = ("handle", "site", "label", "phase", "records", "rows", "plan")
 
-    def __init__(self, handle: Any, site: Any, label: str, phase: str, records: list[dict], rows: list[int | None]):
+    def __init__(self, handle: Any, site: Any, label: str, phase: str, records: list[dict], rows: list[int | None],
+                 plan: Any = None):
         self.handle, self.site, self.label, self.phase = handle, site, label, phase
-        self.records, self.rows = records, rows
+        self.records, self.rows, self.plan = records, rows, plan
 
 
 class Capture:
@@ -91,6 +96,11 @@ class Capture:
         self.first_row = arena.rows_used if arena is not None else 0
         self.last_row = self.first_row
         self.tables: list[tuple[int, list[int]]] = []  # (offset, values) written at capture end
+        self.made: dict[int, list[int | None]] = {}
+        """The arena row of each value of a producer's after side (site id -> rows; None:
+        not in the arena), for the inputs of later launches of the graph that take them."""
+        self.replay: Replay | None = None
+        """Its records as one run of planned sides a replay (None: made as dicts)."""
 
     # -- while capturing (fused_stats asks through the `static` protocol) ------------------
     def rows(self, k: int) -> int:
@@ -119,6 +129,17 @@ class Capture:
             raise RuntimeError("a launch side needs more partial slots than the CUDA-graph stats arena has")
         return arena.part, arena.counters
 
+    def taken(self, reuse: Sequence[tuple[int, int, int]]) -> dict[int, tuple[int, int]]:
+        """``{arg position: (arena row, producer site)}`` of the inputs of ``reuse``
+        (``(arg position, producer site, its after position)``, ``SiteArg.reuse``: written
+        by nothing between) whose producer's after side in this graph has that row."""
+        out = {}
+        for i, producer, at in reuse:
+            rows = self.made.get(producer)
+            if rows is not None and at < len(rows) and rows[at] is not None:
+                out[i] = (rows[at], producer)
+        return out
+
     def finish(self) -> None:
         """The capture ended: write its pointer tables to the device (before any replay)."""
         arena = self.arena
@@ -127,14 +148,25 @@ class Capture:
             # from pageable memory: the copy has reached the device when copy_ returns
             arena.table[at: at + len(values)].copy_(torch.tensor(values, dtype=torch.int64, device="cpu"))
         self.tables = []
+        self.made = {}
+        try:
+            self.replay = Replay.of(self)
+        except Exception as e:  # its replays' records are made as dicts
+            warn_once(f"graph-plan-{type(e).__name__}", f"CUDA graph replays are recorded in Python: {e}")
 
     # -- after each replay --------------------------------------------------------------
     def emit(self) -> None:
-        """Records of one replay: copy the rows back (async) and queue the records."""
+        """Records of one replay: copy the rows back (async) and queue the records: one
+        job the runtime library writes (:class:`Replay`), or a dict each (a flight
+        recorder takes records one by one)."""
         sess = _session.current()
         arena = self.arena
         n = self.last_row - self.first_row
         values = _Values(arena, self.first_row, n) if n else None
+        replay = self.replay
+        if replay is not None and values is not None and sess.flight is None:
+            replay.emit(sess, values)
+            return
         jobs: list[Job] = []
         fl = sess.flight
         call = 0
@@ -154,6 +186,76 @@ class Capture:
                     jobs.append(Job(rec, values, RingFill(values, row - self.first_row, side.handle._ring_lines())))
         if jobs:
             sess.submit_all(jobs)
+
+
+class Replay:
+    """A captured graph's records as one run of planned sides (``ring_records.SideRun``),
+    made once when the capture ends. A replay takes its numbers in one step
+    (``Session.next_block``), sets them in a copy of the run's entries and queues one
+    job: no record dict, no Python per record; the runtime library writes the lines from
+    the replay's host copy (the dict path, if it fails, reads the same rows)."""
+
+    __slots__ = ("lines", "plans", "entries", "slots", "keys", "records", "size", "_cells")
+
+    def __init__(self, lines: Any, plans: list, entries: array.array, slots: list[tuple[int, int, int, int, int]],
+                 keys: list[tuple[str, str, int]], records: int, size: int):
+        self.lines, self.plans, self.entries = lines, plans, entries
+        self.slots = slots
+        """Per side: its entry's index, its first record's number, its launch's and its
+        kernel's (the index in ``keys``) and the kernel's call, from the replay's first
+        (launch -1: no launch before it, numbered 0 as the dict path numbers it)."""
+        self.keys = keys
+        """``(graph, kernel, launches a replay)`` of each kernel the graph launches."""
+        self.records, self.size = records, size
+        self._cells: tuple[Any, list] = (None, [])
+
+    @classmethod
+    def of(cls, cap: Capture) -> "Replay | None":
+        """The replay plan of ``cap``, or None where a side has no plan or the runtime
+        library does not write its records."""
+        plans = [side.plan for side in cap.sides]
+        lines = plans[0].lines if plans and plans[0] is not None else None
+        if lines is None or any(p is None or p.lines is not lines for p in plans):
+            return None
+        entries = array.array("q")
+        slots = []
+        keys: dict[tuple[str, str], int] = {}
+        counts: list[int] = []
+        seq = size = 0
+        launch = key = call = -1
+        for side, plan in zip(cap.sides, plans):
+            texts = lines.template(plan)
+            if side.phase == "before":
+                launch += 1
+                key = keys.setdefault((side.label, side.site.kernel), len(keys))
+                if key == len(counts):
+                    counts.append(0)
+                call = counts[key]
+                counts[key] += 1
+            rows = side.rows
+            ring = [rows[k] for k, at in enumerate(plan.rows) if at is not None]
+            first = ring[0] - cap.first_row if ring else 0
+            taken = [rows[k] - cap.first_row for k, _p, _at in plan.reused]
+            slots.append((len(entries), seq, launch, key, call))
+            entries.extend(SideRun.entry(plan, first, taken))
+            seq += len(plan.records)
+            size += texts[4]
+        return cls(lines, plans, entries, slots, [(*k, counts[i]) for k, i in keys.items()], seq, size)
+
+    def emit(self, sess: Any, values: "_Values") -> None:
+        """Queue one replay's records (``values``: its host copy)."""
+        owner, cells = self._cells
+        if owner is not sess:
+            cells = [(sess.calls_of(graph, kernel), n) for graph, kernel, n in self.keys]
+            self._cells = (sess, cells)
+        seq, launch, calls = sess.next_block(self.records, cells)
+        e = array.array("q", self.entries)
+        for at, s, ln, key, call in self.slots:
+            e[at + 1] = seq + s
+            if ln >= 0:
+                e[at + 2] = launch + ln
+                e[at + 3] = calls[key] + call
+        sess.submit_side(Job(None, values, SideRun.whole(values, self.lines, e, self.plans, self.size)))
 
 
 class _Values:
@@ -188,6 +290,10 @@ class _Values:
         self.synchronize()
         at = self._host.data_ptr()
         return at, at + 64 * self._n
+
+    def row_count(self) -> int:
+        """The number of rows in the host copy (those :meth:`host` addresses)."""
+        return self._n
 
     def fill(self, row: int, rec: dict) -> None:
         fill(rec, self.values(), row)

@@ -833,8 +833,12 @@ class GraphHandle:
         rows: list[int | None] = []
         tensors: list[torch.Tensor] = []
         templates = self._side_templates((id(site), label, phase), site, args, values, phase, label)
-        for a, tpl, v in (zip(args, templates, values) if templates.simple else
-                          self._flat(args, templates, values)):
+        # An input its producer's after side in this graph summarised, written by nothing
+        # since (``SiteArg.reuse``), takes that side's arena row, as outside graphs.
+        taken = cap.taken(self._reuse[site.id]) if phase == "before" and templates.simple and REUSE and \
+            site.id in self._reuse and sess.flight is None else {}
+        for k, (a, tpl, v) in enumerate(zip(args, templates, values) if templates.simple else
+                                        self._flat(args, templates, values)):
             rec = tpl.copy()  # launch, record and call numbers are set at each replay
             records.append(rec)
             rows.append(None)
@@ -846,8 +850,10 @@ class GraphHandle:
                 rec["uninitialised"] = True
             elif v.device != cap.arena.device:
                 rec["error"] = f"stats: a {v.device} tensor inside a CUDA graph captured on {cap.arena.device}"
+            elif k in taken:
+                rows[-1], rec["reused"] = taken[k]
             else:
-                rows[-1] = len(tensors)
+                rows[-1] = -1 - len(tensors)  # (its row once the side's rows are reserved)
                 tensors.append(v)
         if tensors:
             try:
@@ -856,12 +862,23 @@ class GraphHandle:
             except Exception as e:
                 warn_once(f"graph-stats-{type(e).__name__}", f"stats inside a CUDA graph failed: {e}")
                 for rec, row in zip(records, rows):
-                    if row is not None:
+                    if row is not None and row < 0:
                         rec["error"] = f"stats: {type(e).__name__}: {e}"
-                rows = [None] * len(rows)
+                rows = [None if r is not None and r < 0 else r for r in rows]
             else:
-                rows = [None if r is None else first + r for r in rows]
-        cap.sides.append(cuda_graphs.Side(self, site, label, phase, records, rows))
+                rows = [first - 1 - r if r is not None and r < 0 else r for r in rows]
+        if phase == "after" and templates.simple and site.id in self._producers:
+            cap.made[site.id] = list(rows)
+        plan = None
+        if templates.simple and self.level == "stats":
+            producer = {i: (p, at) for i, p, at in self._reuse.get(site.id, ())}
+            try:
+                plan = ring_records.SidePlan(site, records, list(values),
+                                             [r is not None and k not in taken for k, r in enumerate(rows)],
+                                             self._ring_lines(), reused=tuple((k, *producer[k]) for k in taken))
+            except ValueError:  # a value a plan does not keep: this graph's replays make dicts
+                plan = None
+        cap.sides.append(cuda_graphs.Side(self, site, label, phase, records, rows, plan))
 
     def _native_library(self) -> native_stats.Library | None:
         lib = self._library

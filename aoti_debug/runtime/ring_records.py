@@ -37,7 +37,7 @@ import ctypes
 import struct
 import threading
 from math import copysign
-from typing import Any
+from typing import Any, Sequence
 
 from torch import Tensor
 
@@ -276,6 +276,15 @@ class SideRun:
         self.size = 0
         """Bytes the sides' lines may take."""
 
+    @classmethod
+    def whole(cls, arrival: Any, lines: "RingLines", entries: array.array, plans: list[SidePlan],
+              size: int) -> "SideRun":
+        """A run made in one piece (a CUDA graph's replay: ``cuda_graphs.Replay``):
+        ``entries`` as :meth:`add` would have appended them for ``plans``."""
+        run = cls(arrival, lines)
+        run.entries, run.plans, run.size = entries, plans, size
+        return run
+
     def add(self, plan: SidePlan, seq: int, launch: int, call: int, row: int, taken: tuple[int, ...] = ()) -> None:
         """One call of ``plan``, whose template :meth:`RingLines.template` made: its first
         record number, launch, kernel call, first row and the rows its taken records take
@@ -288,6 +297,12 @@ class SideRun:
             self.entries.frombytes(_PACK_BASE_SIDE(_BASE_SIDE, seq, launch, call, row, texts[2], texts[3], 0))
         self.plans.append(plan)
         self.size += texts[4]
+
+    @staticmethod
+    def entry(plan: SidePlan, row: int, taken: Sequence[int] = ()) -> tuple[int, ...]:
+        """The entry :meth:`add` appends for ``plan`` (its template made), numbered 0."""
+        texts = plan.texts
+        return (_BASE_SIDE, 0, 0, 0, row, texts[2], texts[3], len(taken), *taken)
 
     def sides(self) -> list[RingSide]:
         """The run's sides as the :class:`RingSide` each would have been queued as."""

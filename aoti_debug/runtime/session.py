@@ -27,7 +27,7 @@ import json
 import os
 import sys
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from .. import config
 from ..format.schema import RunInfo, print_lines
@@ -349,6 +349,23 @@ class Session:
             call = cell[0]
             cell[0] = call + 1
             return launch, call
+
+    def next_block(self, records: int, cells: Sequence[tuple[list[int], int]]) -> tuple[int, int, list[int]]:
+        """The numbers of a block of launches taken together (a CUDA graph's replay):
+        the first of ``records`` record numbers, the first of as many launch numbers as
+        the ``cells`` count launches, and the first call number of each cell's kernel
+        (``(cell, launches of its kernel)``, a cell from :meth:`calls_of`), as
+        :meth:`next_seq` and :meth:`next_launch_in` would give them one by one."""
+        with self._count_lock:
+            seq = self.seq + 1
+            self.seq += records
+            launch = self.launch + 1
+            firsts = []
+            for cell, n in cells:
+                firsts.append(cell[0])
+                cell[0] += n
+                self.launch += n
+            return seq, launch, firsts
 
     # -- run directory ---------------------------------------------------------------
     def writer(self, level: str, device: str = "") -> RunWriter | None:
