@@ -493,18 +493,14 @@ def test_the_library_refuses_a_malformed_spec(library):
 def test_cuda_graph_replay_values_are_written_alike(library, fresh_session):
     """A CUDA-graph replay's host copy (cuda_graphs._Values, built here without a device)
     gives the library the rows the dict path reads: the same lines."""
-    import threading as _threading
-
     from aoti_debug import config
     from aoti_debug.runtime import cuda_graphs
 
     n = len(_ODD_ROWS)
-    values = object.__new__(cuda_graphs._Values)
-    values._n = n
-    values._host = torch.zeros(9 * n, dtype=torch.float64)
-    values._host[: 8 * n] = torch.tensor([[*r, 1.0] for r in _ODD_ROWS], dtype=torch.float64).flatten()
-    values._host[8 * n:].view(torch.int64)[:] = torch.tensor([-5, 0, 2 ** 63 - 1, -(2 ** 63), 77])
-    values._event, values._lists, values._lock = _Done(), None, _threading.Lock()
+    host = torch.zeros(9 * n, dtype=torch.float64)
+    host[: 8 * n] = torch.tensor([[*r, 1.0] for r in _ODD_ROWS], dtype=torch.float64).flatten()
+    host[8 * n:].view(torch.int64)[:] = torch.tensor([-5, 0, 2 ** 63 - 1, -(2 ** 63), 77])
+    values = cuda_graphs._Values(host, n, _Done())
     lines = ring_records.for_library(library)
 
     def jobs(w):
@@ -567,18 +563,16 @@ def _graph_run(library, native: bool, sides, replays: int = 3, replay_plan: bool
         if counted is not None:
             counted.append(len(tensors))
 
-    class HostValues(cuda_graphs._Values):
-        def __init__(self, arena, first, n):
-            self._n = n
-            self._host = torch.cat([arena.buf[8 * first: 8 * (first + n)],
-                                    arena.buf[8 * cuda_graphs.ARENA_ROWS + first: 8 * cuda_graphs.ARENA_ROWS + first + n]])
-            self._event, self._lists, self._lock = _Done(), None, threading.Lock()
+    def copy(cls, arena, first, n):
+        rows = arena.buf[8 * first: 8 * (first + n)]
+        sums = arena.buf[8 * cuda_graphs.ARENA_ROWS + first: 8 * cuda_graphs.ARENA_ROWS + first + n]
+        return cls(torch.cat([rows, sums]), n, _Done())
 
     mp = pytest.MonkeyPatch()
     try:
         mp.setattr(hooks, "_capturing", lambda: True)
         mp.setattr(fused_stats, "summarize", summarize)
-        mp.setattr(cuda_graphs, "_Values", HostValues)
+        mp.setattr(cuda_graphs._Values, "copy", classmethod(copy))
         if not replay_plan:
             mp.setattr(cuda_graphs.Replay, "of", classmethod(lambda cls, cap: None))
         g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)

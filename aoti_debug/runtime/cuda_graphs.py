@@ -5,7 +5,12 @@ to the graph, writing into rows of a per-device arena reserved for that graph fo
 and leaves a template of its records. After every replay of the graph, the arena's rows
 are copied to the host (one copy pair and one event, on the replay's stream) and the
 templates become records with new launch and record numbers: every replay is recorded,
-and the model keeps its CUDA graph. Levels save, print and names keep opting out of
+and the model keeps its CUDA graph. An input whose producer's side was captured before
+it, written by nothing between (``SiteArg.reuse``), takes the producer's row: no stats
+kernel reads it again. Where every side is one a plan keeps (``ring_records.SidePlan``),
+a replay is one writer job, a run of planned sides the runtime library writes from the
+replay's host copy (:class:`Replay`: a few Python steps a side, not a record dict and a
+job per record). Levels save, print and names keep opting out of
 CUDA graphs (``codegen/wrapper_lines.wrap_graph_codegen``).
 
 Nothing is allocated, synchronised or compiled while a capture runs: the arena (slots,
@@ -162,7 +167,7 @@ class Capture:
         sess = _session.current()
         arena = self.arena
         n = self.last_row - self.first_row
-        values = _Values(arena, self.first_row, n) if n else None
+        values = _Values.copy(arena, self.first_row, n) if n else None
         replay = self.replay
         if replay is not None and values is not None and sess.flight is None:
             replay.emit(sess, values)
@@ -259,30 +264,45 @@ class Replay:
 
 
 class _Values:
-    """The host copy of one replay's arena rows; the ``event`` its records' jobs wait on."""
+    """The host copy of one replay's arena rows (``host``: ``n`` stats rows of 8 float64,
+    then ``n`` int64 checksums) and the ``event`` after which it is there; the event its
+    records' jobs wait on."""
 
-    def __init__(self, arena: Arena, first: int, n: int):
+    def __init__(self, host: torch.Tensor, n: int, event: Any):
         self._n = n
-        self._host = torch.empty(9 * n, dtype=torch.float64, device="cpu", pin_memory=True)
-        self._host[: 8 * n].copy_(arena.buf[8 * first: 8 * (first + n)], non_blocking=True)
-        self._host[8 * n:].copy_(arena.buf[8 * ARENA_ROWS + first: 8 * ARENA_ROWS + first + n], non_blocking=True)
-        self._event = torch.cuda.Event()
-        self._event.record()
+        self._host = host
+        self._event = event
+        self._arrived = False
         self._lists: tuple[list, list] | None = None
         self._lock = threading.Lock()
 
+    @classmethod
+    def copy(cls, arena: Arena, first: int, n: int) -> "_Values":
+        """Rows ``first .. first + n - 1`` of ``arena`` copied to pinned memory on the current
+        stream (two copies and an event, nothing waited for)."""
+        host = torch.empty(9 * n, dtype=torch.float64, device="cpu", pin_memory=True)
+        host[: 8 * n].copy_(arena.buf[8 * first: 8 * (first + n)], non_blocking=True)
+        host[8 * n:].copy_(arena.buf[8 * ARENA_ROWS + first: 8 * ARENA_ROWS + first + n], non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return cls(host, n, event)
+
     def synchronize(self) -> None:
+        """Wait for the copy (once)."""
+        if not self._arrived:
+            self._event.synchronize()
+            self._arrived = True
+
+    def values(self) -> tuple[list, list]:
+        """``(stats rows, checksums)`` as Python lists (the dict path: ``device_ring.fill``),
+        made once; the runtime library reads the host copy itself (:meth:`host`)."""
         if self._lists is None:
+            self.synchronize()
             with self._lock:
                 if self._lists is None:
-                    self._event.synchronize()
                     n = self._n
                     self._lists = (self._host[: 8 * n].view(n, 8).tolist(),
                                    self._host[8 * n:].view(torch.int64).tolist())
-
-    def values(self) -> tuple[list, list]:
-        """``(stats rows, checksums)`` as Python lists (the dict path: ``device_ring.fill``)."""
-        self.synchronize()
         return self._lists
 
     def host(self) -> tuple[int, int]:

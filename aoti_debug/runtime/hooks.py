@@ -821,8 +821,10 @@ class GraphHandle:
     def _capture(self, sess, label: str, site: Site, args: Sequence[SiteArg], values: Sequence[Any],
                  phase: str) -> None:
         """One launch side while a CUDA graph is captured (level stats): the stats kernel
-        goes into the graph, writing the graph's arena rows; the records are made from a
-        template after every replay (``cuda_graphs``)."""
+        goes into the graph, writing the graph's arena rows (an input its producer's side
+        in the graph summarised takes that row); the records are made from a template
+        after every replay (``cuda_graphs``), by the runtime library from the side's plan
+        when every side of the graph has one (``cuda_graphs.Replay``)."""
         cap = cuda_graphs.current()
         if cap is None or cap.arena is None:
             warn_once("cuda-graph", "a CUDA graph is being captured before any instrumented launch ran outside "
@@ -870,7 +872,7 @@ class GraphHandle:
         if phase == "after" and templates.simple and site.id in self._producers:
             cap.made[site.id] = list(rows)
         plan = None
-        if templates.simple and self.level == "stats":
+        if templates.simple:
             producer = {i: (p, at) for i, p, at in self._reuse.get(site.id, ())}
             try:
                 plan = ring_records.SidePlan(site, records, list(values),
