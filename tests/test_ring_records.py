@@ -575,16 +575,24 @@ def _graph_run(library, native: bool, sides, replays: int = 3, replay_plan: bool
         mp.setattr(cuda_graphs._Values, "copy", classmethod(copy))
         if not replay_plan:
             mp.setattr(cuda_graphs.Replay, "of", classmethod(lambda cls, cap: None))
-        g = hooks.graph(None, "stats", False, protocol=PROTOCOL_VERSION, native=library.path)
-        g._records = None
-        if not native:
-            g._lines = None
+        handles = {}
+
+        def handle(n):  # the graph handle of compiled graph n (a wrapper module's)
+            if n not in handles:
+                g = handles[n] = hooks.graph(f"graph{n}.py", "stats", False, protocol=PROTOCOL_VERSION,
+                                             native=library.path)
+                g._records = None
+                if not native:
+                    g._lines = None
+            return handles[n]
+
         cap = cuda_graphs.Capture(arena)
-        known = {id(site): g.site(tuple(site)) for site, _b, _a in sides(0)}
+        launches = [(handle(rest[0] if rest else 0), site, before, after) for site, before, after, *rest in sides(0)]
+        known = {(id(g), id(site)): g.site(tuple(site)) for g, site, _b, _a in launches}
         cuda_graphs._tls.capture = cap
-        for site, before, after in sides(0):
-            g.launch(known[id(site)], before)
-            g.done(known[id(site)], after)
+        for g, site, before, after in launches:
+            g.launch(known[(id(g), id(site))], before)
+            g.done(known[(id(g), id(site))], after)
         cuda_graphs._tls.capture = None
         cap.finish()
         for r in range(replays):
@@ -634,6 +642,25 @@ def test_cuda_graph_replays_are_one_job_each_written_as_their_dicts(library, fre
     assert [r.get("reused") for r in recs if r["phase"] == "before"] == [None, 10, None, 10, 11, None, None] * 3
     first = [r for r in recs if r["launch"] <= 4]
     assert [r.get("stats") for r in first] != [r.get("stats") for r in recs if 4 < r["launch"] <= 8]
+
+
+def test_cuda_graph_inputs_take_rows_of_their_own_compiled_graphs_producers(library, fresh_session):
+    """One CUDA graph holding two compiled graphs' launches, whose site numbers collide:
+    the second graph's consumer of its site 10 finds no row of that producer (the first
+    graph's site 10 is another launch) and reads its input itself."""
+    counted = []
+
+    def sides(step):
+        add, mm, _mul = _reuse_sites(True)
+        g = torch.Generator().manual_seed(step)
+        x, w = torch.randn(8, 16, generator=g), torch.randn(16, 16, generator=g)
+        return [(add, [x], [x + 1], 0), (mm, [x + 1, w], [(x + 1) @ w], 0), (mm, [x * 3, w], [(x * 3) @ w], 1)]
+
+    data, cap = _graph_run(library, True, sides, counted=counted)
+    assert cap.replay is not None
+    assert counted == [1, 1, 1, 1, 2, 1]  # graph 0's mm takes buf1 from its add; graph 1's reads both
+    assert [r.get("reused") for r in _lines(data) if r["phase"] == "before"] == [None, 10, None, None, None] * 3
+    assert data == _graph_run(library, False, sides)[0]
 
 
 def test_cuda_graph_replays_of_sides_no_plan_keeps_are_dicts(library, fresh_session):

@@ -101,9 +101,11 @@ class Capture:
         self.first_row = arena.rows_used if arena is not None else 0
         self.last_row = self.first_row
         self.tables: list[tuple[int, list[int]]] = []  # (offset, values) written at capture end
-        self.made: dict[int, list[int | None]] = {}
-        """The arena row of each value of a producer's after side (site id -> rows; None:
-        not in the arena), for the inputs of later launches of the graph that take them."""
+        self.made: dict[tuple[int, int], list[int | None]] = {}
+        """The arena row of each value of a producer's after side (``(id of its graph
+        handle, site id)`` -> rows; None: not in the arena), for the inputs of later
+        launches of the same compiled graph that take them (one CUDA graph may hold the
+        launches of several, whose site ids are their own)."""
         self.replay: Replay | None = None
         """Its records as one run of planned sides a replay (None: made as dicts)."""
 
@@ -134,13 +136,14 @@ class Capture:
             raise RuntimeError("a launch side needs more partial slots than the CUDA-graph stats arena has")
         return arena.part, arena.counters
 
-    def taken(self, reuse: Sequence[tuple[int, int, int]]) -> dict[int, tuple[int, int]]:
+    def taken(self, handle: Any, reuse: Sequence[tuple[int, int, int]]) -> dict[int, tuple[int, int]]:
         """``{arg position: (arena row, producer site)}`` of the inputs of ``reuse``
         (``(arg position, producer site, its after position)``, ``SiteArg.reuse``: written
-        by nothing between) whose producer's after side in this graph has that row."""
+        by nothing between) whose producer's after side in this graph, of the compiled
+        graph of ``handle``, has that row."""
         out = {}
         for i, producer, at in reuse:
-            rows = self.made.get(producer)
+            rows = self.made.get((id(handle), producer))
             if rows is not None and at < len(rows) and rows[at] is not None:
                 out[i] = (rows[at], producer)
         return out

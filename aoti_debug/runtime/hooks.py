@@ -837,7 +837,7 @@ class GraphHandle:
         templates = self._side_templates((id(site), label, phase), site, args, values, phase, label)
         # An input its producer's after side in this graph summarised, written by nothing
         # since (``SiteArg.reuse``), takes that side's arena row, as outside graphs.
-        taken = cap.taken(self._reuse[site.id]) if phase == "before" and templates.simple and REUSE and \
+        taken = cap.taken(self, self._reuse[site.id]) if phase == "before" and templates.simple and REUSE and \
             site.id in self._reuse and sess.flight is None else {}
         for k, (a, tpl, v) in enumerate(zip(args, templates, values) if templates.simple else
                                         self._flat(args, templates, values)):
@@ -870,7 +870,7 @@ class GraphHandle:
             else:
                 rows = [first - 1 - r if r is not None and r < 0 else r for r in rows]
         if phase == "after" and templates.simple and site.id in self._producers:
-            cap.made[site.id] = list(rows)
+            cap.made[(id(self), site.id)] = list(rows)
         plan = None
         if templates.simple:
             producer = {i: (p, at) for i, p, at in self._reuse.get(site.id, ())}
