@@ -136,8 +136,8 @@ class Capture:
             raise RuntimeError("a launch side needs more partial slots than the CUDA-graph stats arena has")
         return arena.part, arena.counters
 
-    def taken(self, handle: Any, reuse: Sequence[tuple[int, int, int]]) -> dict[int, tuple[int, int]]:
-        """``{arg position: (arena row, producer site)}`` of the inputs of ``reuse``
+    def taken(self, handle: Any, reuse: Sequence[tuple[int, int, int]]) -> dict[int, tuple[int, int, int]]:
+        """``{arg position: (arena row, producer site, its after position)}`` of the inputs of ``reuse``
         (``(arg position, producer site, its after position)``, ``SiteArg.reuse``: written
         by nothing between) whose producer's after side in this graph, of the compiled
         graph of ``handle``, has that row."""
@@ -145,7 +145,7 @@ class Capture:
         for i, producer, at in reuse:
             rows = self.made.get((id(handle), producer))
             if rows is not None and at < len(rows) and rows[at] is not None:
-                out[i] = (rows[at], producer)
+                out[i] = (rows[at], producer, at)
         return out
 
     def finish(self) -> None:

@@ -834,6 +834,7 @@ class GraphHandle:
         records: list[dict] = []
         rows: list[int | None] = []
         tensors: list[torch.Tensor] = []
+        own: list[int] = []  # the positions of the values this side's stats kernel reads
         templates = self._side_templates((id(site), label, phase), site, args, values, phase, label)
         # An input its producer's after side in this graph summarised, written by nothing
         # since (``SiteArg.reuse``), takes that side's arena row, as outside graphs.
@@ -853,9 +854,9 @@ class GraphHandle:
             elif v.device != cap.arena.device:
                 rec["error"] = f"stats: a {v.device} tensor inside a CUDA graph captured on {cap.arena.device}"
             elif k in taken:
-                rows[-1], rec["reused"] = taken[k]
+                rows[-1], rec["reused"], _at = taken[k]
             else:
-                rows[-1] = -1 - len(tensors)  # (its row once the side's rows are reserved)
+                own.append(k)
                 tensors.append(v)
         if tensors:
             try:
@@ -863,21 +864,20 @@ class GraphHandle:
                 fused_stats.summarize(tensors, into=(cap.arena.buf, first), static=cap)
             except Exception as e:
                 warn_once(f"graph-stats-{type(e).__name__}", f"stats inside a CUDA graph failed: {e}")
-                for rec, row in zip(records, rows):
-                    if row is not None and row < 0:
-                        rec["error"] = f"stats: {type(e).__name__}: {e}"
-                rows = [None if r is not None and r < 0 else r for r in rows]
+                for k in own:
+                    records[k]["error"] = f"stats: {type(e).__name__}: {e}"
             else:
-                rows = [first - 1 - r if r is not None and r < 0 else r for r in rows]
+                for j, k in enumerate(own):
+                    rows[k] = first + j
         if phase == "after" and templates.simple and site.id in self._producers:
             cap.made[(id(self), site.id)] = list(rows)
         plan = None
         if templates.simple:
-            producer = {i: (p, at) for i, p, at in self._reuse.get(site.id, ())}
             try:
                 plan = ring_records.SidePlan(site, records, list(values),
                                              [r is not None and k not in taken for k, r in enumerate(rows)],
-                                             self._ring_lines(), reused=tuple((k, *producer[k]) for k in taken))
+                                             self._ring_lines(),
+                                             reused=tuple((k, p, at) for k, (_row, p, at) in taken.items()))
             except ValueError:  # a value a plan does not keep: this graph's replays make dicts
                 plan = None
         cap.sides.append(cuda_graphs.Side(self, site, label, phase, records, rows, plan))

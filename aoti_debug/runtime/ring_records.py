@@ -291,18 +291,20 @@ class SideRun:
         (in the plan's ``reused`` order), all in this run's arrival."""
         texts = plan.texts
         if taken:
-            self.entries.frombytes(struct.pack(f"={_BASE_SIDE_LEN + len(taken)}q", _BASE_SIDE, seq, launch, call, row,
-                                               texts[2], texts[3], len(taken), *taken))
+            self.entries.frombytes(struct.pack(f"={_BASE_SIDE_LEN + len(taken)}q",
+                                               *self.entry(plan, row, taken, seq, launch, call)))
         else:
             self.entries.frombytes(_PACK_BASE_SIDE(_BASE_SIDE, seq, launch, call, row, texts[2], texts[3], 0))
         self.plans.append(plan)
         self.size += texts[4]
 
     @staticmethod
-    def entry(plan: SidePlan, row: int, taken: Sequence[int] = ()) -> tuple[int, ...]:
-        """The entry :meth:`add` appends for ``plan`` (its template made), numbered 0."""
+    def entry(plan: SidePlan, row: int, taken: Sequence[int] = (), seq: int = 0, launch: int = 0,
+              call: int = 0) -> tuple[int, ...]:
+        """The kRingEntryBaseSide of one call of ``plan`` (its template made): what :meth:`add`
+        appends (a side without taken rows packed at once, the hot path)."""
         texts = plan.texts
-        return (_BASE_SIDE, 0, 0, 0, row, texts[2], texts[3], len(taken), *taken)
+        return (_BASE_SIDE, seq, launch, call, row, texts[2], texts[3], len(taken), *taken)
 
     def sides(self) -> list[RingSide]:
         """The run's sides as the :class:`RingSide` each would have been queued as."""
