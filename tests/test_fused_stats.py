@@ -316,6 +316,31 @@ def test_each_case_many_programs(interpreted, name, t):
     check([t], [name], _min_tiles=1, _max_programs=1000)  # the GPU test's variant
 
 
+def test_a_nonfinite_value_inside_a_whole_tile_reads_the_chunk_again(interpreted):
+    # The contiguous kernel sums whole tiles without looking at each value (_acc_fast); a
+    # NaN or an infinity there makes the program sum its chunk again with _acc. Each value
+    # here sits in a whole tile (neither a program's first tile nor a partial last one),
+    # alone in its tensor; the channels_last copies hold the strided kernel to the same.
+    g = torch.Generator().manual_seed(11)
+    cases = []
+    for dt in (torch.float32, torch.bfloat16, torch.float64):
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            x = torch.randn(4 * 512, generator=g, dtype=torch.float64).to(dt)
+            x[1000] = bad
+            cases.append((f"{dt}-{bad}", x))
+            y = torch.randn(2, 64, 4, 4, generator=g, dtype=torch.float64).to(dt)
+            y = y.contiguous(memory_format=torch.channels_last)
+            y.permute(0, 2, 3, 1).view(-1)[900] = bad  # in memory order: inside the strided kernel's second tile
+            cases.append((f"{dt}-{bad}-channels-last", y))
+    for name, t in cases:
+        assert read_in_place(t) == (not t.is_contiguous())
+        check([t], [name], _block=256, _max_programs=2)  # programs of 4 tiles: the first, two whole, the last
+    # the finite versions: no value to look at again, the same fields as the torch path
+    for name, t in cases:
+        t = torch.nan_to_num(t.double(), nan=0.5, posinf=2.0, neginf=-3.0).clamp(-1e10, 1e10).to(t.dtype)
+        check([t], [name + "-finite"], _block=256, _max_programs=2)
+
+
 def test_partials_combined_in_one_pass_or_in_steps(interpreted):
     # The last program loads every partial once when there are at most _RBLOCK of them,
     # else combines them _RBLOCK at a time in two passes: both give the exact fields alike.

@@ -16,7 +16,9 @@ How (CUDA, and CPU under ``TRITON_INTERPRET=1`` for tests):
 * each program reads one chunk of one tensor once, as raw bits (uint8/16/32/int64),
   accumulating per lane: finite min/max, shifted sums ``sum(x-K)`` and
   ``sum((x-K)^2)`` in float64 (``K`` = the chunk's first element when finite, else 0),
-  finite/NaN counts and the checksum terms ``bits * (2*i + 1)`` in wrapping int64;
+  finite/NaN counts and the checksum terms ``bits * (2*i + 1)`` in wrapping int64 (the
+  contiguous kernel's whole tiles assume finite values and are summed again, value by
+  value, only when the sum of squares says a NaN or an infinity was there);
 * it writes its partials, then takes a ticket (``atomic_add``, acq_rel): the last
   program of a tensor combines that tensor's partials (exact two-level combination,
   ``M2 = sum M2_p + sum n_p (mean_p - mean)^2``) and writes the row and the checksum.

@@ -9,8 +9,14 @@ acq_rel semantics at GPU scope on the tensor's counter; the program that draws t
 ticket reads all partials with ``.cg`` loads (L2, never a stale L1 line), writes the
 result and resets the counter to 0 for the next launch on the stream.
 
+A launch of one tensor (most launch sides) finds its table row without a load; more
+tensors: a program counts the tensors whose first program is at or below its own.
+
 In a program's loop: the next tile is loaded before the present one is summed (two
-tiles in flight a thread); a thread's 16-byte vector is summed in its registers, so the
+tiles in flight a thread); the contiguous kernel sums its whole tiles without a
+per-element select or count (:func:`_acc_fast`) and sums the chunk again, looking at
+each value, only when a NaN or an infinity was among them (:func:`_acc_chunk`; on
+finite values both give the same bits); a thread's 16-byte vector is summed in its registers, so the
 accumulators hold one value per vector, not per element; the checksum
 ``sum(bits * (2 * index + 1))`` is taken apart by distributivity (exact: a sum mod
 2**64), so that no element needs its 64-bit logical index: in the contiguous kernel,
@@ -101,19 +107,44 @@ def _acc(bits, mask, K, mn, mx, s1, s2, cnt, nan,
 
 
 @triton.jit
+def _acc_fast(bits, K, mn, mx, s1, s2, KIND: tl.constexpr):
+    """:func:`_acc` of a whole tile (no mask) whose values are taken to be finite: no
+    per-element select or count. A NaN or an infinity makes its lane's ``s2`` NaN or
+    infinite, and nothing else does (a finite float32 or narrower value squared is far
+    from float64's overflow; float64 data near 1e154 overflow ``s2`` in :func:`_acc` too):
+    the kernel checks ``s2`` once at the end (:func:`_nonfinite_lanes`) and, where it fails, sums
+    the chunk again with :func:`_acc`. On finite values both give the same bits."""
+    x = _decode(bits, KIND)
+    mn = tl.minimum(mn, tl.min(x, axis=-1))
+    mx = tl.maximum(mx, tl.max(x, axis=-1))
+    d = x.to(tl.float64) - K
+    s1 += tl.sum(d, axis=-1)
+    s2 += tl.sum(d * d, axis=-1)
+    return mn, mx, s1, s2
+
+
+@triton.jit
+def _nonfinite_lanes(s2):
+    """Lanes whose ``s2`` of :func:`_acc_fast` is not finite (a value of theirs was not)."""
+    return tl.sum(tl.where(s2 < float("inf"), 0, 1), axis=0)
+
+
+@triton.jit
 def _wide(bits):
     """Raw bits as uint64, zero-extended (the loads of narrow kinds are unsigned)."""
     return bits.to(tl.uint64, bitcast=True) if bits.dtype == tl.int64 else bits.to(tl.uint64)
 
 
 @triton.jit
-def _checksum(bits, tile, au, cS, cT, cA):
-    """The contiguous kernel's checksum parts of an ``[R, C]`` tile numbered ``tile``
-    (``au``: its lanes): the bits' sum into ``cS``, times the tile into ``cT``, the bits
-    times their lane into ``cA``."""
+def _checksum(bits, i, au, cS, cT, cA):
+    """The contiguous kernel's checksum parts of an ``[R, C]`` tile, the ``i``-th of its
+    program (``au``: its lanes, uint32): the bits' sum into ``cS``, times ``i`` into ``cT``,
+    times their lane into ``cA``. Bits of 4 bytes or fewer times a 32-bit factor, added
+    to a 64-bit sum, are one multiply-add a element (sm_90: ``IMAD.WIDE.U32``)."""
     b = _wide(bits)
-    st = tl.sum(b, axis=1)
-    return cS + st, cT + st * tile.to(tl.uint64), cA + tl.sum(b * au, axis=1)
+    iu = tl.cast(i, tl.uint32).to(tl.uint64)
+    return (cS + tl.sum(b, axis=1), cT + tl.sum(b * iu, axis=1),
+            cA + tl.sum(b * au.to(tl.uint64), axis=1))
 
 
 @triton.jit(do_not_specialize=["k", "k_total"])
@@ -123,11 +154,13 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
                   RBLOCK: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
     # -- which tensor: the number of tensors whose first program is <= pid, less one
-    tid = -1
-    for j0 in range(0, k, TBLOCK):
-        js = j0 + tl.arange(0, TBLOCK)
-        f = tl.load(tab + js * 6 + 2, mask=js < k, other=pid + 1)
-        tid += tl.sum((f <= pid).to(tl.int32), axis=0)
+    tid = 0
+    if k > 1:  # (one tensor: its row, without a load before the row's loads)
+        tid = -1
+        for j0 in range(0, k, TBLOCK):
+            js = j0 + tl.arange(0, TBLOCK)
+            f = tl.load(tab + js * 6 + 2, mask=js < k, other=pid + 1)
+            tid += tl.sum((f <= pid).to(tl.int32), axis=0)
     rp = tab + tid * 6
     q = tl.load(rp)
     n = tl.load(rp + 1)
@@ -172,13 +205,14 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
     s2 = tl.zeros([R], tl.float64)
     cnt = tl.zeros([R], tl.int32)
     nan = tl.zeros([R], tl.int32)
-    # checksum sum(bits * (2 * idx + 1)) with idx = T * BLOCK + a, T the tile, a its lane:
-    # sum(bits) + 2 * BLOCK * sum(T * tile sum) + 2 * sum(bits * a), in uint64 (mod 2**64)
+    # checksum sum(bits * (2 * idx + 1)) with idx = (t0 + i) * BLOCK + a, i the program's
+    # tile, a its lane: sum(bits) * (1 + 2 * BLOCK * t0) + 2 * BLOCK * sum(i * tile sum)
+    # + 2 * sum(bits * a), in uint64 (mod 2**64)
     cS = tl.zeros([R], tl.uint64)
     cT = tl.zeros([R], tl.uint64)
     cA = tl.zeros([R], tl.uint64)
-    au = ar.to(tl.uint64)
-    cS, cT, cA = _checksum(bits, t0, au, cS, cT, cA)
+    au = ar.to(tl.uint32)
+    cS, cT, cA = _checksum(bits, 0, au, cS, cT, cA)
     mn, mx, s1, s2, cnt, nan = _acc(bits, idx < end, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
     # the next tile is loaded before this one is summed: two tiles in flight a thread
     nbits = tl.load(p + (t0 + 1) * BLOCK + ar, mask=nfull > 1, other=0)
@@ -186,16 +220,43 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
         idx = (t0 + i) * BLOCK + ar
         bits = nbits
         nbits = tl.load(p + idx + BLOCK, mask=i + 1 < nfull, other=0)
-        cS, cT, cA = _checksum(bits, t0 + i, au, cS, cT, cA)
-        mn, mx, s1, s2, cnt, nan = _acc(bits, None, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, False)
+        cS, cT, cA = _checksum(bits, i, au, cS, cT, cA)
+        mn, mx, s1, s2 = _acc_fast(bits, K, mn, mx, s1, s2, KIND)
+    cnt += (tl.maximum(nfull - 1, 0) * C).to(tl.int32)  # the whole tiles' elements, C a lane each
     if nfull >= 1 and nfull * BLOCK < nvalid:
         idx = (t0 + nfull) * BLOCK + ar
         bits = tl.load(p + idx, mask=idx < end, other=0)
-        cS, cT, cA = _checksum(bits, t0 + nfull, au, cS, cT, cA)
+        cS, cT, cA = _checksum(bits, nfull, au, cS, cT, cA)
         mn, mx, s1, s2, cnt, nan = _acc(bits, idx < end, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
-    cs = (cS + cT * (2 * BLOCK) + cA * 2).to(tl.int64, bitcast=True)
+    if IS_FLOAT:
+        if _nonfinite_lanes(s2) > 0:  # a NaN or an infinity: the values again, each looked at
+            mn, mx, s1, s2, cnt, nan = _acc_chunk(p, t0, nvalid, end, ar, K, KIND, WIDTH, IS_FLOAT, R, BLOCK)
+    cs = (cS * (1 + 2 * BLOCK * t0.to(tl.uint64, bitcast=True)) + cT * (2 * BLOCK) + cA * 2).to(tl.int64, bitcast=True)
     _finish(part, counters, out, k_total, pid, first, nprog, row, K, nvalid, cnt, s1, s2, mn, mx, nan, cs,
             RBLOCK)
+
+
+@triton.jit
+def _acc_chunk(p, t0, nvalid, end, ar, K, KIND: tl.constexpr, WIDTH: tl.constexpr, IS_FLOAT: tl.constexpr,
+               R: tl.constexpr, BLOCK: tl.constexpr):
+    """The value statistics of a contiguous kernel's chunk (``nvalid`` elements from tile
+    ``t0``, below ``end``) with :func:`_acc` on every tile: the chunk again when
+    :func:`_acc_fast` met a NaN or an infinity."""
+    if IS_FLOAT and WIDTH < 8:
+        mn = tl.full([R], float("inf"), tl.float32)
+        mx = tl.full([R], float("-inf"), tl.float32)
+    else:
+        mn = tl.full([R], float("inf"), tl.float64)
+        mx = tl.full([R], float("-inf"), tl.float64)
+    s1 = tl.zeros([R], tl.float64)
+    s2 = tl.zeros([R], tl.float64)
+    cnt = tl.zeros([R], tl.int32)
+    nan = tl.zeros([R], tl.int32)
+    for i in range(0, (nvalid + BLOCK - 1) // BLOCK):
+        idx = (t0 + i) * BLOCK + ar
+        bits = tl.load(p + idx, mask=idx < end, other=0)
+        mn, mx, s1, s2, cnt, nan = _acc(bits, idx < end, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
+    return mn, mx, s1, s2, cnt, nan
 
 
 @triton.jit
@@ -333,10 +394,10 @@ def _perm_checksum(bits, lb, cb, lu, au, cR, cA, CB: tl.constexpr):
     """The strided kernel's checksum parts of a ``[RB, CW, CV]`` tile of column block
     ``cb`` whose rows' logical bases are ``lb``: each row's bits' sum times its weight
     ``2 lb + 1 + 2 L_inner cb CB`` into ``cR``, the bits times their column in the tile
-    into ``cA`` (weighed by ``2 L_inner`` at the end)."""
+    (``au``, uint32) into ``cA`` (weighed by ``2 L_inner`` at the end)."""
     b = _wide(bits)
     rw = (lb.to(tl.uint64, bitcast=True) * 2 + 1 + lu * (2 * CB) * cb.to(tl.uint64))[:, None]
-    return cR + tl.sum(b, axis=2) * rw, cA + tl.sum(b * au, axis=2)
+    return cR + tl.sum(b, axis=2) * rw, cA + tl.sum(b * au.to(tl.uint64), axis=2)
 
 
 @triton.jit
@@ -361,11 +422,13 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
     CV: tl.constexpr = 16 // WIDTH if 16 // WIDTH < CB else CB  # a thread's vector
     CW: tl.constexpr = CB // CV
     pid = tl.program_id(0).to(tl.int64)
-    tid = -1
-    for j0 in range(0, k, TBLOCK):
-        js = j0 + tl.arange(0, TBLOCK)
-        f = tl.load(tab + js * TW + 2, mask=js < k, other=pid + 1)
-        tid += tl.sum((f <= pid).to(tl.int32), axis=0)
+    tid = 0
+    if k > 1:  # (one tensor: its row, without a load before the row's loads)
+        tid = -1
+        for j0 in range(0, k, TBLOCK):
+            js = j0 + tl.arange(0, TBLOCK)
+            f = tl.load(tab + js * TW + 2, mask=js < k, other=pid + 1)
+            tid += tl.sum((f <= pid).to(tl.int32), axis=0)
     rp = tab + tid * TW
     q = tl.load(rp)
     n = tl.load(rp + 1)
@@ -418,7 +481,7 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
     cA = tl.zeros([RB, CW], tl.uint64)
     ar = tl.arange(0, RB).to(tl.int64)
     ac = (tl.arange(0, CW)[:, None] * CV + tl.arange(0, CV)[None, :])[None, :, :]  # [1, CW, CV]
-    au = ac.to(tl.uint64)
+    au = ac.to(tl.uint32)
     lu = li_inner.to(tl.uint64, bitcast=True)
     nvalid = t0 * 0  # elements read, for the inf count
     # tile t is (row block rb, column block cb) = divmod(t, ncb): counted along, not divided
