@@ -40,9 +40,9 @@ L_inner``, both bases from one mixed-radix decomposition of ``r`` per tile row o
 most :data:`MAX_ROW_DIMS` row dims (:class:`_Perm`). Each logical element is read once
 (an expanded or overlapping element once per logical index, as ``.contiguous()`` would
 copy it). A strided tensor without a unit-stride dim (``x[:, ::2]``) or with more row
-dims is read from a ``.contiguous()`` copy. The C++ runtime launches only
-``_stats_kernel`` (its code is the same with or without the variant) and copies every
-non-contiguous tensor.
+dims is read from a ``.contiguous()`` copy. The C++ runtime reads the same layouts in
+place for the kinds and tile widths its pack holds (``codegen.device_stats.PERM_KINDS``,
+``PERM_COLS``) and copies the others.
 
 Exactness: checksums are bit-identical to ``device_checksum`` (a sum mod 2**64 does
 not depend on the order of additions). min, max, absmax and the counts are exact.
