@@ -73,6 +73,20 @@ def _decode(bits, KIND: tl.constexpr):
 
 
 @triton.jit
+def _acc_start(z, IS_FLOAT: tl.constexpr, WIDTH: tl.constexpr):
+    """Empty accumulators of :func:`_acc` shaped like ``z`` (float64 zeros): min and max
+    (float32 for floats narrower than 8 bytes, as :func:`_decode` gives them), the shifted
+    sums, the finite and NaN counts."""
+    if IS_FLOAT and WIDTH < 8:
+        mn = tl.full(z.shape, float("inf"), tl.float32)
+        mx = tl.full(z.shape, float("-inf"), tl.float32)
+    else:
+        mn = tl.full(z.shape, float("inf"), tl.float64)
+        mx = tl.full(z.shape, float("-inf"), tl.float64)
+    return mn, mx, z, z, tl.zeros(z.shape, tl.int32), tl.zeros(z.shape, tl.int32)
+
+
+@triton.jit
 def _acc(bits, mask, K, mn, mx, s1, s2, cnt, nan,
          KIND: tl.constexpr, WIDTH: tl.constexpr, IS_FLOAT: tl.constexpr, MASKED: tl.constexpr):
     """The value statistics of a tile whose last axis is one thread's vector, that axis
@@ -139,8 +153,8 @@ def _wide(bits):
 def _checksum(bits, i, au, cS, cT, cA):
     """The contiguous kernel's checksum parts of an ``[R, C]`` tile, the ``i``-th of its
     program (``au``: its lanes, uint32): the bits' sum into ``cS``, times ``i`` into ``cT``,
-    times their lane into ``cA``. Bits of 4 bytes or fewer times a 32-bit factor, added
-    to a 64-bit sum, are one multiply-add a element (sm_90: ``IMAD.WIDE.U32``)."""
+    times their lane into ``cA``. The factors are 32-bit, so that bits of 4 bytes or fewer
+    are multiplied and added into 64 bits by 32-bit multiply-adds (sm_90: ``IMAD.WIDE.U32``)."""
     b = _wide(bits)
     iu = tl.cast(i, tl.uint32).to(tl.uint64)
     return (cS + tl.sum(b, axis=1), cT + tl.sum(b * iu, axis=1),
@@ -195,16 +209,7 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
     K = _decode(kbits, KIND).to(tl.float64)
     if IS_FLOAT:
         K = tl.where(tl.abs(K) < float("inf"), K, 0.0)
-    if IS_FLOAT and WIDTH < 8:
-        mn = tl.full([R], float("inf"), tl.float32)
-        mx = tl.full([R], float("-inf"), tl.float32)
-    else:
-        mn = tl.full([R], float("inf"), tl.float64)
-        mx = tl.full([R], float("-inf"), tl.float64)
-    s1 = tl.zeros([R], tl.float64)
-    s2 = tl.zeros([R], tl.float64)
-    cnt = tl.zeros([R], tl.int32)
-    nan = tl.zeros([R], tl.int32)
+    mn, mx, s1, s2, cnt, nan = _acc_start(tl.zeros([R], tl.float64), IS_FLOAT, WIDTH)
     # checksum sum(bits * (2 * idx + 1)) with idx = (t0 + i) * BLOCK + a, i the program's
     # tile, a its lane: sum(bits) * (1 + 2 * BLOCK * t0) + 2 * BLOCK * sum(i * tile sum)
     # + 2 * sum(bits * a), in uint64 (mod 2**64)
@@ -242,16 +247,7 @@ def _acc_chunk(p, t0, nvalid, end, ar, K, KIND: tl.constexpr, WIDTH: tl.constexp
     """The value statistics of a contiguous kernel's chunk (``nvalid`` elements from tile
     ``t0``, below ``end``) with :func:`_acc` on every tile: the chunk again when
     :func:`_acc_fast` met a NaN or an infinity."""
-    if IS_FLOAT and WIDTH < 8:
-        mn = tl.full([R], float("inf"), tl.float32)
-        mx = tl.full([R], float("-inf"), tl.float32)
-    else:
-        mn = tl.full([R], float("inf"), tl.float64)
-        mx = tl.full([R], float("-inf"), tl.float64)
-    s1 = tl.zeros([R], tl.float64)
-    s2 = tl.zeros([R], tl.float64)
-    cnt = tl.zeros([R], tl.int32)
-    nan = tl.zeros([R], tl.int32)
+    mn, mx, s1, s2, cnt, nan = _acc_start(tl.zeros([R], tl.float64), IS_FLOAT, WIDTH)
     for i in range(0, (nvalid + BLOCK - 1) // BLOCK):
         idx = (t0 + i) * BLOCK + ar
         bits = tl.load(p + idx, mask=idx < end, other=0)
@@ -464,16 +460,7 @@ def _stats_kernel_perm(base, tab, k, part, counters, out, k_total,
     K = _decode(tl.load(p + kat, mask=t0 < t1, other=0), KIND).to(tl.float64)
     if IS_FLOAT:
         K = tl.where(tl.abs(K) < float("inf"), K, 0.0)
-    if IS_FLOAT and WIDTH < 8:
-        mn = tl.full([RB, CW], float("inf"), tl.float32)
-        mx = tl.full([RB, CW], float("-inf"), tl.float32)
-    else:
-        mn = tl.full([RB, CW], float("inf"), tl.float64)
-        mx = tl.full([RB, CW], float("-inf"), tl.float64)
-    s1 = tl.zeros([RB, CW], tl.float64)
-    s2 = tl.zeros([RB, CW], tl.float64)
-    cnt = tl.zeros([RB, CW], tl.int32)
-    nan = tl.zeros([RB, CW], tl.int32)
+    mn, mx, s1, s2, cnt, nan = _acc_start(tl.zeros([RB, CW], tl.float64), IS_FLOAT, WIDTH)
     # checksum sum(bits * (2 * li + 1)) with li = lb(row) + (cb * CB + a) * L_inner, a the
     # column in the tile: per row (2 lb + 1 + 2 L cb CB) * (its bits' sum), plus
     # 2 L * sum(bits * a), in uint64 (mod 2**64)
