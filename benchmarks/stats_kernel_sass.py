@@ -3,7 +3,8 @@
     python benchmarks/stats_kernel_sass.py [--kernels PATH] [--arch 90] [--kind float32]
         [--cb 64] [--vec 16]
 
-Compiles ``_stats_kernel`` and ``_stats_kernel_perm`` (of the package, or of a variant
+Compiles ``_stats_kernel``, ``_stats_kernel_perm`` and (where the module has it)
+``_stats_kernel_dense`` (of the package, or of a variant
 module: a copy of ``runtime/fused_stats_kernels.py`` or a ``.patch`` of it) as the C++
 runtime's pack compiles them (``device_stats.Variant``: the same signature, constants and
 alignment) with Triton's own ``ptxas`` for ``sm_<arch>`` (no GPU needed), disassembles
@@ -44,7 +45,9 @@ def kernels_path(path: str | None) -> str:
 def compile_cubins(kernels: str, arch: int, kind: str, cb: int, vec_bytes: int, out: str) -> list[tuple[str, bytes]]:
     """``[(kernel name, cubin)]`` of the contiguous and the strided kernel of ``kernels`` for
     ``sm_<arch>``, compiled as the C++ runtime's pack compiles them (``device_stats.Variant``,
-    ``stats_worker.compile_variants``: the same signature, constants and alignment)."""
+    ``stats_worker.compile_variants``: the same signature, constants and alignment), and of
+    the dense kernel where ``kernels`` has one (the Python runtime's only: the contiguous
+    kernel's job with its table row width)."""
     import torch
 
     from aoti_debug.codegen import device_stats
@@ -56,12 +59,19 @@ def compile_cubins(kernels: str, arch: int, kind: str, cb: int, vec_bytes: int, 
     pointer = device_stats._POINTER[kind]
     chosen = [device_stats.Variant(code, width, bool(is_float), vec, pointer),
               device_stats.Variant(code, width, bool(is_float), vec, pointer, cb)]
+    jobs = [v.job() for v in chosen]
+    with open(kernels, encoding="utf-8") as f:
+        if "def _stats_kernel_dense(" in f.read():
+            dense = dict(jobs[0], kernel="_stats_kernel_dense", file="dense.cubin")
+            dense["constexprs"] = dict(dense["constexprs"], TW=fs._DENSE_TW)
+            dense["signature"] = dict(dense["signature"], TW="constexpr")
+            jobs.append(dense)
     job = {"kernels": os.path.abspath(kernels), "capability": arch, "num_warps": fs.NUM_WARPS, "out": out,
-           "variants": [v.job() for v in chosen]}
+           "variants": jobs}
     cubins = []
-    for v, r in zip(chosen, compile_variants(job)):
+    for j, r in zip(jobs, compile_variants(job)):
         with open(os.path.join(out, r["file"]), "rb") as f:
-            cubins.append((v.kernel, f.read()))
+            cubins.append((j["kernel"], f.read()))
     return cubins
 
 

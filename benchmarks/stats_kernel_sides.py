@@ -1,7 +1,8 @@
 """Device time of the stats kernels over one real step's launch sides, for kernel variants.
 
     CXX=/usr/bin/g++ PYTHONPATH=. python3 benchmarks/stats_kernel_sides.py --model transformer \
-        [--per-side] [--variant NAME=PATH[:RBLOCK[:PER_SM[:MIN_TILES[:BLOCK[:WARPS]]]]]] ... [--calls 20]
+        [--per-side] [--variant NAME=PATH[:RBLOCK[:PER_SM[:MIN_TILES[:BLOCK[:WARPS]]]]]] ...
+        [--strided NAME] [--calls 20]
 
 Compiles the model at level stats (Python wrapper), records the tensors of every launch
 side its first call summarises (shapes, strides, dtypes, offsets: the stats kernels' real
@@ -11,7 +12,9 @@ stats kernels), first with the package's own kernels, then with each variant mod
 copy of ``runtime/fused_stats_kernels.py``, or a ``.patch`` of it, as ``git diff`` writes
 it, applied to the package's). Prints per variant the device time per step,
 the bytes read per second, and whether min/max/absmax/nan/inf and the checksums are bit for
-bit those of the package's kernels (mean/std: the largest relative difference). CUDA only.
+bit those of the package's kernels (mean/std: the largest relative difference).
+``--strided NAME`` adds the package's kernels with tensors that fill a dense block in
+another order (channels_last) read by the strided kernel instead of the dense one. CUDA only.
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ def patched_kernels(patch: str) -> str:
 
 
 def use_kernels(path: str | None, rblock: int | None = None, per_sm: int | None = None, min_tiles: int | None = None,
-                block: int | None = None, warps: int | None = None) -> None:
+                block: int | None = None, warps: int | None = None, dense: bool = True) -> None:
     from aoti_debug.runtime import fused_stats as fs
 
     if path is None:
@@ -121,6 +124,9 @@ def use_kernels(path: str | None, rblock: int | None = None, per_sm: int | None 
         spec.loader.exec_module(mod)
     fs._kernel()
     fs._kernel_obj, fs._perm_kernel_obj = mod._stats_kernel, mod._stats_kernel_perm
+    # a module without the dense kernel (older kernels): dense permutations by the strided one
+    fs._dense_kernel_obj = getattr(mod, "_stats_kernel_dense", None)
+    fs.DENSE_READS = fs._dense_kernel_obj is not None and dense
     fs._RBLOCK = rblock or _PACKAGE[0]
     fs.PROGRAMS_PER_SM = per_sm or _PACKAGE[1]
     fs.MIN_TILES = min_tiles or _PACKAGE[2]
@@ -187,6 +193,8 @@ def main() -> int:
     p.add_argument("--variant", action="append", default=[],
                    help="name=path of a kernels module[:RBLOCK[:programs per SM[:min tiles[:BLOCK[:warps]]]]] "
                         "(repeatable)")
+    p.add_argument("--strided", metavar="NAME", default=None,
+                   help="also time the package's kernels with dense permutations read by the strided kernel")
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--per-side", action="store_true", help="also time each side alone (package kernels)")
     p.add_argument("--rounds", type=int, default=2, help="every variant this many times, alternating")
@@ -213,6 +221,8 @@ def main() -> int:
         name, rest = v.split("=", 1)
         path, *nums = rest.split(":")
         variants.append((name, path, tuple(int(n) for n in nums)))
+    if args.strided:
+        variants.append((args.strided, None, (0, 0, 0, 0, 0, False)))
     ref = None
     for r in range(args.rounds):
         for name, path, nums in variants:

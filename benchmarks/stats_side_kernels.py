@@ -8,7 +8,8 @@ contiguous copy made first, a contiguous tensor of its size, the
 weights side of a channels_last ResNet-18 (its parameters and running statistics, as
 the graph's inputs are read once a call) whole and split into its contiguous, strided and
 small tensors, one tensor of 512 elements (a launch's floor) and one of 24.5 MiB,
-contiguous and channels_last. Each row: the device time of every kernel of a call (copies
+contiguous and channels_last, and each of ResNet-18's channels_last activation shapes
+through the dense kernel, the strided kernel and as a contiguous tensor. Each row: the device time of every kernel of a call (copies
 included; torch.profiler), the mean of ``--calls`` calls. (``stats_kernel_sides.py``
 times only the stats kernels, over a whole model's sides.)
 """
@@ -55,10 +56,15 @@ def main() -> int:
         print("stats_side_kernels.py needs a CUDA device", file=sys.stderr)
         return 2
 
-    def row(name: str, tensors: list, copy: bool = False) -> None:
-        """``copy``: each tensor's contiguous copy made in the call, then summarised."""
+    def row(name: str, tensors: list, copy: bool = False, dense: bool = True) -> None:
+        """``copy``: each tensor's contiguous copy made in the call, then summarised;
+        ``dense`` False: dense permutations read by the strided kernel (``fs.DENSE_READS``)."""
         fn = (lambda: fs.summarize([t.contiguous() for t in tensors])) if copy else (lambda: fs.summarize(tensors))
-        total, rows = kernels_of(fn, args.calls)
+        fs.DENSE_READS = dense
+        try:
+            total, rows = kernels_of(fn, args.calls)
+        finally:
+            fs.DENSE_READS = True
         mib = sum(t.numel() * t.element_size() for t in tensors) / 2**20
         print(f"{name:44s} {len(tensors):4d} tensors {mib:8.2f} MiB {total:8.1f} us  "
               + "; ".join(f"{k} x{n} {us:.1f} us" for k, n, us in rows), flush=True)
@@ -74,13 +80,18 @@ def main() -> int:
 
     weights = [q.detach() for q in net.parameters()] + [b for n, b in net.named_buffers() if "running" in n]
     row("ResNet-18 weights side", weights)
+    row("ResNet-18 weights side, strided kernel only", weights, dense=False)
     row("  its contiguous tensors", [t for t in weights if t.is_contiguous()])
     row("  its strided tensors", [t for t in weights if not t.is_contiguous()])
     row("  its tensors of <= 1024 elements", [t for t in weights if t.numel() <= 1024])
     row("one tensor of 512 elements", [torch.randn(512, device="cuda")])
     row("one contiguous tensor of 24.5 MiB", [torch.randn(32, 64, 56, 56, device="cuda")])
-    row("one channels_last tensor of 24.5 MiB", [torch.randn(32, 64, 56, 56, device="cuda")
-                                                 .to(memory_format=torch.channels_last)])
+    for shape in ((32, 64, 112, 112), (32, 64, 56, 56), (32, 128, 28, 28), (32, 256, 14, 14), (32, 512, 7, 7)):
+        t = torch.randn(*shape, device="cuda").to(memory_format=torch.channels_last)
+        mib = t.numel() * 4 / 2**20
+        row(f"channels_last {mib:.1f} MiB, dense kernel", [t])
+        row(f"channels_last {mib:.1f} MiB, strided kernel", [t], dense=False)
+        row(f"  contiguous {mib:.1f} MiB", [t.contiguous()])
     return 0
 
 

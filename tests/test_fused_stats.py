@@ -184,6 +184,12 @@ def make_permuted_cases(device: str, big: int = 1) -> list[tuple[str, torch.Tens
         out.append((f"{name}-overlapping", v(5 + 4 * 9 * big + 16, dtype=dt).as_strided((9 * big, 16), (4, 1), 5)))
         out.append((f"{name}-overlapping-vec", v(16 * 7 * big + 32, dtype=dt).as_strided((7 * big, 32), (16, 1))))
         out.append((f"{name}-mask-expanded", v(2 * big, 1, 6, 6, dtype=dt).expand(2 * big, 5, 6, 6)))
+    for dt in DTYPES:  # dense in another order, dims a tile fits: the dense kernel
+        name = str(dt).replace("torch.", "")
+        out.append((f"{name}-channels-last-dense", v(3 * big, 64, 4, 8, dtype=dt).to(memory_format=torch.channels_last)))
+    # the tile of 1024 does not fit (1024 / 256 = 4 does not divide 2 * 3), half of it does
+    out.append(("float32-channels-last-half-tile", v(2 * big, 256, 2, 3).to(memory_format=torch.channels_last)))
+    out.append(("float32-dense-3-tile-dims", v(4 * big, 2, 8, 128).permute(2, 1, 0, 3)))
     out.append(("float32-long-rows", v(3, 1100 * big).t()))     # a run of 1100: column blocks of any tile
     out.append(("float32-short-rows", v(700 * big, 3).t()))     # a run of 3
     out.append(("float32-run-65", v(65, 37 * big).t()))         # a run no tile width divides
@@ -223,6 +229,7 @@ def _scale(exp: torch.Tensor) -> float:
 def check(tensors: list[torch.Tensor], names: list[str], **kw) -> None:
     """summarize(tensors) equals the per-tensor torch path: exact where exact, else ~1e-12."""
     stats, sums = fused_stats.summarize(tensors, **kw)
+    assert not fused_stats._broken, "a kernel failed: the rows came from the torch-op fallback"
     k = len(tensors)
     assert stats.shape == (k, 8) and stats.dtype == torch.float64
     assert sums.shape == (k,) and sums.dtype == torch.int64
@@ -702,8 +709,60 @@ def test_permuted_cases_cover_what_they_name():
     for name, t in PERMUTED:
         assert not t.is_contiguous() or name.endswith(("empty-permuted", "empty-channels-last", "channels-last-c1")), name
         assert read_in_place(t) == (not any(c in name for c in _COPIED) and not t.is_contiguous()), name
-    kinds = {fused_stats._prepare(t)[0][0] for _, t in PERMUTED if read_in_place(t)}
-    assert kinds == set(range(15))  # every element kind through the permuted kernel
+    kinds = {fused_stats._prepare(t)[0][0] for _, t in PERMUTED if read_in_place(t) and not dense(t)}
+    assert kinds == set(range(15))  # every element kind through the strided kernel
+    kinds = {fused_stats._prepare(t)[0][0] for _, t in PERMUTED if dense(t)}
+    assert kinds == set(range(15))  # ... and through the dense kernel
+    for name, t in PERMUTED:
+        assert (dense(t) is not None) == name.endswith(("-dense", "-half-tile", "-3-tile-dims")), name
+
+
+def dense(t: torch.Tensor, block: int = fused_stats.BLOCK):
+    """The dense kernel's layout of ``t`` with tiles of ``block``, or None (another kernel)."""
+    prep = fused_stats._prepare(t)
+    return None if prep is None or prep[2] is None else fused_stats._dense_of(prep[2], block, prep[0][1])
+
+
+def test_dense_layouts_of_resnet_shapes():
+    """_dense_layout: ResNet-18's channels_last activations read in memory order, the
+    logical index affine within each tile (lane weights, tile weights walked with their
+    period); the tile halved where 1024 does not fit; an image's runs of 3, a 3x3 conv's
+    weight, gaps, overlaps and 2**32 elements left to the strided kernel."""
+    lay = fused_stats._perm_layout
+    dense = fused_stats._dense_layout
+    cl = lambda n, c, h, w: lay((n, c, h, w), (c * h * w, 1, w * c, c))  # noqa: E731
+    # [N, H*W, C]: lane a -> channel a % 64 (weight H*W), row a // 64; tile t -> 16 rows a
+    # tile (period 3136 / 16 = 196), then the image (weight C*H*W)
+    assert dense(cl(32, 64, 56, 56), 1024, 4) == fused_stats._Dense(1024, ((64, 3136), (0, 1)),
+                                                                      ((196, 16), (0, 64 * 3136)))
+    assert dense(cl(32, 64, 112, 112), 1024, 4).block == 1024
+    assert dense(cl(32, 512, 7, 7), 1024, 4) == fused_stats._Dense(512, ((512, 49), (0, 1)), ((49, 1), (0, 512 * 49)))
+    assert dense(cl(32, 3, 224, 224), 1024, 4) is None       # runs of 3: no tile is whole periods
+    assert dense(cl(64, 64, 3, 3), 1024, 4) is None          # a conv weight: 9 rows of 64 a filter
+    assert dense(cl(2, 64, 4, 4), 1024, 4) == fused_stats._Dense(1024, ((64, 16), (16, 1), (0, 1024)),
+                                                                  ((0, 1024),))  # a tile an image
+    assert dense(cl(1, 64, 4, 4), 1024, 4) == fused_stats._Dense(1024, ((64, 16), (0, 1)), ((0, 0),))  # one tile
+    assert dense(lay((4, 32), (64, 1)), 1024, 4) is None     # gaps between rows
+    assert dense(lay((4, 32), (0, 1)), 1024, 4) is None      # an expanded dim
+    assert dense(lay((2, 2**29, 4), (4, 8, 1)), 1024, 4) is None  # 2**32 elements (dense: rows 8 apart, a pair 4)
+    assert dense(cl(2, 64, 4, 4), 8, 1) is None and dense(cl(2, 64, 4, 4), 16, 1) is not None  # a byte's vector: 16
+
+
+def test_dense_reads_switch_off(interpreted, monkeypatch):
+    """``DENSE_READS = False`` sends dense permutations to the strided kernel, with the same
+    rows bit for bit but for mean and std (summed in another order)."""
+    ts = [t for name, t in PERMUTED if dense(t) is not None]
+    launches, _ = _watch_launches_and_copies(monkeypatch)
+    a = fused_stats.summarize(ts)
+    assert {cols for _, cols in launches} == {-1}
+    monkeypatch.setattr(fused_stats, "DENSE_READS", False)
+    launches.clear()
+    b = fused_stats.summarize(ts)
+    assert launches and all(cols > 0 for _, cols in launches)
+    assert torch.equal(a[1], b[1])
+    exact = [0, 1, 4, 5, 6, 7]
+    torch.testing.assert_close(a[0][:, exact], b[0][:, exact], rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(a[0][:, 2:4], b[0][:, 2:4], rtol=1e-9, atol=1e-9, equal_nan=True)
 
 
 @pytest.mark.parametrize("name,t", PERMUTED, ids=[n for n, _ in PERMUTED])

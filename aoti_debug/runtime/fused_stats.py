@@ -102,6 +102,14 @@ MAX_ROW_DIMS = 6
 #: ... and fewer rows than this (the kernel divides row numbers in 32 bits); more: copied.
 MAX_PERM_ROWS = 1 << 31
 _PERM_TW = 9 + 3 * MAX_ROW_DIMS  # int64 per table row of the strided kernel (_PERM_DIMS)
+#: Dims of a dense tensor's lane and tile weights at most (fused_stats_kernels._DENSE_MAX):
+#: its memory dims (the inner run and at most MAX_ROW_DIMS), and one for the lanes' quotient.
+_DENSE_MAX = MAX_ROW_DIMS + 2
+_DENSE_TW = 8 + 4 * _DENSE_MAX  # int64 per table row of the dense kernel (_DENSE_DIMS)
+#: Read tensors that fill a dense block of memory in another order (channels_last, permutes)
+#: in memory order with the dense kernel where a tile size fits their dims
+#: (:func:`_dense_layout`); False: with the strided kernel, as before (benchmarks compare).
+DENSE_READS = True
 #: A tile row's cost in elements (the row's logical index: a div/mod per row dim), for
 #: choosing the tile's width (:func:`_cols`).
 _ROW_COST = 16
@@ -129,8 +137,9 @@ _lock = threading.Lock()
 _UNSET: Any = object()
 _kernel_obj: Any = _UNSET             # the Triton kernel, None when triton is unusable
 _perm_kernel_obj: Any = None          # its variant for other strided tensors (set with it)
+_dense_kernel_obj: Any = None         # its variant for dense permutations (set with it)
 _interpreted = False                  # the kernel runs in Triton's interpreter
-_broken: set[tuple] = set()           # (kind, vec, tile width or 0) whose compile/launch failed
+_broken: set[tuple] = set()           # (kind, vec, tile width, 0 or -1: dense) whose compile/launch failed
 _tables: dict[tuple, torch.Tensor] = {}
 _compiled: dict[tuple, Any] = {}      # (device, kind, vec, block, aligned pointers) -> compiled kernel
 _scratch: dict[tuple, list] = {}      # (device, stream) -> [partials f64, counters i32]
@@ -140,6 +149,7 @@ _sides: dict[tuple, tuple] = {}       # _side_key -> the side's launches (_Launc
 _SIDE_CACHE_MAX = 4096
 _STRIDED = torch.strided
 _layouts: dict[tuple, Any] = {}       # (shape, strides) -> _Perm, or None: not read in place
+_denses: dict[tuple, Any] = {}        # (_Perm, block, width) -> _Dense, or None: the strided kernel
 _LAYOUT_CACHE_MAX = 4096
 
 #: ``AOTI_DEBUG_FUSED_STATS=0`` (read at import) sends everything down the torch-op path.
@@ -155,15 +165,16 @@ def _kernel():
     Triton decides at import whether the kernel runs compiled or in its interpreter
     (``TRITON_INTERPRET=1``); an interpreted kernel also serves CPU tensors (tests).
     """
-    global _kernel_obj, _perm_kernel_obj, _interpreted
+    global _kernel_obj, _perm_kernel_obj, _dense_kernel_obj, _interpreted
     if _kernel_obj is _UNSET:
         with _lock:
             if _kernel_obj is _UNSET:
                 try:
-                    from .fused_stats_kernels import _stats_kernel, _stats_kernel_perm
+                    from .fused_stats_kernels import _stats_kernel, _stats_kernel_dense, _stats_kernel_perm
 
                     _interpreted = type(_stats_kernel).__name__ == "InterpretedFunction"
                     _perm_kernel_obj = _stats_kernel_perm
+                    _dense_kernel_obj = _stats_kernel_dense
                     _kernel_obj = _stats_kernel
                 except Exception:  # no triton, or one this code cannot use
                     _kernel_obj = None
@@ -230,6 +241,77 @@ def _perm_layout(shape: Sequence[int], strides: Sequence[int]) -> _Perm | None:
     dims.remove(inner)
     dims.sort(reverse=True)  # memory order, outermost first
     return _Perm(inner[2], inner[1], tuple((n, ls, ms) for ms, ls, n in reversed(dims)))
+
+
+class _Dense(NamedTuple):
+    """How the dense kernel reads a tensor that fills a dense block of memory in another
+    order than the logical one: in memory order, in tiles of ``block`` elements, element
+    ``t * block + a`` (memory offset from the tensor's first element: tile ``t``, lane
+    ``a``) of logical index ``f(t) + w(a)``; ``w`` and ``f`` each a sum of mixed-radix
+    digits times weights, ``(size, weight)`` per digit, innermost first, the last taking
+    the quotient (its size 0)."""
+
+    block: int
+    lanes: tuple[tuple[int, int], ...]
+    tiles: tuple[tuple[int, int], ...]
+
+
+def _dense_layout(perm: _Perm, block: int, width: int) -> _Dense | None:
+    """The :class:`_Dense` of a tensor read in place as ``perm`` whose elements fill a dense
+    block of memory (each row dim's memory stride the product of the sizes inside it), in
+    tiles of ``block`` or ``block // 2`` elements (at least a 16-byte vector); None when it
+    has gaps, repeats or 2**32 elements or more, or when no such tile keeps the logical
+    index affine within each tile.
+
+    Memory dims innermost first, sizes ``s_d`` and logical strides ``l_d``, dim ``d``
+    ``P_d = s_0 ... s_(d-1)`` elements apart: a tile of ``B`` elements holds whole periods
+    of the dims below ``k`` (``P_k`` divides ``B``) and a part of dim ``k`` that never
+    wraps inside a tile (``B / P_k`` divides ``s_k``); then lane ``a`` has digits
+    ``a // P_d % s_d`` below ``k`` and ``a // P_k`` in dim ``k``, and tile ``t`` the digits
+    of ``t`` over ``(s_k P_k / B, s_(k+1), ...)`` with weights ``(B / P_k) l_k, l_(k+1), ...``.
+    NCHW channels_last (memory ``[N, H*W, C]``) with ``C`` a power of two up to ``B``
+    and ``B / C`` dividing ``H*W`` qualifies (ResNet's activations); a run of 3 (an
+    image, a first conv's weight) does not."""
+    dims = [(perm.inner, perm.inner_stride)]
+    numel = perm.inner
+    for size, ls, ms in perm.dims:
+        if ms != numel:
+            return None  # gaps, a stride-0 dim or overlaps
+        dims.append((size, ls))
+        numel *= size
+    if numel >= 1 << 32:
+        return None
+    for b in (block, block // 2):
+        if b < 16 // width or b & (b - 1):
+            continue
+        k, period = 0, 1  # the first dim whose period does not divide the tile
+        while k < len(dims) and b % (period * dims[k][0]) == 0:
+            period *= dims[k][0]
+            k += 1
+        if k == len(dims):  # the whole tensor in one tile
+            return _Dense(b, tuple((s, ls) for s, ls in dims[:-1]) + ((0, dims[-1][1]),), ((0, 0),))
+        part = b // period
+        if dims[k][0] % part:
+            continue
+        lanes = tuple(dims[:k]) + ((0, dims[k][1]),)
+        tiles = ((dims[k][0] // part, part * dims[k][1]),) + tuple(dims[k + 1:])
+        return _Dense(b, lanes, tiles[:-1] + ((0, tiles[-1][1]),))
+    return None
+
+
+def _dense_of(perm: _Perm, block: int, width: int) -> _Dense | None:
+    """:func:`_dense_layout`, cached; None while :data:`DENSE_READS` is off."""
+    if not DENSE_READS:
+        return None
+    key = (perm, block, width)
+    try:
+        return _denses[key]
+    except KeyError:
+        pass
+    if len(_denses) >= _LAYOUT_CACHE_MAX:
+        _denses.clear()
+    found = _denses[key] = _dense_layout(perm, block, width)
+    return found
 
 
 def _layout_of(t: torch.Tensor) -> _Perm | None:
@@ -421,17 +503,41 @@ def plan_permuted(ptrs: Sequence[int], numels: Sequence[int], layouts: Sequence[
     return base, vec, values, programs
 
 
+def plan_dense(ptrs: Sequence[int], numels: Sequence[int], denses: Sequence[_Dense], rows: Sequence[int],
+               width: int, spare: int, max_programs: int, min_tiles: int) -> tuple[int, int, list[int], int]:
+    """:func:`plan` for the dense kernel (tensors of one kind and one :class:`_Dense` tile
+    size, which :func:`plan` is given): its six values, then the numbers of lane and tile
+    dims and their ``(size, weight)``, each list padded to ``_DENSE_MAX`` pairs. A tile
+    walk's period (the first tile dim's size) is ``2**62`` where that dim takes the
+    quotient (it never wraps)."""
+    base, vec, values, programs = plan(ptrs, numels, rows, width, spare, denses[0].block, max_programs, min_tiles)
+    out: list[int] = []
+    for i, d in enumerate(denses):
+        tiles = d.tiles if len(d.tiles) > 1 else ((1 << 62, d.tiles[0][1]),)
+        lanes = [v for pair in d.lanes for v in pair]
+        walk = [v for pair in tiles for v in pair]
+        out += (*values[6 * i:6 * i + 6], len(d.lanes), len(tiles), *lanes, *[0] * (2 * _DENSE_MAX - len(lanes)),
+                *walk, *[0] * (2 * _DENSE_MAX - len(walk)))
+    return base, vec, out, programs
+
+
 def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: torch.Tensor, k_total: int,
             device: torch.device, stream_key: tuple, block: int, max_programs: int, min_tiles: int,
             static: Any = None, cols: int = 0, layouts: Sequence[_Perm] = ()) -> None:
     """One launch for all tensors of one kind: ``items`` = [(output row, contiguous tensor)],
     laid out by :func:`plan`; with ``cols``, the strided kernel's launch for tensors read
-    in place (``layouts``: their :class:`_Perm`), laid out by :func:`plan_permuted`."""
+    in place (``layouts``: their :class:`_Perm`), laid out by :func:`plan_permuted`; with
+    ``cols`` -1, the dense kernel's (``layouts``: their :class:`_Dense`, of one tile size,
+    ``block``), laid out by :func:`plan_dense`."""
     code, width, is_float = spec
     ptrs = [t.data_ptr() for _, t in items]
     numels = [t.numel() for _, t in items]
     rows = [row for row, _ in items]
-    if cols:
+    if cols < 0:
+        kernel = _dense_kernel_obj
+        base_ptr, vec, values, programs = plan_dense(ptrs, numels, layouts, rows, width, out.data_ptr(),
+                                                     max_programs, min_tiles)
+    elif cols:
         kernel = _perm_kernel_obj
         base_ptr, vec, values, programs = plan_permuted(ptrs, numels, layouts, rows, width, block, cols,
                                                         max_programs, min_tiles)
@@ -455,12 +561,12 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
             addr = (base_ptr, tab.data_ptr(), part.data_ptr(), counters.data_ptr(), out.data_ptr())
             variant = (device.index, code, vec, block, tuple([a % 16 == 0 for a in addr]), cols)
             args = (addr[0], addr[1], len(items), addr[2], addr[3], addr[4], k_total,
-                    code, width, is_float, vec, block, _TBLOCK, _RBLOCK) + ((cols, _PERM_TW) if cols else ())
+                    code, width, is_float, vec, block, _TBLOCK, _RBLOCK) + _extra_args(cols)
             compiled = _compiled.get(variant)
             if compiled is not None and _direct_launch(compiled, programs, stream_key[1], args):
                 return _Launch(compiled, programs, stream_key[1], args[:5], args[7:], addr[4] % 16 == 0,
                                (tab, part, counters))
-        extra = {"CB": cols, "TW": _PERM_TW} if cols else {}
+        extra = {"CB": cols, "TW": _PERM_TW} if cols > 0 else {"TW": _DENSE_TW} if cols else {}
         compiled = kernel[(programs,)](base, tab, len(items), part, counters, out, k_total,
                                        KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block,
                                        TBLOCK=_TBLOCK, RBLOCK=_RBLOCK, num_warps=NUM_WARPS, **extra)
@@ -471,6 +577,12 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
             _broken.add((code, vec, cols))
         raise
     return None
+
+
+def _extra_args(cols: int) -> tuple:
+    """The constexprs after the contiguous kernel's: the strided kernel's tile width and
+    table row, the dense kernel's table row (``cols`` -1)."""
+    return (cols, _PERM_TW) if cols > 0 else (_DENSE_TW,) if cols else ()
 
 
 class _Launch(NamedTuple):
@@ -871,11 +983,15 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tu
             if prep is None:
                 todo.append(row)
             elif prep[2] is None:
-                groups.setdefault((prep[0], 0), []).append((row, prep[1]))
+                groups.setdefault((prep[0], 0, block), []).append((row, prep[1]))
             else:
-                key = (prep[0], _cols(prep[2].inner, block))
+                dense = _dense_of(prep[2], block, prep[0][1])
+                if dense is not None:  # one launch per kind and tile size
+                    key = (prep[0], -1, dense.block)
+                else:
+                    key = (prep[0], _cols(prep[2].inner, block), block)
                 groups.setdefault(key, []).append((row, prep[1]))
-                layouts.setdefault(key, []).append(prep[2])
+                layouts.setdefault(key, []).append(dense or prep[2])
         max_programs = _max_programs or max(1, PROGRAMS_PER_SM * _sms(device))
         min_tiles = _min_tiles or MIN_TILES
         stream_key = _stream_key(device)
@@ -886,12 +1002,13 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tu
             kout, shift, ktotal = out[8 * first:], first, rows_from(first, rows)
         launches: list[_Launch | None] = []
         with _on_device(device):
-            for (spec, cols), items in groups.items():
+            for (spec, cols, tile), items in groups.items():
                 if shift:
                     items = [(row - shift, t) for row, t in items]
                 try:
-                    launches.append(_launch(kernel, items, spec, kout, ktotal, device, stream_key, block,
-                                            max_programs, min_tiles, static, cols, layouts.get((spec, cols), ())))
+                    launches.append(_launch(kernel, items, spec, kout, ktotal, device, stream_key, tile,
+                                            max_programs, min_tiles, static, cols,
+                                            layouts.get((spec, cols, tile), ())))
                 except Exception as e:
                     from .session import warn_once
 

@@ -166,6 +166,71 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
                   KIND: tl.constexpr, WIDTH: tl.constexpr, IS_FLOAT: tl.constexpr,
                   VEC: tl.constexpr, BLOCK: tl.constexpr, TBLOCK: tl.constexpr,
                   RBLOCK: tl.constexpr):
+    """Contiguous tensors: element ``i`` at ``i`` (table rows of six int64: :func:`_linear`)."""
+    _linear(base, tab, k, part, counters, out, k_total, KIND, WIDTH, IS_FLOAT, VEC, BLOCK, TBLOCK, RBLOCK,
+            False, 6)
+
+
+@triton.jit(do_not_specialize=["k", "k_total"])
+def _stats_kernel_dense(base, tab, k, part, counters, out, k_total,
+                        KIND: tl.constexpr, WIDTH: tl.constexpr, IS_FLOAT: tl.constexpr,
+                        VEC: tl.constexpr, BLOCK: tl.constexpr, TBLOCK: tl.constexpr,
+                        RBLOCK: tl.constexpr, TW: tl.constexpr):
+    """Tensors that fill a dense block of memory in another order than the logical one
+    (channels_last activations, permutes): read in memory order as the contiguous kernel
+    reads, element at memory offset ``m`` weighed in the checksum by its logical index
+    ``L(m)``, which is affine within each aligned tile of ``BLOCK`` elements (the planner
+    picks such a ``BLOCK``: ``fused_stats._dense_layout``): ``L(t * BLOCK + a) = f(t) + w(a)``,
+    ``w`` a lane's weight (:func:`_digits` of its lane, once a program) and ``f`` the
+    tile's (walked from tile to tile, :func:`_walk`). Table rows of ``TW`` int64
+    (``_DENSE_DIMS``)."""
+    _linear(base, tab, k, part, counters, out, k_total, KIND, WIDTH, IS_FLOAT, VEC, BLOCK, TBLOCK, RBLOCK,
+            True, TW)
+
+
+#: A dense tensor's table row (int64): :func:`plan`'s six values, the number of lane dims
+#: and of tile dims, then ``(size, logical weight)`` of each lane dim (innermost first, the
+#: last taking the quotient) at ``_DENSE_DIMS``, and of each tile dim at
+#: ``_DENSE_DIMS + 2 * _DENSE_MAX`` (the same form; the first's size is the period of the walk).
+_DENSE_DIMS = tl.constexpr(8)
+_DENSE_MAX = tl.constexpr(8)
+
+
+@triton.jit
+def _digits(x, dp, nd):
+    """``sum(digit_j * weight_j)`` of ``x`` (< 2**32) decomposed in the mixed radix of the
+    ``nd`` ``(size, weight)`` pairs at ``dp``, innermost first, the last taking the quotient
+    (its size unread): a logical index from a memory one. Unsigned 32-bit divisions."""
+    xr = x.to(tl.uint32)
+    w = x.to(tl.int64) * 0
+    for j in range(0, nd - 1):
+        s = tl.load(dp + 2 * j).to(tl.uint32)
+        q = xr // s
+        w += (xr - q * s).to(tl.int64) * tl.load(dp + 2 * j + 1)
+        xr = q
+    return w + xr.to(tl.int64) * tl.load(dp + 2 * nd - 1)
+
+
+@triton.jit
+def _walk(t, dig, f, q0, w0, tdp, nt):
+    """The dense kernel's tile weight ``f`` of tile ``t`` from that of tile ``t - 1``: one
+    step of the innermost tile digit ``dig`` (weight ``w0``), and where it wraps at ``q0``
+    the whole decomposition again (:func:`_digits`; once every ``q0`` tiles)."""
+    dig += 1
+    f += w0
+    if dig == q0:
+        dig = dig * 0
+        f = _digits(t, tdp, nt)
+    return dig, f
+
+
+@triton.jit
+def _linear(base, tab, k, part, counters, out, k_total,
+            KIND: tl.constexpr, WIDTH: tl.constexpr, IS_FLOAT: tl.constexpr,
+            VEC: tl.constexpr, BLOCK: tl.constexpr, TBLOCK: tl.constexpr,
+            RBLOCK: tl.constexpr, DENSE: tl.constexpr, TW: tl.constexpr):
+    """The body of :func:`_stats_kernel` and, with ``DENSE``, of :func:`_stats_kernel_dense`:
+    a program sums ``ctiles`` consecutive tiles of ``BLOCK`` elements of its tensor's memory."""
     pid = tl.program_id(0).to(tl.int64)
     # -- which tensor: the number of tensors whose first program is <= pid, less one
     tid = 0
@@ -173,9 +238,9 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
         tid = -1
         for j0 in range(0, k, TBLOCK):
             js = j0 + tl.arange(0, TBLOCK)
-            f = tl.load(tab + js * 6 + 2, mask=js < k, other=pid + 1)
+            f = tl.load(tab + js * TW + 2, mask=js < k, other=pid + 1)
             tid += tl.sum((f <= pid).to(tl.int32), axis=0)
-    rp = tab + tid * 6
+    rp = tab + tid * TW
     q = tl.load(rp)
     n = tl.load(rp + 1)
     first = tl.load(rp + 2)
@@ -216,8 +281,19 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
     cS = tl.zeros([R], tl.uint64)
     cT = tl.zeros([R], tl.uint64)
     cA = tl.zeros([R], tl.uint64)
-    au = ar.to(tl.uint32)
-    cS, cT, cA = _checksum(bits, 0, au, cS, cT, cA)
+    if DENSE:
+        # logical index f(t) + w(a): the lanes' weights once, the tiles' walked
+        au = _digits(ar, rp + _DENSE_DIMS, tl.load(rp + 6)).to(tl.uint32)
+        nt = tl.load(rp + 7)
+        tdp = rp + _DENSE_DIMS + 2 * _DENSE_MAX
+        q0 = tl.load(tdp)
+        w0 = tl.load(tdp + 1)
+        f = _digits(t0, tdp, nt)
+        dig = t0 % q0
+        cS, cT, cA = _checksum(bits, f, au, cS, cT, cA)
+    else:
+        au = ar.to(tl.uint32)
+        cS, cT, cA = _checksum(bits, 0, au, cS, cT, cA)
     mn, mx, s1, s2, cnt, nan = _acc(bits, idx < end, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
     # the next tile is loaded before this one is summed: two tiles in flight a thread
     nbits = tl.load(p + (t0 + 1) * BLOCK + ar, mask=nfull > 1, other=0)
@@ -225,18 +301,30 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
         idx = (t0 + i) * BLOCK + ar
         bits = nbits
         nbits = tl.load(p + idx + BLOCK, mask=i + 1 < nfull, other=0)
-        cS, cT, cA = _checksum(bits, i, au, cS, cT, cA)
+        if DENSE:
+            dig, f = _walk(t0 + i, dig, f, q0, w0, tdp, nt)
+            cS, cT, cA = _checksum(bits, f, au, cS, cT, cA)
+        else:
+            cS, cT, cA = _checksum(bits, i, au, cS, cT, cA)
         mn, mx, s1, s2 = _acc_fast(bits, K, mn, mx, s1, s2, KIND)
     cnt += (tl.maximum(nfull - 1, 0) * C).to(tl.int32)  # the whole tiles' elements, C a lane each
     if nfull >= 1 and nfull * BLOCK < nvalid:
         idx = (t0 + nfull) * BLOCK + ar
         bits = tl.load(p + idx, mask=idx < end, other=0)
-        cS, cT, cA = _checksum(bits, nfull, au, cS, cT, cA)
+        if DENSE:
+            dig, f = _walk(t0 + nfull, dig, f, q0, w0, tdp, nt)
+            cS, cT, cA = _checksum(bits, f, au, cS, cT, cA)
+        else:
+            cS, cT, cA = _checksum(bits, nfull, au, cS, cT, cA)
         mn, mx, s1, s2, cnt, nan = _acc(bits, idx < end, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
     if IS_FLOAT:
         if _nonfinite_lanes(s2) > 0:  # a NaN or an infinity: the values again, each looked at
             mn, mx, s1, s2, cnt, nan = _acc_chunk(p, t0, nvalid, end, ar, K, KIND, WIDTH, IS_FLOAT, R, BLOCK)
-    cs = (cS * (1 + 2 * BLOCK * t0.to(tl.uint64, bitcast=True)) + cT * (2 * BLOCK) + cA * 2).to(tl.int64, bitcast=True)
+    if DENSE:  # sum(bits * (2 * (f + w) + 1))
+        cs = (cS + (cT + cA) * 2).to(tl.int64, bitcast=True)
+    else:
+        cs = (cS * (1 + 2 * BLOCK * t0.to(tl.uint64, bitcast=True)) + cT * (2 * BLOCK) + cA * 2).to(tl.int64,
+                                                                                                 bitcast=True)
     _finish(part, counters, out, k_total, pid, first, nprog, row, K, nvalid, cnt, s1, s2, mn, mx, nan, cs,
             RBLOCK)
 
