@@ -38,6 +38,8 @@ def _kind(name: str) -> str:
         return "contiguous stats kernel"
     if name == "_stats_kernel_perm":
         return "strided stats kernel"
+    if name == "_stats_kernel_dense":
+        return "dense stats kernel"
     if "elementwise_kernel" in name:
         return "device copies (elementwise_kernel)"
     return "model"

@@ -45,7 +45,7 @@ def fake_stats_images(capability, chosen=None, workers=None) -> list:
     the parameters Triton 3.6 gives the real ones (their two scratch pointers included)."""
     from aoti_debug.codegen import device_stats
 
-    return [device_stats.KernelImage(v, "_stats_kernel", b"\x7fELFFAKE" + bytes(12), 4, 32,
+    return [device_stats.KernelImage(v, "_stats_kernel", b"\x7fELFFAKE" + bytes(20), 4, 32,
                                      (*device_stats.ARG_TYPES, *STATS_SCRATCH))
             for v in device_stats.variants()]
 

@@ -61,7 +61,7 @@ def fake_pack(path, capability=90, leave_out=(12,)) -> str:
     """A pack of every variant but the kinds ``leave_out``, each "cubin" naming its variant
     for the stand-in driver."""
     images = [device_stats.KernelImage(v, v.kernel,
-                                       b"\x7fELFFAKE" + struct.pack("<IIII", v.kind, v.width, v.vec, v.cols),
+                                       b"\x7fELFFAKE" + struct.pack("<5I", v.kind, v.width, v.vec, v.cols, v.dense),
                                        4, 32, (*device_stats.ARG_TYPES, *STATS_SCRATCH))
               for v in device_stats.variants() if v.kind not in leave_out]
     path.write_bytes(device_stats.write_pack(capability, images, device_stats.dtypes()))
@@ -99,9 +99,10 @@ def launches(calls: list[str]) -> list[tuple[dict, list[dict]]]:
 # --------------------------------------------------------------------------- the kernel for sm_90
 @pytest.fixture(scope="module")
 def real_pack(tmp_path_factory):
-    """Three variants compiled for sm_90 by Triton, without a GPU (the rest: the GPU tests):
-    two of the contiguous kernel, one of the strided one."""
-    chosen = [v for v in device_stats.variants() if (v.kind, v.vec, v.cols) in ((9, 4, 0), (10, 1, 0), (9, 4, 64))]
+    """Four variants compiled for sm_90 by Triton, without a GPU (the rest: the GPU tests):
+    two of the contiguous kernel, one of the strided one, one of the dense one."""
+    chosen = [v for v in device_stats.variants()
+              if (v.kind, v.vec, v.cols, v.dense) in ((9, 4, 0, 0), (10, 1, 0, 0), (9, 4, 64, 0), (9, 4, 0, 1024))]
     logger = logging.getLogger("aoti_debug")
     seen: list[logging.LogRecord] = []
     handler = logging.Handler(logging.INFO)
@@ -122,8 +123,8 @@ def real_pack(tmp_path_factory):
 
 def test_cubins_for_sm90_are_built_without_a_gpu(real_pack):
     images, path = real_pack
-    assert [(im.variant.kind, im.variant.vec, im.variant.cols) for im in images] == [(9, 4, 0), (9, 4, 64),
-                                                                                      (10, 1, 0)]
+    assert [(im.variant.kind, im.variant.vec, im.variant.cols, im.variant.dense) for im in images] == [
+        (9, 4, 0, 1024), (9, 4, 0, 0), (9, 4, 64, 0), (10, 1, 0, 0)]
     for im in images:
         assert im.image[:4] == b"\x7fELF" and im.name.encode() in im.image and len(im.image) > 1000
         assert im.name == im.variant.kernel and im.num_warps == fused_stats.NUM_WARPS
@@ -136,7 +137,8 @@ def test_cubins_for_sm90_are_built_without_a_gpu(real_pack):
         fused_stats.BLOCK, fused_stats.PROGRAMS_PER_SM, fused_stats.MIN_TILES)
     assert all(k["offset"] % device_stats.IMAGE_ALIGN == 0 for k in pack["kernels"])
     assert [k["image"] for k in pack["kernels"]] == [im.image for im in images]
-    assert [(k["cols"], k["table_width"]) for k in pack["kernels"]] == [(0, 0), (64, fused_stats._PERM_TW), (0, 0)]
+    assert [(k["cols"], k["dense"], k["table_width"]) for k in pack["kernels"]] == [
+        (0, 1024, fused_stats._DENSE_TW), (0, 0, 0), (64, 0, fused_stats._PERM_TW), (0, 0, 0)]
 
 
 def test_the_runtime_accepts_what_triton_built(built, real_pack):
@@ -160,6 +162,11 @@ def test_variants_and_dtypes_cover_what_the_python_runtime_launches():
     perm = {(v.kind, v.vec, v.cols) for v in device_stats.variants() if v.cols}
     assert perm == {(kind, vec, cols) for kind in device_stats.PERM_KINDS for cols in device_stats.PERM_COLS
                     for vec in (1, 16 // next(w for k, w, _f in kinds if k == kind)) if cols >= vec}
+    # The dense kernel for the same kinds, at the block and half of it, vectorised and not.
+    dense = {(v.kind, v.vec, v.dense) for v in device_stats.variants() if v.dense}
+    assert dense == {(kind, vec, block) for kind in device_stats.PERM_KINDS for block in device_stats.dense_blocks()
+                     for vec in (1, 16 // next(w for k, w, _f in kinds if k == kind))}
+    assert device_stats.dense_blocks() == (fused_stats.BLOCK, fused_stats.BLOCK // 2)
     names = {n: (kind, units) for n, kind, units in device_stats.dtypes()}
     for dtype, (code, _w, _f) in fused_stats._KINDS.items():
         assert names[str(dtype).replace("torch.", "")] == (code, 1)
@@ -187,6 +194,12 @@ def test_bad_packs_are_refused(built, tmp_path):
     def entry(at: int, value: int) -> bytes:
         return good[:strided + at] + struct.pack("<I", value) + good[strided + at + 4:]
 
+    dense = 64 + 64 * next(i for i, k in enumerate(kernels) if k["dense"])  # its tile at +56 (8 bytes)
+
+    def dense_entry(at: int, value: int, size: str = "<I") -> bytes:
+        n = struct.calcsize(size)
+        return good[:dense + at] + struct.pack(size, value) + good[dense + at + n:]
+
     cases = {
         "not a stats pack": b"X" + good[1:],
         "another version": good[:8] + struct.pack("<I", 1) + good[12:],
@@ -196,7 +209,13 @@ def test_bad_packs_are_refused(built, tmp_path):
         "do not fit": good[:16] + struct.pack("<I", 100000) + good[20:],
     }
     bad_entries = {"tile width not a power of two": entry(24, 48), "tile width above the block": entry(24, 2048),
-                   "another table width": entry(28, 24), "a table width without a tile width": entry(24, 0)}
+                   "another table width": entry(28, 24), "a table width without a tile width": entry(24, 0),
+                   "a dense tile not a power of two": dense_entry(56, 768, "<Q"),
+                   "a dense tile above the block": dense_entry(56, 2048, "<Q"),
+                   "a dense tile with a tile width": dense_entry(24, 64),
+                   "a dense tile with the strided table": dense_entry(28, fused_stats._PERM_TW),
+                   "a strided entry with a dense tile": good[:strided + 56] + struct.pack("<Q", 1024) +
+                   good[strided + 64:]}
     for why, data in bad_entries.items():
         assert "malformed" in verdict(data), why
     for why, data in cases.items():
@@ -294,13 +313,14 @@ def test_a_side_whose_tensors_stay_put_copies_its_table_once(built, tmp_path):
 
 
 #: The strided tensors of the harness's "strided" mode (tests/fake_cuda/harness.cpp), by
-#: numel: shape, strides, and the tile width the runtime picks among device_stats.PERM_COLS.
+#: numel: shape, strides, and the tile width the runtime picks among device_stats.PERM_COLS
+#: (negative: the dense kernel's tile).
 _STRIDED = {
     2 * 4 * 8 * 16: ((2, 4, 8, 16), (1536, 16, 192, 1), 16),  # k of a fused QKV buffer: gaps
     2 * 3 * 5 * 7: ((2, 3, 5, 7), (105, 1, 21, 3), 4),        # channels_last bfloat16, 3 channels
     2 * 3 * 4 * 8: ((2, 3, 4, 8), (32, 0, 8, 1), 16),         # float16 with a stride-0 dim
     40 * 50: ((40, 50), (1, 40), 64),                          # transposed
-    512 * 1024: ((512, 1024), (1, 512), 256),                  # transposed, many programs
+    512 * 1024: ((512, 1024), (1, 512), -1024),                # transposed, dense: many programs
     33 * 20: ((33, 20), (1, 33), 64),                          # transposed, 4 bytes off 16
 }
 
@@ -309,8 +329,10 @@ def test_strided_tensors_are_read_in_place_as_the_python_runtime_plans_them(buil
     """Gapped, channels_last, expanded and transposed tensors of the floating kinds are read
     in place by the strided kernel (no copy on the device), each launch's table the one
     fused_stats.plan_permuted makes for them (the tile width the best of the pack's for the
-    inner run, vectorised where aligned); the int64 one, which has no strided kernel, is
-    copied and read as a contiguous tensor; records equal the host path's to the bit."""
+    inner run, vectorised where aligned), and the transposed one that fills a dense block
+    and whose runs a tile fits by the dense kernel, its table fused_stats.plan_dense's; the
+    int64 one, which has no strided kernel, is copied and read as a contiguous tensor;
+    records equal the host path's to the bit."""
     pack = fake_pack(tmp_path / "pack.bin")
     dev, calls, _copied, err = run_harness(built, tmp_path, "device", pack, args=("strided",))
     host, _h, _c, _e = run_harness(built, tmp_path, "host", pack, args=("strided",), AOTI_DEBUG_FUSED_STATS="0")
@@ -319,12 +341,27 @@ def test_strided_tensors_are_read_in_place_as_the_python_runtime_plans_them(buil
     assert {tuple(r["stride"]) for r in dev if r["numel"] in _STRIDED} == {v[1] for v in _STRIDED.values()}
     found = launches(calls)
     strided = [(f, rows) for f, rows in found if f["cols"] != "0"]
-    # Per side (4): float32 at widths 16, 64 and 256, bfloat16 at 4, float16 at 16.
+    dense = [(f, rows) for f, rows in found if f["dense"] != "0"]
+    # Per side (4): float32 at widths 16 and 64, bfloat16 at 4, float16 at 16; float32 dense.
     assert sorted((f["kind"], f["cols"]) for f, _ in strided) == sorted(
-        [("9", "16"), ("9", "64"), ("9", "256"), ("7", "4"), ("6", "16")] * 4)
-    read = [r["n"] for _f, rows in strided for r in rows]
+        [("9", "16"), ("9", "64"), ("7", "4"), ("6", "16")] * 4)
+    assert [(f["kind"], f["dense"]) for f, _ in dense] == [("9", "1024")] * 4
+    read = [r["n"] for _f, rows in strided + dense for r in rows]
     assert sorted(read) == sorted(list(_STRIDED) * 4)
-    copied = [r for f, rows in found if f["cols"] == "0" for r in rows if r["n"] == 42]
+    for fields, rows in dense:
+        width, vec = int(fields["width"]), int(fields["vec"])
+        base = (1 << 20) + int(fields["base"])
+        ptrs = [base + r["q"] * width * vec for r in rows]
+        layouts = [fused_stats._dense_of(fused_stats._perm_layout(*_STRIDED[r["n"]][:2]), fused_stats.BLOCK, width)
+                   for r in rows]
+        assert all(lay is not None and -lay.block == _STRIDED[r["n"]][2] for lay, r in zip(layouts, rows))
+        _b, want_vec, table, programs = fused_stats.plan_dense(
+            ptrs, [r["n"] for r in rows], layouts, [r["row"] for r in rows], width, 0,
+            fused_stats.PROGRAMS_PER_SM * 132, fused_stats.MIN_TILES)
+        assert vec == want_vec == 4 and int(fields["grid"].split(",")[0]) == programs > 100
+        assert table == [x for r in rows for x in (r["q"], r["n"], r["first"], r["nprog"], r["per"], r["row"],
+                                                   *(r[f"t{j}"] for j in range(6, fused_stats._DENSE_TW)))]
+    copied = [r for f, rows in found if f["cols"] == "0" and f["dense"] == "0" for r in rows if r["n"] == 42]
     assert len(copied) == 4 and all(r["mod16"] == 0 for r in copied)  # the int64 6x7, from its aligned copy
     vectorised = {}
     for fields, rows in strided:
@@ -341,9 +378,8 @@ def test_strided_tensors_are_read_in_place_as_the_python_runtime_plans_them(buil
                                                    *(r[f"t{j}"] for j in range(6, fused_stats._PERM_TW)))]
         vectorised.update({r["n"]: vec for r in rows})
     # Vectorised but for the bfloat16 tile (4 elements, under a vector of 8) and the group
-    # holding the tensor 4 bytes off 16; the transposed 512x1024 one takes many programs.
+    # holding the tensor 4 bytes off 16.
     assert {n for n, v in vectorised.items() if v == 1} == {2 * 3 * 5 * 7, 40 * 50, 33 * 20}
-    assert max(r["nprog"] for _f, rows in strided for r in rows if r["n"] == 512 * 1024) > 100
 
 
 def _manifest_order(recs):

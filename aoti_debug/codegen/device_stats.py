@@ -12,7 +12,9 @@ specialises the Python runtime's launches (pointers 16-byte aligned; ``k`` and
 model's strided tensors have (:data:`PERM_KINDS`: permuted weights, q/k/v slices,
 channels_last activations), the strided kernel (``_stats_kernel_perm``) that reads them
 in place, for the tile widths :data:`PERM_COLS`, so the C++ runtime no longer copies them
-(it still copies other strided tensors, as ``fused_stats`` does).
+(it still copies other strided tensors, as ``fused_stats`` does), and the dense kernel
+(``_stats_kernel_dense``, at :func:`dense_blocks`) that reads those that fill a dense
+block in memory order.
 
 The cubins travel as one *pack* (:func:`write_pack`, layout below): a file in
 aoti_debug's folder of Inductor's cache that ``cpp_wrapper`` modules name
@@ -31,7 +33,7 @@ Pack layout (little-endian; ``native/device_stats.h`` reads it): a 64-byte heade
 Triton's scratch-pointer count, the total size, the offset of the PTX parameter types),
 one 64-byte entry per kernel (kind, width, is_float, vec, num_warps, shared memory, the
 strided kernel's tile width and table row width (0, 0: the contiguous kernel), offsets of
-its name and cubin), one 16-byte entry per dtype the kernel reads (the torch
+its name and cubin, its size, the dense kernel's tile (0: another kernel)), one 16-byte entry per dtype the kernel reads (the torch
 name, its kind, 1 or 2 values per element: complex as its real view), then the strings
 and the cubins (256-byte aligned).
 """
@@ -58,7 +60,7 @@ from .stats_worker import ARG_TYPES, plain_launch, scratch_pointers
 
 log = logging.getLogger("aoti_debug")
 
-PACK_VERSION = 2
+PACK_VERSION = 3
 MAGIC = b"AOTIDSTS"
 #: The pack's symbol in an AOTInductor package (hidden; the glue's reference is weak).
 SYMBOL = "aoti_debug_stats_pack_v1"
@@ -96,12 +98,21 @@ _warned: set[str] = set()
 #: these that ``fused_stats._cols`` would rank best for its inner run, and copies the others.
 PERM_KINDS = (9, 7, 6)
 PERM_COLS = (4, 16, 64, 256, 1024)
+#: ... and the tiles the dense kernel (``_stats_kernel_dense``) is compiled for: the C++
+#: runtime reads a tensor of these kinds that fills a dense block in another order
+#: (channels_last activations) in memory order where one of them fits its dims
+#: (``fused_stats._dense_layout``: ``BLOCK`` or half of it).
+def dense_blocks() -> tuple[int, ...]:
+    from ..runtime import fused_stats as fs
+
+    return (fs.BLOCK, fs.BLOCK // 2)
 
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
     """One compiled form of the kernel: an element kind (``fused_stats._KINDS``) and vector
-    width; ``cols``: the strided kernel's tile width (0: the contiguous kernel)."""
+    width; ``cols``: the strided kernel's tile width, ``dense``: the dense kernel's tile
+    (both 0: the contiguous kernel)."""
 
     kind: int
     width: int
@@ -109,21 +120,24 @@ class Variant:
     vec: int
     pointer: str
     cols: int = 0
+    dense: int = 0
 
     @property
     def file(self) -> str:
-        return f"k{self.kind}-v{self.vec}.cubin" if not self.cols else f"k{self.kind}-v{self.vec}-c{self.cols}.cubin"
+        tail = f"-c{self.cols}" if self.cols else f"-d{self.dense}" if self.dense else ""
+        return f"k{self.kind}-v{self.vec}{tail}.cubin"
 
     @property
     def kernel(self) -> str:
-        return "_stats_kernel_perm" if self.cols else "_stats_kernel"
+        return "_stats_kernel_perm" if self.cols else "_stats_kernel_dense" if self.dense else "_stats_kernel"
 
     @property
     def table_width(self) -> int:
-        """int64 per tensor in the kernel's table (``fused_stats._PERM_TW``; 0: the contiguous kernel's six)."""
+        """int64 per tensor in the kernel's table (``fused_stats._PERM_TW``, ``_DENSE_TW``; 0:
+        the contiguous kernel's six)."""
         from ..runtime import fused_stats as fs
 
-        return fs._PERM_TW if self.cols else 0
+        return fs._PERM_TW if self.cols else fs._DENSE_TW if self.dense else 0
 
     def job(self) -> dict:
         from ..runtime import fused_stats as fs
@@ -131,9 +145,11 @@ class Variant:
         signature = {"base": "*" + self.pointer, "tab": "*i64", "k": "i32", "part": "*fp64", "counters": "*i32",
                      "out": "*fp64", "k_total": "i32"}
         constexprs = {"KIND": self.kind, "WIDTH": self.width, "IS_FLOAT": self.is_float, "VEC": self.vec,
-                      "BLOCK": fs.BLOCK, "TBLOCK": fs._TBLOCK, "RBLOCK": fs._RBLOCK}
+                      "BLOCK": self.dense or fs.BLOCK, "TBLOCK": fs._TBLOCK, "RBLOCK": fs._RBLOCK}
         if self.cols:
             constexprs.update(CB=self.cols, TW=fs._PERM_TW)
+        elif self.dense:
+            constexprs.update(TW=fs._DENSE_TW)
         signature.update({name: "constexpr" for name in constexprs})
         # The launcher's own buffers are always aligned; the base is 16-byte aligned exactly
         # when the vectorised form is used (fused_stats._launch), so VEC=1 assumes nothing.
@@ -157,7 +173,8 @@ class KernelImage:
 def variants() -> list[Variant]:
     """Every variant the runtime may launch: each kind, vectorised (16 bytes) and not; the
     strided kernel for :data:`PERM_KINDS` at each of :data:`PERM_COLS`, vectorised where a
-    tile row holds a vector (``fused_stats.plan_permuted``)."""
+    tile row holds a vector (``fused_stats.plan_permuted``), and the dense kernel for them
+    at each of :func:`dense_blocks`."""
     from ..runtime.fused_stats import _KINDS
 
     out = {}
@@ -170,6 +187,9 @@ def variants() -> list[Variant]:
                     if cols >= vec:
                         out.setdefault((kind, vec, cols), Variant(kind, width, bool(is_float), vec, _POINTER[name],
                                                                   cols))
+                for block in dense_blocks():
+                    out.setdefault((kind, vec, -block), Variant(kind, width, bool(is_float), vec, _POINTER[name],
+                                                                dense=block))
     return [out[k] for k in sorted(out)]
 
 
@@ -235,7 +255,7 @@ def write_pack(capability: int, images: list[KernelImage], dtype_rows: list[tupl
     for im, name, where in zip(images, names, image_at):
         v = im.variant
         _KERNEL.pack_into(out, at, v.kind, v.width, int(v.is_float), v.vec, im.num_warps, im.shared, v.cols,
-                          v.table_width, strings_at + name, where, len(im.image), 0)
+                          v.table_width, strings_at + name, where, len(im.image), v.dense)
         at += _KERNEL.size
     for (_name, kind, units), dname in zip(dtype_rows, dnames):
         _DTYPE.pack_into(out, at, strings_at + dname, kind, units)
@@ -263,9 +283,9 @@ def read_pack(data: bytes) -> dict:
     kernels = []
     at = _HEADER.size
     for _ in range(n_kernels):
-        kind, width, is_float, vec, warps, shared, cols, tw, name, image, size, _c = _KERNEL.unpack_from(data, at)
+        kind, width, is_float, vec, warps, shared, cols, tw, name, image, size, dense = _KERNEL.unpack_from(data, at)
         kernels.append({"kind": kind, "width": width, "is_float": bool(is_float), "vec": vec, "num_warps": warps,
-                        "shared": shared, "cols": cols, "table_width": tw, "name": cstr(name),
+                        "shared": shared, "cols": cols, "dense": dense, "table_width": tw, "name": cstr(name),
                         "image": data[image:image + size], "offset": image})
         at += _KERNEL.size
     rows = []

@@ -40,9 +40,15 @@ L_inner``, both bases from one mixed-radix decomposition of ``r`` per tile row o
 most :data:`MAX_ROW_DIMS` row dims (:class:`_Perm`). Each logical element is read once
 (an expanded or overlapping element once per logical index, as ``.contiguous()`` would
 copy it). A strided tensor without a unit-stride dim (``x[:, ::2]``) or with more row
-dims is read from a ``.contiguous()`` copy. The C++ runtime reads the same layouts in
-place for the kinds and tile widths its pack holds (``codegen.device_stats.PERM_KINDS``,
-``PERM_COLS``) and copies the others.
+dims is read from a ``.contiguous()`` copy. A strided tensor whose elements fill a dense
+block of memory (channels_last activations, permutes: no gaps, no repeats) is read in
+memory order instead, by the contiguous kernel's loop (``_stats_kernel_dense``), where a
+tile of ``BLOCK`` or ``BLOCK // 2`` elements keeps its logical index affine within each tile
+(:func:`_dense_layout`: ResNet's activations; not a run of 3 channels): the checksum weighs
+element ``t * B + a`` by ``f(t) + w(a)``, the lanes' weights computed once a program and
+the tiles' walked, so no element or row needs a division. The C++ runtime reads the same
+layouts in place for the kinds, tile widths and dense tiles its pack holds
+(``codegen.device_stats.PERM_KINDS``, ``PERM_COLS``, ``dense_blocks``) and copies the others.
 
 Exactness: checksums are bit-identical to ``device_checksum`` (a sum mod 2**64 does
 not depend on the order of additions). min, max, absmax and the counts are exact.

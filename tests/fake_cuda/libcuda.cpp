@@ -24,9 +24,22 @@ using namespace aoti_debug_rt_1;
 
 namespace {
 struct FakeKernel {
-  uint32_t kind, width, vec, cols;  // cols: the strided kernel's tile width (0: the contiguous kernel)
+  uint32_t kind, width, vec, cols;  // cols: the strided kernel's tile width (0: another kernel)
+  uint32_t dense;                   // the dense kernel's tile (0: another kernel)
 };
-constexpr int kPermTw = 27;  // device_driver.h's kPermTableWidth
+constexpr int kPermTw = 27;   // device_driver.h's kPermTableWidth
+constexpr int kDenseTw = 40;  // device_driver.h's kDenseTableWidth
+constexpr int kDenseMax = 8;  // device_driver.h's kDenseMax
+
+// The dense kernel's mixed-radix digits of `x` times their weights (fused_stats_kernels._digits).
+int64_t digits(int64_t x, const int64_t* pairs, int64_t nd) {
+  int64_t w = 0;
+  for (int64_t j = 0; j + 1 < nd; ++j) {
+    w += (x % pairs[2 * j]) * pairs[2 * j + 1];
+    x /= pairs[2 * j];
+  }
+  return w + x * pairs[2 * nd - 1];
+}
 int g_context;
 
 void logf(const char* fmt, ...) {
@@ -116,7 +129,8 @@ int cuModuleLoadData(void** module, const void* image) {
 }
 int cuModuleGetFunction(void** function, void* module, const char* name) {
   const FakeKernel* k = static_cast<const FakeKernel*>(module);
-  if (std::strcmp(name, k->cols ? "_stats_kernel_perm" : "_stats_kernel") != 0) return 500;  // CUDA_ERROR_NOT_FOUND
+  const char* want = k->cols ? "_stats_kernel_perm" : k->dense ? "_stats_kernel_dense" : "_stats_kernel";
+  if (std::strcmp(name, want) != 0) return 500;  // CUDA_ERROR_NOT_FOUND
   *function = module;
   return 0;
 }
@@ -132,12 +146,12 @@ int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsign
   double* out = reinterpret_cast<double*>(*static_cast<uint64_t*>(params[5]));
   int32_t k_total = *static_cast<int32_t*>(params[6]);
   uint64_t scratch0 = *static_cast<uint64_t*>(params[7]), scratch1 = *static_cast<uint64_t*>(params[8]);
-  logf("launch kind=%u width=%u vec=%u cols=%u grid=%u,%u,%u block=%u,%u,%u shared=%u k=%d k_total=%d stream=%p "
-       "scratch=%llu,%llu extra=%p base=%llu aligned=%d\n", k->kind, k->width, k->vec, k->cols, gx, gy, gz, bx, by, bz,
+  logf("launch kind=%u width=%u vec=%u cols=%u dense=%u grid=%u,%u,%u block=%u,%u,%u shared=%u k=%d k_total=%d stream=%p "
+       "scratch=%llu,%llu extra=%p base=%llu aligned=%d\n", k->kind, k->width, k->vec, k->cols, k->dense, gx, gy, gz, bx, by, bz,
        shared, n, k_total, stream, static_cast<unsigned long long>(scratch0), static_cast<unsigned long long>(scratch1),
        static_cast<void*>(extra), static_cast<unsigned long long>(base % 16), (base % 16) == 0);
   for (uint64_t i = 0; i < static_cast<uint64_t>(gx) * 9; ++i) part[i] = 0.0;  // partials: 9 per program
-  const int tw = k->cols ? kPermTw : 6;
+  const int tw = k->cols ? kPermTw : k->dense ? kDenseTw : 6;
   for (int32_t r = 0; r < n; ++r) {
     const int64_t* t = tab + tw * r;
     uint64_t ptr = base + static_cast<uint64_t>(t[0]) * k->width * k->vec;
@@ -166,6 +180,19 @@ int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsign
           std::memcpy(gathered.data() + (lb + c * t[7]) * k->width,
                       reinterpret_cast<const unsigned char*>(ptr) + (mb * vec + c) * k->width, k->width);
         }
+      }
+      ptr = reinterpret_cast<uint64_t>(gathered.data());
+    } else if (k->dense && t[1] > 0) {
+      // The dense kernel's reading: element t * tile + a in memory order, of logical index
+      // f(t) + w(a) (the lanes' and the tiles' digits), into logical order.
+      gathered.resize(static_cast<size_t>(t[1]) * k->width);
+      const int64_t* lanes = t + 8;
+      const int64_t* tiles = t + 8 + 2 * kDenseMax;
+      for (int64_t m = 0; m < t[1]; ++m) {
+        const int64_t li = digits(m / k->dense, tiles, t[7]) + digits(m % k->dense, lanes, t[6]);
+        if (li < 0 || li >= t[1]) return 1;
+        std::memcpy(gathered.data() + li * k->width, reinterpret_cast<const unsigned char*>(ptr) + m * k->width,
+                    k->width);
       }
       ptr = reinterpret_cast<uint64_t>(gathered.data());
     }

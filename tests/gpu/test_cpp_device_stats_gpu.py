@@ -154,7 +154,8 @@ for label, x in cases.items():
     out = torch.full((9,), float("nan"), dtype=torch.float64, device="cuda")
     base, vec, table, programs = fused_stats.plan([x.data_ptr()], [x.numel()], [0], width, out.data_ptr(),
                                                   pack["block"], pack["programs_per_sm"] * sms, pack["min_tiles"])
-    kern = next(k for k in pack["kernels"] if k["kind"] == code and k["vec"] == vec and k["cols"] == 0)
+    kern = next(k for k in pack["kernels"] if k["kind"] == code and k["vec"] == vec and k["cols"] == 0
+                and k["dense"] == 0)
     image = ctypes.create_string_buffer(kern["image"], len(kern["image"]))
     keep.append(image)
     module, fn = c_void_p(), c_void_p()
@@ -258,7 +259,7 @@ def profiled(fn, args):
     dtoh = [e for e in events if e.get("cat") == "gpu_memcpy" and "DtoH" in e.get("name", "")]
     kernels = [e["name"] for e in events if e.get("cat") == "kernel"]
     return {{"dtoh_bytes": sum(int(e.get("args", {{}}).get("bytes", 0)) for e in dtoh), "dtoh": len(dtoh),
-            "stats_kernels": sum(1 for k in kernels if k == "_stats_kernel"), "kernels": len(kernels)}}
+            "stats_kernels": sum(1 for k in kernels if k.startswith("_stats_kernel")), "kernels": len(kernels)}}
 
 
 with torch.no_grad():

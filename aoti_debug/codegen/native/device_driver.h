@@ -151,7 +151,7 @@ inline Result launch_kept(const int64_t* spec, uint64_t out, int32_t k_total) {
 
 // ---- the pack (codegen/device_stats.py writes it; the layout is described there)
 constexpr char kPackMagic[8] = {'A', 'O', 'T', 'I', 'D', 'S', 'T', 'S'};
-constexpr uint32_t kPackVersion = 2;
+constexpr uint32_t kPackVersion = 3;
 constexpr uint64_t kPackHeader = 64, kPackKernel = 64, kPackDtype = 16;
 // The kernel's parameters as launch_group passes them (base, tab, k, part, counters, out,
 // k_total), then Triton's scratch pointers (null: the pack holds no kernel that uses them).
@@ -163,10 +163,15 @@ constexpr int kMaxShared = 48 * 1024;
 // logical stride, memory stride) per row dim, up to kMaxRowDims (fused_stats.MAX_ROW_DIMS).
 constexpr uint32_t kMaxRowDims = 6;
 constexpr uint32_t kPermTableWidth = 9 + 3 * kMaxRowDims;
+// The dense kernel's table (fused_stats.plan_dense): 8 int64 a tensor, then (size, weight)
+// per lane dim and per tile dim, up to kDenseMax each (fused_stats._DENSE_MAX).
+constexpr uint32_t kDenseMax = kMaxRowDims + 2;
+constexpr uint32_t kDenseTableWidth = 8 + 4 * kDenseMax;
 
 struct PackKernel {
   uint32_t kind, width, is_float, vec, num_warps, shared;
-  uint32_t cols;  // the strided kernel's tile width (a power of two up to the block), 0: the contiguous kernel
+  uint32_t cols;   // the strided kernel's tile width (a power of two up to the block), 0: another kernel
+  uint32_t dense;  // the dense kernel's tile (a power of two up to the block), 0: another kernel
   const char* name;
   const unsigned char* image;
 };
@@ -229,9 +234,14 @@ std::string parse_pack(const unsigned char* p, uint64_t size, Pack& out) {
     k.shared = pack_field<uint32_t>(p, at + 20);
     k.cols = pack_field<uint32_t>(p, at + 24);
     const uint32_t table_width = pack_field<uint32_t>(p, at + 28);
-    const bool strided_ok = k.cols == 0 ? table_width == 0
-                                        : table_width == kPermTableWidth && (k.cols & (k.cols - 1)) == 0 &&
-                                              k.cols <= out.block && k.vec <= k.cols;
+    const uint64_t dense = pack_field<uint64_t>(p, at + 56);
+    k.dense = static_cast<uint32_t>(dense);
+    const bool strided_ok =
+        dense != 0 ? k.cols == 0 && table_width == kDenseTableWidth && dense <= out.block && (dense & (dense - 1)) == 0 &&
+                         dense * k.width >= 16
+        : k.cols == 0 ? table_width == 0
+                      : table_width == kPermTableWidth && (k.cols & (k.cols - 1)) == 0 && k.cols <= out.block &&
+                            k.vec <= k.cols;
     k.name = pack_string(p, size, pack_field<uint64_t>(p, at + 32));
     uint64_t image = pack_field<uint64_t>(p, at + 40), bytes = pack_field<uint64_t>(p, at + 48);
     if (!k.name || image >= size || bytes < 4 || bytes > size - image || std::memcmp(p + image, "\177ELF", 4) != 0 ||

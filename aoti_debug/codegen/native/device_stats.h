@@ -26,6 +26,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -239,6 +240,72 @@ uint32_t perm_cols(const Pack& pk, uint32_t kind, int64_t inner) {
   return best;
 }
 
+// How the dense kernel reads a tensor that fills a dense block of memory in another order
+// (fused_stats._Dense): in memory order, tiles of `block` elements, element t * block + a
+// of logical index f(t) + w(a), each a sum of mixed-radix digits times weights: (size,
+// weight) per digit, innermost first, the last taking the quotient. `block` 0: not dense.
+struct DenseLayout {
+  uint32_t block = 0;
+  uint32_t nl = 0, nt = 0;
+  int64_t lanes[kDenseMax][2] = {}, tiles[kDenseMax][2] = {};
+};
+
+// fused_stats._dense_layout, among the tiles the pack has a dense kernel of `kind` for:
+// whether `perm` (a tensor read in place) fills a dense block and a tile of the pack's
+// block or half of it keeps its logical index affine within each tile.
+bool dense_layout(const Pack& pk, uint32_t kind, uint32_t width, const PermLayout& perm, DenseLayout& out) {
+  int64_t dims[kMaxRowDims + 1][2];
+  uint32_t nd = 0;
+  dims[nd][0] = perm.inner;
+  dims[nd++][1] = perm.inner_stride;
+  int64_t numel = perm.inner;
+  for (uint32_t d = 0; d < perm.nd; ++d) {
+    if (perm.dims[d][2] != numel) return false;  // gaps, a stride-0 dim or overlaps
+    dims[nd][0] = perm.dims[d][0];
+    dims[nd++][1] = perm.dims[d][1];
+    numel *= perm.dims[d][0];
+  }
+  if (numel >= (int64_t{1} << 32)) return false;
+  for (const int64_t b : {static_cast<int64_t>(pk.block), static_cast<int64_t>(pk.block / 2)}) {
+    if (b < 16 / static_cast<int64_t>(width) || (b & (b - 1)) != 0) continue;
+    bool packed = false;
+    for (const PackKernel& k : pk.kernels) packed = packed || (k.kind == kind && k.dense == b);
+    if (!packed) continue;
+    uint32_t k = 0;  // the first dim whose period does not divide the tile
+    int64_t period = 1;
+    while (k < nd && b % (period * dims[k][0]) == 0) period *= dims[k++][0];
+    if (k < nd && dims[k][0] % (b / period) != 0) continue;  // dim k would wrap inside a tile
+    out = DenseLayout();
+    out.block = static_cast<uint32_t>(b);
+    if (k == nd) {  // the whole tensor in one tile
+      for (uint32_t d = 0; d < nd; ++d) {
+        out.lanes[d][0] = d + 1 < nd ? dims[d][0] : 0;
+        out.lanes[d][1] = dims[d][1];
+      }
+      out.nl = nd;
+      out.nt = 1;
+      return true;
+    }
+    const int64_t part = b / period;
+    for (uint32_t d = 0; d < k; ++d) {
+      out.lanes[d][0] = dims[d][0];
+      out.lanes[d][1] = dims[d][1];
+    }
+    out.lanes[k][1] = dims[k][1];
+    out.nl = k + 1;
+    out.tiles[0][0] = dims[k][0] / part;
+    out.tiles[0][1] = part * dims[k][1];
+    for (uint32_t d = k + 1; d < nd; ++d) {
+      out.tiles[d - k][0] = dims[d][0];
+      out.tiles[d - k][1] = dims[d][1];
+    }
+    out.nt = nd - k;
+    out.tiles[out.nt - 1][0] = 0;  // the last takes the quotient
+    return true;
+  }
+  return false;
+}
+
 // One tensor for the device: its position among the side's values, its row in the
 // results, the kernel's element kind and width, its values and where they are.
 struct DeviceItem {
@@ -249,6 +316,7 @@ struct DeviceItem {
   uint64_t ptr;
   bool copy;  // non-contiguous or misaligned: read from a contiguous copy made on the device
   PermLayout perm;  // read in place by the strided kernel (perm.cols > 0)
+  DenseLayout dense;  // read in place by the dense kernel (dense.block > 0)
 };
 
 // Deletes the device copies made for non-contiguous tensors when the side is done.
@@ -380,10 +448,11 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
   const int64_t block = pk.block;
   const int64_t max_programs = std::max<int64_t>(1, static_cast<int64_t>(pk.per_sm) * ds.sms);
   const int64_t min_tiles = pk.min_tiles;
-  // One group per kind and tile width (0: contiguous tensors), in order of first appearance.
-  std::vector<std::pair<uint32_t, uint32_t>> kinds;
+  // One group per kind and tile width or dense tile (0, 0: contiguous tensors), in order
+  // of first appearance.
+  std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> kinds;
   for (const DeviceItem& it : items) {
-    const std::pair<uint32_t, uint32_t> key(it.kind, it.perm.cols);
+    const std::tuple<uint32_t, uint32_t, uint32_t> key(it.kind, it.perm.cols, it.dense.block);
     if (std::find(kinds.begin(), kinds.end(), key) == kinds.end()) kinds.push_back(key);
   }
   struct Group {
@@ -398,10 +467,10 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
   std::vector<int64_t> table;
   uint64_t tab_bytes = 0;
   int64_t max_group_programs = 0;
-  for (const auto& [kind, cols] : kinds) {
+  for (const auto& [kind, cols, dense] : kinds) {
     Group g;
     for (size_t j = 0; j < items.size(); ++j) {
-      if (items[j].kind == kind && items[j].perm.cols == cols) g.members.push_back(j);
+      if (items[j].kind == kind && items[j].perm.cols == cols && items[j].dense.block == dense) g.members.push_back(j);
     }
     uint32_t width = 0;
     for (const PackKernel& k : pk.kernels) {
@@ -434,7 +503,8 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
     auto find = [&](uint32_t v) {
       size_t found = pk.kernels.size();
       for (size_t i = 0; i < pk.kernels.size(); ++i) {
-        if (pk.kernels[i].kind == kind && pk.kernels[i].vec == v && pk.kernels[i].cols == cols) found = i;
+        const PackKernel& k = pk.kernels[i];
+        if (k.kind == kind && k.vec == v && k.cols == cols && k.dense == dense) found = i;
       }
       return found;
     };
@@ -450,14 +520,15 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
     g.base = base;
     g.programs = 0;
     g.tab_at = tab_bytes;
-    g.tw = cols ? kPermTableWidth : 6;
+    g.tw = cols ? kPermTableWidth : dense ? kDenseTableWidth : 6;
     for (size_t j : g.members) {
       const DeviceItem& it = items[j];
       const int64_t n = it.numel;
-      // Tiles of `block` elements; read in place, of [block / cols, cols] over [rows, inner].
+      // Tiles of `block` elements (dense: of its tile); read in place, of [block / cols, cols] over [rows, inner].
+      const int64_t tile = dense ? static_cast<int64_t>(dense) : block;
       const int64_t tiles = cols ? (n / it.perm.inner + block / cols - 1) / (block / cols) *
                                        ((it.perm.inner + cols - 1) / cols)
-                                 : (n + block - 1) / block;
+                                 : (n + tile - 1) / tile;
       const int64_t per = std::max(min_tiles, (tiles + max_programs - 1) / max_programs);
       const int64_t nprog = std::max<int64_t>(1, (tiles + per - 1) / per);
       table.push_back(n ? static_cast<int64_t>((it.ptr - base) / unit) : 0);
@@ -475,6 +546,17 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
           table.push_back(used ? it.perm.dims[d][0] : 0);
           table.push_back(used ? it.perm.dims[d][1] : 0);
           table.push_back(used ? it.perm.dims[d][2] / vec : 0);
+        }
+      } else if (dense) {  // fused_stats.plan_dense: the walk's period 2**62 where it never wraps
+        table.push_back(it.dense.nl);
+        table.push_back(it.dense.nt);
+        for (uint32_t d = 0; d < kDenseMax; ++d) {
+          table.push_back(it.dense.lanes[d][0]);
+          table.push_back(it.dense.lanes[d][1]);
+        }
+        for (uint32_t d = 0; d < kDenseMax; ++d) {
+          table.push_back(d == 0 && it.dense.nt == 1 ? int64_t{1} << 62 : it.dense.tiles[d][0]);
+          table.push_back(it.dense.tiles[d][1]);
         }
       }
       g.programs += nprog;
@@ -631,12 +713,16 @@ void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, con
       uint64_t ptr = reinterpret_cast<uint64_t>(p);
       bool copy = t.numel > 0 && (!is_contiguous(t) || ptr % width != 0);
       PermLayout perm;
-      if (copy && ptr % width == 0 && kind->second.second == 1 && perm_layout(t, perm) &&
-          (perm.cols = perm_cols(lp->pack, kind->second.first, perm.inner)) != 0) {
-        copy = false;  // read in place by the strided kernel
+      DenseLayout dense;
+      if (copy && ptr % width == 0 && kind->second.second == 1 && perm_layout(t, perm)) {
+        if (dense_layout(lp->pack, kind->second.first, width, perm, dense)) {
+          copy = false;  // read in place, in memory order, by the dense kernel
+        } else if ((perm.cols = perm_cols(lp->pack, kind->second.first, perm.inner)) != 0) {
+          copy = false;  // read in place by the strided kernel
+        }
       }
       items.push_back({i, 0, kind->second.first, t.numel * static_cast<int64_t>(kind->second.second), ptr, copy,
-                       perm});
+                       perm, dense});
       metas.push_back(std::move(t));
     }
     if (items.empty()) return;
