@@ -46,8 +46,7 @@ def compile_cubins(kernels: str, arch: int, kind: str, cb: int, vec_bytes: int, 
     """``[(kernel name, cubin)]`` of the contiguous and the strided kernel of ``kernels`` for
     ``sm_<arch>``, compiled as the C++ runtime's pack compiles them (``device_stats.Variant``,
     ``stats_worker.compile_variants``: the same signature, constants and alignment), and of
-    the dense kernel where ``kernels`` has one (the Python runtime's only: the contiguous
-    kernel's job with its table row width)."""
+    the dense kernel (tiles of ``BLOCK``) where ``kernels`` has one."""
     import torch
 
     from aoti_debug.codegen import device_stats
@@ -59,13 +58,10 @@ def compile_cubins(kernels: str, arch: int, kind: str, cb: int, vec_bytes: int, 
     pointer = device_stats._POINTER[kind]
     chosen = [device_stats.Variant(code, width, bool(is_float), vec, pointer),
               device_stats.Variant(code, width, bool(is_float), vec, pointer, cb)]
-    jobs = [v.job() for v in chosen]
     with open(kernels, encoding="utf-8") as f:
         if "def _stats_kernel_dense(" in f.read():
-            dense = dict(jobs[0], kernel="_stats_kernel_dense", file="dense.cubin")
-            dense["constexprs"] = dict(dense["constexprs"], TW=fs._DENSE_TW)
-            dense["signature"] = dict(dense["signature"], TW="constexpr")
-            jobs.append(dense)
+            chosen.append(device_stats.Variant(code, width, bool(is_float), vec, pointer, dense=fs.BLOCK))
+    jobs = [v.job() for v in chosen]
     job = {"kernels": os.path.abspath(kernels), "capability": arch, "num_warps": fs.NUM_WARPS, "out": out,
            "variants": jobs}
     cubins = []

@@ -26,7 +26,7 @@ def test_kernels_fit_the_programs_a_sm_the_planner_gives_them(tmp_path, kind, cb
 
     threads = 32 * fs.NUM_WARPS
     cubins = sass.compile_cubins(sass.kernels_path(None), 90, kind, cb, 16, str(tmp_path))
-    assert [name for name, _ in cubins] == ["_stats_kernel", "_stats_kernel_perm"]
+    assert [name for name, _ in cubins] == ["_stats_kernel", "_stats_kernel_perm", "_stats_kernel_dense"]
     for name, cubin in cubins:
         regs, loops = sass.sass_loops(cubin, str(tmp_path))
         assert 0 < regs and regs * threads * fs.PROGRAMS_PER_SM <= 65536, (name, kind, cb, regs)
