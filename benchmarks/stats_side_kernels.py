@@ -3,7 +3,8 @@
     CXX=/usr/bin/g++ PYTHONPATH=. python3 benchmarks/stats_side_kernels.py [--calls 20]
 
 ``fused_stats.summarize`` over: ResNet-18's input image (32x3x224x224 fp32 channels_last)
-read in place by the strided kernel (tiles 4 wide for its runs of 3) and from a
+read in place by the dense kernel (tiles of 3x256 elements) and by the strided kernel
+(tiles 4 wide for its runs of 3), and from a
 contiguous copy made first, a contiguous tensor of its size, the
 weights side of a channels_last ResNet-18 (its parameters and running statistics, as
 the graph's inputs are read once a call) whole and split into its contiguous, strided and
@@ -71,7 +72,8 @@ def main() -> int:
 
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     image = torch.randn(32, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
-    row("image, in place (tiles 4 wide)", [image])
+    row("image, in place (dense kernel, tiles of 3x256)", [image])
+    row("image, in place (strided kernel, tiles 4 wide)", [image], dense=False)
     row("image, a contiguous copy first", [image], copy=True)
     row("a contiguous tensor of the image's size", [torch.randn(32, 224, 224, 3, device="cuda")])
     from benchmarks.overhead_row import build_model

@@ -187,6 +187,8 @@ def make_permuted_cases(device: str, big: int = 1) -> list[tuple[str, torch.Tens
     for dt in DTYPES:  # dense in another order, dims a tile fits: the dense kernel
         name = str(dt).replace("torch.", "")
         out.append((f"{name}-channels-last-dense", v(3 * big, 64, 4, 8, dtype=dt).to(memory_format=torch.channels_last)))
+        # runs of 3 channels: tiles of 3 x 256 elements (3 x 16 with tiles of 64), the lanes past them masked
+        out.append((f"{name}-channels-last-rgb", v(2 * big, 3, 16, 16, dtype=dt).to(memory_format=torch.channels_last)))
     # the tile of 1024 does not fit (1024 / 256 = 4 does not divide 2 * 3), half of it does
     out.append(("float32-channels-last-half-tile", v(2 * big, 256, 2, 3).to(memory_format=torch.channels_last)))
     out.append(("float32-dense-3-tile-dims", v(4 * big, 2, 8, 128).permute(2, 1, 0, 3)))
@@ -711,10 +713,17 @@ def test_permuted_cases_cover_what_they_name():
         assert read_in_place(t) == (not any(c in name for c in _COPIED) and not t.is_contiguous()), name
     kinds = {fused_stats._prepare(t)[0][0] for _, t in PERMUTED if read_in_place(t) and not dense(t)}
     assert kinds == set(range(15))  # every element kind through the strided kernel
-    kinds = {fused_stats._prepare(t)[0][0] for _, t in PERMUTED if dense(t)}
-    assert kinds == set(range(15))  # ... and through the dense kernel
+    whole = {fused_stats._prepare(t)[0][0] for _, t in PERMUTED if dense(t) and dense(t).span == dense(t).block}
+    assert whole == set(range(15))  # ... through the dense kernel
+    part = {fused_stats._prepare(t)[0][0] for _, t in PERMUTED if dense(t) and dense(t).span < dense(t).block}
+    assert part == set(range(15))  # ... and through it with spans below its tile
     for name, t in PERMUTED:
-        assert (dense(t) is not None) == name.endswith(("-dense", "-half-tile", "-3-tile-dims")), name
+        d = dense(t)
+        assert (d is not None and d.span == d.block) == name.endswith(("-dense", "-half-tile", "-3-tile-dims")), name
+        if name.endswith("-rgb"):
+            assert d is not None and d.span == 768 and d.block == 1024, name
+        if any(g in name for g in ("qkv", "expanded", "overlapping", "gaps", "narrow", "select")):
+            assert d is None, name  # gaps, stride 0, repeats: never dense
 
 
 def dense(t: torch.Tensor, block: int = fused_stats.BLOCK):
@@ -734,31 +743,63 @@ def test_dense_layouts_of_resnet_shapes():
     # [N, H*W, C]: lane a -> channel a % 64 (weight H*W), row a // 64; tile t -> 16 rows a
     # tile (period 3136 / 16 = 196), then the image (weight C*H*W)
     assert dense(cl(32, 64, 56, 56), 1024, 4) == fused_stats._Dense(1024, ((64, 3136), (0, 1)),
-                                                                      ((196, 16), (0, 64 * 3136)))
+                                                                      ((196, 16), (0, 64 * 3136)), 1024)
     assert dense(cl(32, 64, 112, 112), 1024, 4).block == 1024
-    assert dense(cl(32, 512, 7, 7), 1024, 4) == fused_stats._Dense(512, ((512, 49), (0, 1)), ((49, 1), (0, 512 * 49)))
-    assert dense(cl(32, 3, 224, 224), 1024, 4) is None       # runs of 3: no tile is whole periods
-    assert dense(cl(64, 64, 3, 3), 1024, 4) is None          # a conv weight: 9 rows of 64 a filter
+    assert dense(cl(32, 512, 7, 7), 1024, 4) == fused_stats._Dense(512, ((512, 49), (0, 1)), ((49, 1), (0, 512 * 49)),
+                                                                    512)
+    # runs of 3: no power of two holds whole periods; 3 x 256 elements do, lanes past them masked
+    assert dense(cl(32, 3, 224, 224), 1024, 4) == fused_stats._Dense(1024, ((3, 50176), (0, 1)),
+                                                                       ((196, 256), (0, 3 * 50176)), 768)
+    # a 3x3 conv's weight, [C_out, 3*3, C_in] in memory: a filter a tile (64 x 9), 3 rows of 128
+    assert dense(cl(64, 64, 3, 3), 1024, 4) == fused_stats._Dense(1024, ((64, 9), (9, 1), (0, 576)), ((0, 576),), 576)
+    assert dense(cl(128, 128, 3, 3), 1024, 4) == fused_stats._Dense(512, ((128, 9), (0, 1)), ((3, 3), (0, 1152)),
+                                                                     384)
+    assert dense(cl(64, 3, 7, 7), 1024, 4).span == 3 * 49 * 4  # conv1: 4 filters a tile
+    assert dense(cl(8, 5, 3, 3), 1024, 4).span == 360        # smaller than a tile: one tile, of 512 lanes
+    assert dense(cl(2, 5, 7, 7), 1024, 4) is None            # runs of 5 over 49: no span of whole vectors
     assert dense(cl(2, 64, 4, 4), 1024, 4) == fused_stats._Dense(1024, ((64, 16), (16, 1), (0, 1024)),
-                                                                  ((0, 1024),))  # a tile an image
-    assert dense(cl(1, 64, 4, 4), 1024, 4) == fused_stats._Dense(1024, ((64, 16), (0, 1)), ((0, 0),))  # one tile
+                                                                  ((0, 1024),), 1024)  # a tile an image
+    assert dense(cl(1, 64, 4, 4), 1024, 4) == fused_stats._Dense(1024, ((64, 16), (0, 1)), ((0, 0),), 1024)  # a tile
     assert dense(lay((4, 32), (64, 1)), 1024, 4) is None     # gaps between rows
     assert dense(lay((4, 32), (0, 1)), 1024, 4) is None      # an expanded dim
     assert dense(lay((2, 2**29, 4), (4, 8, 1)), 1024, 4) is None  # 2**32 elements (dense: rows 8 apart, a pair 4)
     assert dense(cl(2, 64, 4, 4), 8, 1) is None and dense(cl(2, 64, 4, 4), 16, 1) is not None  # a byte's vector: 16
 
 
+@pytest.fixture(autouse=True)
+def _spans_from_none():
+    """Each test meets the dense kernel's spans from none (fused_stats.MAX_SPANS a process)."""
+    fused_stats._spans.clear()
+    fused_stats._denses.clear()
+
+
+def test_spans_past_the_limit_go_to_the_strided_kernel(monkeypatch):
+    """Spans below the tile are kernel variants: past MAX_SPANS distinct ones a process, a
+    tensor that needs another is read by the strided kernel; whole tiles and spans already
+    met are not limited."""
+    monkeypatch.setattr(fused_stats, "MAX_SPANS", 1)
+    rgb = torch.empty(2, 3, 16, 16).to(memory_format=torch.channels_last)   # span 768
+    five = torch.empty(2, 5, 6, 8).to(memory_format=torch.channels_last)    # span 480 (the tensor)
+    assert dense(rgb).span == 768 and dense(five) is None
+    assert dense(torch.empty(4, 3, 16, 16).to(memory_format=torch.channels_last)).span == 768
+    assert dense(torch.empty(2, 64, 4, 8).to(memory_format=torch.channels_last)).span == 1024
+    fused_stats._spans.clear()
+    fused_stats._denses.clear()
+    assert dense(five).span == 480
+
+
 def test_dense_reads_switch_off(interpreted, monkeypatch):
-    """``DENSE_READS = False`` sends dense permutations to the strided kernel, with the same
+    """``DENSE_READS = False`` sends dense permutations to the strided kernel (or a copy), with the same
     rows bit for bit but for mean and std (summed in another order)."""
     ts = [t for name, t in PERMUTED if dense(t) is not None]
     launches, _ = _watch_launches_and_copies(monkeypatch)
     a = fused_stats.summarize(ts)
-    assert {cols for _, cols in launches} == {-1}
+    spans = {cols for _, cols in launches}
+    assert -1 in spans and -768 in spans and all(c < 0 for c in spans)  # whole tiles, and spans below the tile
     monkeypatch.setattr(fused_stats, "DENSE_READS", False)
     launches.clear()
     b = fused_stats.summarize(ts)
-    assert launches and all(cols > 0 for _, cols in launches)
+    assert launches and all(cols >= 0 for _, cols in launches)
     assert torch.equal(a[1], b[1])
     exact = [0, 1, 4, 5, 6, 7]
     torch.testing.assert_close(a[0][:, exact], b[0][:, exact], rtol=0, atol=0, equal_nan=True)

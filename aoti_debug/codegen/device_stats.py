@@ -149,7 +149,7 @@ class Variant:
         if self.cols:
             constexprs.update(CB=self.cols, TW=fs._PERM_TW)
         elif self.dense:
-            constexprs.update(TW=fs._DENSE_TW)
+            constexprs.update(TW=fs._DENSE_TW, PART=0)
         signature.update({name: "constexpr" for name in constexprs})
         # The launcher's own buffers are always aligned; the base is 16-byte aligned exactly
         # when the vectorised form is used (fused_stats._launch), so VEC=1 assumes nothing.

@@ -145,7 +145,7 @@ _kernel_obj: Any = _UNSET             # the Triton kernel, None when triton is u
 _perm_kernel_obj: Any = None          # its variant for other strided tensors (set with it)
 _dense_kernel_obj: Any = None         # its variant for dense permutations (set with it)
 _interpreted = False                  # the kernel runs in Triton's interpreter
-_broken: set[tuple] = set()           # (kind, vec, tile width, 0 or -1: dense) whose compile/launch failed
+_broken: set[tuple] = set()           # (kind, vec, tile width, 0, or -1/-span: dense) whose compile/launch failed
 _tables: dict[tuple, torch.Tensor] = {}
 _compiled: dict[tuple, Any] = {}      # (device, kind, vec, block, aligned pointers) -> compiled kernel
 _scratch: dict[tuple, list] = {}      # (device, stream) -> [partials f64, counters i32]
@@ -251,33 +251,56 @@ def _perm_layout(shape: Sequence[int], strides: Sequence[int]) -> _Perm | None:
 
 class _Dense(NamedTuple):
     """How the dense kernel reads a tensor that fills a dense block of memory in another
-    order than the logical one: in memory order, in tiles of ``block`` elements, element
-    ``t * block + a`` (memory offset from the tensor's first element: tile ``t``, lane
+    order than the logical one: in memory order, in tiles of ``span`` elements, element
+    ``t * span + a`` (memory offset from the tensor's first element: tile ``t``, lane
     ``a``) of logical index ``f(t) + w(a)``; ``w`` and ``f`` each a sum of mixed-radix
     digits times weights, ``(size, weight)`` per digit, innermost first, the last taking
-    the quotient (its size 0)."""
+    the quotient (its size 0). ``block``: the kernel's tile (a power of two); a ``span``
+    below it leaves the lanes past ``span`` masked (the kernel's ``PART``)."""
 
     block: int
     lanes: tuple[tuple[int, int], ...]
     tiles: tuple[tuple[int, int], ...]
+    span: int
+
+
+#: A tile of whole periods that no power of two holds (a run of 3 channels) is read in tiles
+#: of at least this share of the kernel's lanes; fewer: the strided kernel.
+_MIN_SPAN_SHARE = 4
+#: Each such span is a variant of the dense kernel, compiled at its first use: a process
+#: reads tensors in at most this many spans (the first met), any other with the strided
+#: kernel, so that a model of many odd shapes does not compile a kernel for each.
+MAX_SPANS = 16
+_spans: set[int] = set()
+
+
+def _split(dims: list[tuple[int, int]], k: int, m: int) -> tuple[tuple, tuple]:
+    """The lane and tile digits of tiles holding ``dims[:k]`` whole and ``m`` of dim ``k``."""
+    if k == len(dims):  # the whole tensor in one tile
+        return tuple(dims[:-1]) + ((0, dims[-1][1]),), ((0, 0),)
+    lanes = tuple(dims[:k]) + ((0, dims[k][1]),)
+    tiles = ((dims[k][0] // m, m * dims[k][1]),) + tuple(dims[k + 1:])
+    return lanes, tiles[:-1] + ((0, tiles[-1][1]),)
 
 
 def _dense_layout(perm: _Perm, block: int, width: int) -> _Dense | None:
     """The :class:`_Dense` of a tensor read in place as ``perm`` whose elements fill a dense
-    block of memory (each row dim's memory stride the product of the sizes inside it), in
-    tiles of ``block`` or ``block // 2`` elements (at least a 16-byte vector); None when it
-    has gaps, repeats or 2**32 elements or more, or when no such tile keeps the logical
+    block of memory (each row dim's memory stride the product of the sizes inside it); None
+    when it has gaps, repeats or 2**32 elements or more, or when no tile keeps the logical
     index affine within each tile.
 
     Memory dims innermost first, sizes ``s_d`` and logical strides ``l_d``, dim ``d``
-    ``P_d = s_0 ... s_(d-1)`` elements apart: a tile of ``B`` elements holds whole periods
-    of the dims below ``k`` (``P_k`` divides ``B``) and a part of dim ``k`` that never
-    wraps inside a tile (``B / P_k`` divides ``s_k``); then lane ``a`` has digits
-    ``a // P_d % s_d`` below ``k`` and ``a // P_k`` in dim ``k``, and tile ``t`` the digits
-    of ``t`` over ``(s_k P_k / B, s_(k+1), ...)`` with weights ``(B / P_k) l_k, l_(k+1), ...``.
-    NCHW channels_last (memory ``[N, H*W, C]``) with ``C`` a power of two up to ``B``
-    and ``B / C`` dividing ``H*W`` qualifies (ResNet's activations); a run of 3 (an
-    image, a first conv's weight) does not."""
+    ``P_d = s_0 ... s_(d-1)`` elements apart: a tile of ``S`` elements holds whole periods
+    of the dims below ``k`` (``S = P_k m``) and ``m`` of dim ``k``, which never wraps inside
+    a tile (``m`` divides ``s_k``); then lane ``a`` has digits ``a // P_d % s_d`` below ``k``
+    and ``a // P_k`` in dim ``k``, and tile ``t`` the digits of ``t`` over
+    ``(s_k / m, s_(k+1), ...)`` with weights ``m l_k, l_(k+1), ...``. First a power of two,
+    ``block`` or ``block // 2`` (NCHW channels_last, memory ``[N, H*W, C]``, with ``C`` a
+    power of two up to the tile dividing it into ``H*W``: ResNet's activations); else the
+    largest ``S`` of whole 16-byte vectors, at least ``block`` / :data:`_MIN_SPAN_SHARE`,
+    read by a kernel of ``block`` lanes (``block // 2`` for ``S`` up to half of it) with the
+    lanes past ``S`` masked (an image's runs of 3 channels: ``S = 3 * 256``; a 3x3 conv's
+    weight with 64 input channels: ``S = 64 * 9``)."""
     dims = [(perm.inner, perm.inner_stride)]
     numel = perm.inner
     for size, ls, ms in perm.dims:
@@ -287,26 +310,37 @@ def _dense_layout(perm: _Perm, block: int, width: int) -> _Dense | None:
         numel *= size
     if numel >= 1 << 32:
         return None
+    vec = 16 // width
     for b in (block, block // 2):
-        if b < 16 // width or b & (b - 1):
+        if b < vec or b & (b - 1):
             continue
         k, period = 0, 1  # the first dim whose period does not divide the tile
         while k < len(dims) and b % (period * dims[k][0]) == 0:
             period *= dims[k][0]
             k += 1
-        if k == len(dims):  # the whole tensor in one tile
-            return _Dense(b, tuple((s, ls) for s, ls in dims[:-1]) + ((0, dims[-1][1]),), ((0, 0),))
-        part = b // period
-        if dims[k][0] % part:
-            continue
-        lanes = tuple(dims[:k]) + ((0, dims[k][1]),)
-        tiles = ((dims[k][0] // part, part * dims[k][1]),) + tuple(dims[k + 1:])
-        return _Dense(b, lanes, tiles[:-1] + ((0, tiles[-1][1]),))
-    return None
+        if k == len(dims) or dims[k][0] % (b // period) == 0:
+            return _Dense(b, *_split(dims, k, b // period if k < len(dims) else 0), b)
+    best: tuple[int, int, int] | None = None  # (span, k, m)
+    period = 1
+    for k, (size, _ls) in enumerate(dims):
+        if period > block:
+            break
+        m = next((m for m in range(min(size, block // period), 0, -1) if size % m == 0 and period * m % vec == 0), 0)
+        if m and (best is None or period * m >= best[0]):  # of equals the outer (m = s_k is m = 1 of k + 1)
+            best = (period * m, k, m)
+        period *= size
+    if numel <= block and numel % vec == 0 and (best is None or numel > best[0]):
+        best = (numel, len(dims), 0)
+    if best is None or best[0] * _MIN_SPAN_SHARE < block:
+        return None
+    span, k, m = best
+    b = block if span * 2 > block or block // 2 < vec else block // 2
+    return _Dense(b, *_split(dims, k, m), span)
 
 
 def _dense_of(perm: _Perm, block: int, width: int) -> _Dense | None:
-    """:func:`_dense_layout`, cached; None while :data:`DENSE_READS` is off."""
+    """:func:`_dense_layout`, cached; None while :data:`DENSE_READS` is off, and for a
+    span below the tile past the first :data:`MAX_SPANS`."""
     if not DENSE_READS:
         return None
     key = (perm, block, width)
@@ -316,7 +350,13 @@ def _dense_of(perm: _Perm, block: int, width: int) -> _Dense | None:
         pass
     if len(_denses) >= _LAYOUT_CACHE_MAX:
         _denses.clear()
-    found = _denses[key] = _dense_layout(perm, block, width)
+    found = _dense_layout(perm, block, width)
+    if found is not None and found.span != found.block and found.span not in _spans:
+        if len(_spans) >= MAX_SPANS:
+            found = None
+        else:
+            _spans.add(found.span)
+    _denses[key] = found
     return found
 
 
@@ -448,7 +488,7 @@ def _device_table(values: list[int], stream_key: tuple, device: torch.device) ->
 
 
 def plan(ptrs: Sequence[int], numels: Sequence[int], rows: Sequence[int], width: int, spare: int, block: int,
-         max_programs: int, min_tiles: int) -> tuple[int, int, list[int], int]:
+         max_programs: int, min_tiles: int, spans: Sequence[int] | None = None) -> tuple[int, int, list[int], int]:
     """One launch's layout, for tensors of one kind at ``ptrs`` (element ``width`` bytes):
     ``(base address, vec, table, programs)``. The C++ runtime builds the same
     (``codegen/native/device_stats.h``).
@@ -458,7 +498,7 @@ def plan(ptrs: Sequence[int], numels: Sequence[int], rows: Sequence[int], width:
     it are 16-byte aligned, else 1. Table row per tensor (int64): offset from the base in
     units of ``vec`` elements, numel, first program, programs, tiles per program, output
     row. Programs of one tensor are consecutive; a program finds its tensor by counting
-    first programs <= pid.
+    first programs <= pid. ``spans``: each tensor's tile in elements (default ``block``).
     """
     live = [p for p, n in zip(ptrs, numels) if n]
     base = min(live) if live else spare
@@ -468,8 +508,8 @@ def plan(ptrs: Sequence[int], numels: Sequence[int], rows: Sequence[int], width:
     unit = width * vec
     values: list[int] = []
     programs = 0
-    for p, n, row in zip(ptrs, numels, rows):
-        tiles = -(-n // block)
+    for i, (p, n, row) in enumerate(zip(ptrs, numels, rows)):
+        tiles = -(-n // (spans[i] if spans else block))
         per = max(min_tiles, -(-tiles // max_programs))
         nprog = max(1, -(-tiles // per))
         values += ((p - base) // unit if n else 0, n, programs, nprog, per, row)
@@ -512,11 +552,12 @@ def plan_permuted(ptrs: Sequence[int], numels: Sequence[int], layouts: Sequence[
 def plan_dense(ptrs: Sequence[int], numels: Sequence[int], denses: Sequence[_Dense], rows: Sequence[int],
                width: int, spare: int, max_programs: int, min_tiles: int) -> tuple[int, int, list[int], int]:
     """:func:`plan` for the dense kernel (tensors of one kind and one :class:`_Dense` tile
-    size, which :func:`plan` is given): its six values, then the numbers of lane and tile
-    dims and their ``(size, weight)``, each list padded to ``_DENSE_MAX`` pairs. A tile
-    walk's period (the first tile dim's size) is ``2**62`` where that dim takes the
-    quotient (it never wraps)."""
-    base, vec, values, programs = plan(ptrs, numels, rows, width, spare, denses[0].block, max_programs, min_tiles)
+    size and span, which the kernel is compiled for): its six values, then the numbers of
+    lane and tile dims and their ``(size, weight)``, each list padded to ``_DENSE_MAX``
+    pairs. A tile walk's period (the first tile dim's size) is ``2**62`` where that dim
+    takes the quotient (it never wraps)."""
+    base, vec, values, programs = plan(ptrs, numels, rows, width, spare, denses[0].block, max_programs, min_tiles,
+                                       [d.span for d in denses])
     out: list[int] = []
     for i, d in enumerate(denses):
         tiles = d.tiles if len(d.tiles) > 1 else ((1 << 62, d.tiles[0][1]),)
@@ -534,7 +575,7 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
     laid out by :func:`plan`; with ``cols``, the strided kernel's launch for tensors read
     in place (``layouts``: their :class:`_Perm`), laid out by :func:`plan_permuted`; with
     ``cols`` -1, the dense kernel's (``layouts``: their :class:`_Dense`, of one tile size,
-    ``block``), laid out by :func:`plan_dense`."""
+    ``block``; ``-span``: of that span below it), laid out by :func:`plan_dense`."""
     code, width, is_float = spec
     ptrs = [t.data_ptr() for _, t in items]
     numels = [t.numel() for _, t in items]
@@ -572,7 +613,8 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
             if compiled is not None and _direct_launch(compiled, programs, stream_key[1], args):
                 return _Launch(compiled, programs, stream_key[1], args[:5], args[7:], addr[4] % 16 == 0,
                                (tab, part, counters))
-        extra = {"CB": cols, "TW": _PERM_TW} if cols > 0 else {"TW": _DENSE_TW} if cols else {}
+        extra = {"CB": cols, "TW": _PERM_TW} if cols > 0 else {"TW": _DENSE_TW, "PART": _extra_args(cols)[1]} \
+            if cols else {}
         compiled = kernel[(programs,)](base, tab, len(items), part, counters, out, k_total,
                                        KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block,
                                        TBLOCK=_TBLOCK, RBLOCK=_RBLOCK, num_warps=NUM_WARPS, **extra)
@@ -587,8 +629,9 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
 
 def _extra_args(cols: int) -> tuple:
     """The constexprs after the contiguous kernel's: the strided kernel's tile width and
-    table row, the dense kernel's table row (``cols`` -1)."""
-    return (cols, _PERM_TW) if cols > 0 else (_DENSE_TW,) if cols else ()
+    table row; the dense kernel's table row and its span where below its tile (``cols``
+    -1: whole tiles, ``PART`` 0; ``-span``: ``PART`` = span)."""
+    return (cols, _PERM_TW) if cols > 0 else (_DENSE_TW, -cols if cols < -1 else 0) if cols else ()
 
 
 class _Launch(NamedTuple):
@@ -993,7 +1036,7 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tu
             else:
                 dense = _dense_of(prep[2], block, prep[0][1])
                 if dense is not None:  # one launch per kind and tile size
-                    key = (prep[0], -1, dense.block)
+                    key = (prep[0], -1 if dense.span == dense.block else -dense.span, dense.block)
                 else:
                     key = (prep[0], _cols(prep[2].inner, block), block)
                 groups.setdefault(key, []).append((row, prep[1]))

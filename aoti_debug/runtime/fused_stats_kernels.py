@@ -168,14 +168,14 @@ def _stats_kernel(base, tab, k, part, counters, out, k_total,
                   RBLOCK: tl.constexpr):
     """Contiguous tensors: element ``i`` at ``i`` (table rows of six int64: :func:`_linear`)."""
     _linear(base, tab, k, part, counters, out, k_total, KIND, WIDTH, IS_FLOAT, VEC, BLOCK, TBLOCK, RBLOCK,
-            False, 6)
+            False, 6, False)
 
 
 @triton.jit(do_not_specialize=["k", "k_total"])
 def _stats_kernel_dense(base, tab, k, part, counters, out, k_total,
                         KIND: tl.constexpr, WIDTH: tl.constexpr, IS_FLOAT: tl.constexpr,
                         VEC: tl.constexpr, BLOCK: tl.constexpr, TBLOCK: tl.constexpr,
-                        RBLOCK: tl.constexpr, TW: tl.constexpr):
+                        RBLOCK: tl.constexpr, TW: tl.constexpr, PART: tl.constexpr):
     """Tensors that fill a dense block of memory in another order than the logical one
     (channels_last activations, permutes): read in memory order as the contiguous kernel
     reads, element at memory offset ``m`` weighed in the checksum by its logical index
@@ -183,9 +183,10 @@ def _stats_kernel_dense(base, tab, k, part, counters, out, k_total,
     picks such a ``BLOCK``: ``fused_stats._dense_layout``): ``L(t * BLOCK + a) = f(t) + w(a)``,
     ``w`` a lane's weight (:func:`_digits` of its lane, once a program) and ``f`` the
     tile's (walked from tile to tile, :func:`_walk`). Table rows of ``TW`` int64
-    (``_DENSE_DIMS``)."""
+    (``_DENSE_DIMS``). ``PART``: tiles of that many elements, below ``BLOCK`` (whole periods
+    that no power of two holds: 3 channels x 256), the lanes past it masked; 0: of ``BLOCK``."""
     _linear(base, tab, k, part, counters, out, k_total, KIND, WIDTH, IS_FLOAT, VEC, BLOCK, TBLOCK, RBLOCK,
-            True, TW)
+            True, TW, PART)
 
 
 #: A dense tensor's table row (int64): :func:`plan`'s six values, the number of lane dims
@@ -228,7 +229,7 @@ def _walk(t, dig, f, q0, w0, tdp, nt):
 def _linear(base, tab, k, part, counters, out, k_total,
             KIND: tl.constexpr, WIDTH: tl.constexpr, IS_FLOAT: tl.constexpr,
             VEC: tl.constexpr, BLOCK: tl.constexpr, TBLOCK: tl.constexpr,
-            RBLOCK: tl.constexpr, DENSE: tl.constexpr, TW: tl.constexpr):
+            RBLOCK: tl.constexpr, DENSE: tl.constexpr, TW: tl.constexpr, PART: tl.constexpr):
     """The body of :func:`_stats_kernel` and, with ``DENSE``, of :func:`_stats_kernel_dense`:
     a program sums ``ctiles`` consecutive tiles of ``BLOCK`` elements of its tensor's memory."""
     pid = tl.program_id(0).to(tl.int64)
@@ -261,16 +262,24 @@ def _linear(base, tab, k, part, counters, out, k_total,
     C: tl.constexpr = 16 // WIDTH
     R: tl.constexpr = BLOCK // C
     t0 = (pid - first) * ctiles
-    start = t0 * BLOCK
-    end = tl.minimum(start + ctiles * BLOCK, n)
+    ar = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]  # the lane in the tile
+    if PART:  # tiles of PART < BLOCK elements (whole periods of dims no power of two fits): lanes past it masked
+        TS = PART
+        lm = ar < TS
+    else:
+        TS = BLOCK
+    start = t0 * TS
+    end = tl.minimum(start + ctiles * TS, n)
     nvalid = tl.maximum(end - start, 0)
-    nfull = nvalid // BLOCK
+    nfull = nvalid // TS
     # -- the shift (the chunk's first element; 0 when absent or not finite) and the first
     # tile, loaded together: one wait for memory before the loop, not two
     kbits = tl.load(p + start, mask=nvalid > 0, other=0)
-    ar = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]  # the lane in the tile
-    idx = t0 * BLOCK + ar
-    bits = tl.load(p + idx, mask=idx < end, other=0)
+    idx = t0 * TS + ar
+    m0 = idx < end
+    if PART:
+        m0 = m0 & lm
+    bits = tl.load(p + idx, mask=m0, other=0)
     K = _decode(kbits, KIND).to(tl.float64)
     if IS_FLOAT:
         K = tl.where(tl.abs(K) < float("inf"), K, 0.0)
@@ -294,32 +303,47 @@ def _linear(base, tab, k, part, counters, out, k_total,
     else:
         au = ar.to(tl.uint32)
         cS, cT, cA = _checksum(bits, 0, au, cS, cT, cA)
-    mn, mx, s1, s2, cnt, nan = _acc(bits, idx < end, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
+    mn, mx, s1, s2, cnt, nan = _acc(bits, m0, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
     # the next tile is loaded before this one is summed: two tiles in flight a thread
-    nbits = tl.load(p + (t0 + 1) * BLOCK + ar, mask=nfull > 1, other=0)
+    if PART:
+        nbits = tl.load(p + (t0 + 1) * TS + ar, mask=(nfull > 1) & lm, other=0)
+    else:
+        nbits = tl.load(p + (t0 + 1) * TS + ar, mask=nfull > 1, other=0)
     for i in range(1, nfull):
-        idx = (t0 + i) * BLOCK + ar
+        idx = (t0 + i) * TS + ar
         bits = nbits
-        nbits = tl.load(p + idx + BLOCK, mask=i + 1 < nfull, other=0)
+        if PART:
+            nbits = tl.load(p + idx + TS, mask=(i + 1 < nfull) & lm, other=0)
+        else:
+            nbits = tl.load(p + idx + TS, mask=i + 1 < nfull, other=0)
         if DENSE:
             dig, f = _walk(t0 + i, dig, f, q0, w0, tdp, nt)
             cS, cT, cA = _checksum(bits, f, au, cS, cT, cA)
         else:
             cS, cT, cA = _checksum(bits, i, au, cS, cT, cA)
-        mn, mx, s1, s2 = _acc_fast(bits, K, mn, mx, s1, s2, KIND)
-    cnt += (tl.maximum(nfull - 1, 0) * C).to(tl.int32)  # the whole tiles' elements, C a lane each
-    if nfull >= 1 and nfull * BLOCK < nvalid:
-        idx = (t0 + nfull) * BLOCK + ar
-        bits = tl.load(p + idx, mask=idx < end, other=0)
+        if PART:  # masked lanes summed as copies of the shift's element: d = 0, min and max unmoved
+            mn, mx, s1, s2 = _acc_fast(tl.where(lm, bits, kbits), K, mn, mx, s1, s2, KIND)
+        else:
+            mn, mx, s1, s2 = _acc_fast(bits, K, mn, mx, s1, s2, KIND)
+    if PART:  # the whole tiles' elements, C a lane each, on the lanes below TS
+        cnt += tl.where(tl.arange(0, R) * C < TS, tl.maximum(nfull - 1, 0) * C, 0).to(tl.int32)
+    else:
+        cnt += (tl.maximum(nfull - 1, 0) * C).to(tl.int32)  # the whole tiles' elements, C a lane each
+    if nfull >= 1 and nfull * TS < nvalid:
+        idx = (t0 + nfull) * TS + ar
+        m1 = idx < end
+        if PART:
+            m1 = m1 & lm
+        bits = tl.load(p + idx, mask=m1, other=0)
         if DENSE:
             dig, f = _walk(t0 + nfull, dig, f, q0, w0, tdp, nt)
             cS, cT, cA = _checksum(bits, f, au, cS, cT, cA)
         else:
             cS, cT, cA = _checksum(bits, nfull, au, cS, cT, cA)
-        mn, mx, s1, s2, cnt, nan = _acc(bits, idx < end, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
+        mn, mx, s1, s2, cnt, nan = _acc(bits, m1, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
     if IS_FLOAT:
         if _nonfinite_lanes(s2) > 0:  # a NaN or an infinity: the values again, each looked at
-            mn, mx, s1, s2, cnt, nan = _acc_chunk(p, t0, nvalid, end, ar, K, KIND, WIDTH, IS_FLOAT, R, BLOCK)
+            mn, mx, s1, s2, cnt, nan = _acc_chunk(p, t0, nvalid, end, ar, K, KIND, WIDTH, IS_FLOAT, R, TS)
     if DENSE:  # sum(bits * (2 * (f + w) + 1))
         cs = (cS + (cT + cA) * 2).to(tl.int64, bitcast=True)
     else:
@@ -331,15 +355,19 @@ def _linear(base, tab, k, part, counters, out, k_total,
 
 @triton.jit
 def _acc_chunk(p, t0, nvalid, end, ar, K, KIND: tl.constexpr, WIDTH: tl.constexpr, IS_FLOAT: tl.constexpr,
-               R: tl.constexpr, BLOCK: tl.constexpr):
+               R: tl.constexpr, TS: tl.constexpr):
     """The value statistics of a contiguous kernel's chunk (``nvalid`` elements from tile
-    ``t0``, below ``end``) with :func:`_acc` on every tile: the chunk again when
-    :func:`_acc_fast` met a NaN or an infinity."""
+    ``t0``, below ``end``; tiles of ``TS`` elements, the lanes past it masked) with
+    :func:`_acc` on every tile: the chunk again when :func:`_acc_fast` met a NaN or an
+    infinity."""
     mn, mx, s1, s2, cnt, nan = _acc_start(tl.zeros([R], tl.float64), IS_FLOAT, WIDTH)
-    for i in range(0, (nvalid + BLOCK - 1) // BLOCK):
-        idx = (t0 + i) * BLOCK + ar
-        bits = tl.load(p + idx, mask=idx < end, other=0)
-        mn, mx, s1, s2, cnt, nan = _acc(bits, idx < end, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
+    for i in range(0, (nvalid + TS - 1) // TS):
+        idx = (t0 + i) * TS + ar
+        m = idx < end
+        if TS < R * (16 // WIDTH):
+            m = m & (ar < TS)
+        bits = tl.load(p + idx, mask=m, other=0)
+        mn, mx, s1, s2, cnt, nan = _acc(bits, m, K, mn, mx, s1, s2, cnt, nan, KIND, WIDTH, IS_FLOAT, True)
     return mn, mx, s1, s2, cnt, nan
 
 

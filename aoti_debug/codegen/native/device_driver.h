@@ -164,7 +164,8 @@ constexpr int kMaxShared = 48 * 1024;
 constexpr uint32_t kMaxRowDims = 6;
 constexpr uint32_t kPermTableWidth = 9 + 3 * kMaxRowDims;
 // The dense kernel's table (fused_stats.plan_dense): 8 int64 a tensor, then (size, weight)
-// per lane dim and per tile dim, up to kDenseMax each (fused_stats._DENSE_MAX).
+// per lane dim and per tile dim, up to kDenseMax each (fused_stats._DENSE_MAX). The pack's
+// dense kernels read whole tiles (PART 0).
 constexpr uint32_t kDenseMax = kMaxRowDims + 2;
 constexpr uint32_t kDenseTableWidth = 8 + 4 * kDenseMax;
 
