@@ -44,9 +44,10 @@ dims is read from a ``.contiguous()`` copy. A strided tensor whose elements fill
 block of memory (channels_last activations, permutes: no gaps, no repeats) is read in
 memory order instead, by the contiguous kernel's loop (``_stats_kernel_dense``), where a
 tile of ``BLOCK`` or ``BLOCK // 2`` elements keeps its logical index affine within each tile
-(:func:`_dense_layout`: ResNet's activations; not a run of 3 channels): the checksum weighs
-element ``t * B + a`` by ``f(t) + w(a)``, the lanes' weights computed once a program and
-the tiles' walked, so no element or row needs a division. The C++ runtime reads the same
+(:func:`_dense_layout`: ResNet's activations), or a span of whole periods below the tile
+does, the lanes past it masked (an image's runs of 3 channels in spans of 3 x 256): the
+checksum weighs element ``t * S + a`` by ``f(t) + w(a)``, the lanes' weights computed once
+a program and the tiles' walked, so no element or row needs a division. The C++ runtime reads the same
 layouts in place for the kinds, tile widths and dense tiles its pack holds
 (``codegen.device_stats.PERM_KINDS``, ``PERM_COLS``, ``dense_blocks``) and copies the others.
 
