@@ -854,6 +854,7 @@ def test_sides_mixing_contiguous_and_permuted(interpreted, monkeypatch):
           torch.randint(-5, 5, (9, 4), generator=g).t(), torch.arange(12),
           torch.randn(3, 3, 4, generator=g).to(torch.bfloat16).permute(2, 1, 0)]
     names = ["f32", "f32-t30", "f32-cl8", "f32-step-2", "f32-t-offset", "i64-t", "i64", "bf16-p"]
+    monkeypatch.setattr(fused_stats, "DENSE_READS", False)  # the strided kernel's groups first
     launches, copies = _watch_launches_and_copies(monkeypatch)
     fused_stats.summarize(ts, _block=64, _max_programs=4)
     monkeypatch.undo()
@@ -865,6 +866,20 @@ def test_sides_mixing_contiguous_and_permuted(interpreted, monkeypatch):
     c = fused_stats._cols
     assert sorted(launches) == sorted({(9, 0), (9, c(20, 64)), (9, c(8, 64)), (9, c(5, 64)), (10, 0), (10, c(4, 64)),
                                        (7, c(4, 64))})
+    check(ts, names, _block=64, _max_programs=4)
+    # With the dense kernel: those that fill a dense block go to it, a launch per kind and span
+    # (whole tiles: -1), the others as before.
+    launches, copies = _watch_launches_and_copies(monkeypatch)
+    fused_stats.summarize(ts, _block=64, _max_programs=4)
+    monkeypatch.undo()
+    assert copies == [ts[3].data_ptr()]
+    want = set()
+    for t in ts:
+        prep = fused_stats._prepare(t)
+        d = dense(t, 64)
+        want.add((prep[0][0], 0 if prep[2] is None else c(prep[2].inner, 64) if d is None
+                  else -1 if d.span == d.block else -d.span))
+    assert sorted(launches) == sorted(want) and any(cols < 0 for _, cols in want)
     check(ts, names, _block=64, _max_programs=4)
 
 
