@@ -186,7 +186,7 @@ def make_permuted_cases(device: str, big: int = 1) -> list[tuple[str, torch.Tens
         out.append((f"{name}-mask-expanded", v(2 * big, 1, 6, 6, dtype=dt).expand(2 * big, 5, 6, 6)))
     for dt in DTYPES:  # dense in another order, dims a tile fits: the dense kernel
         name = str(dt).replace("torch.", "")
-        out.append((f"{name}-channels-last-dense", v(3 * big, 64, 4, 8, dtype=dt).to(memory_format=torch.channels_last)))
+        out.append((f"{name}-channels-last-dense", v(2 * big, 32, 4, 4, dtype=dt).to(memory_format=torch.channels_last)))
         # runs of 3 channels: tiles of 3 x 256 elements (3 x 16 with tiles of 64), the lanes past them masked
         out.append((f"{name}-channels-last-rgb", v(2 * big, 3, 16, 16, dtype=dt).to(memory_format=torch.channels_last)))
     # the tile of 1024 does not fit (1024 / 256 = 4 does not divide 2 * 3), half of it does
