@@ -283,7 +283,7 @@ def test_under_interpreter():
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, TRITON_INTERPRET="1", AOTI_DEBUG_FUSED_STATS="1")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore",
-                           os.path.abspath(__file__)], env=env, cwd=repo, capture_output=True, text=True, timeout=900)
+                           os.path.abspath(__file__)], env=env, cwd=repo, capture_output=True, text=True, timeout=1500)
     tail = proc.stdout[-6000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail
     summary = [line for line in proc.stdout.splitlines() if " passed" in line]
