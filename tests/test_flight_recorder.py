@@ -176,6 +176,38 @@ def test_ring_keeps_the_last_calls_and_writes_them_at_close(fresh_session, monke
     assert [d["reason"] for d in fl["dumps"]] == ["close"]
 
 
+def test_a_signal_inside_a_records_take_writes_the_newest_calls_whole(fresh_session, monkeypatch):
+    """A fatal signal's handler runs on the model's thread, whose CPU records are taken into
+    the ring there (inline): its write re-enters the ring's lock in the middle of a take.
+    Landing where the oldest call leaves, after the new record joined its call, it writes
+    the newest ring-size calls, the new call's first record among them (before, the record
+    joined after the oldest call left: a write between found one call, the new one empty)."""
+    monkeypatch.setenv(config.ENV_RING, "2")
+    g = _handle()
+    sites = _sites(g, 3)
+    for i in range(4):
+        _call(g, sites, torch.full((4,), float(i)))
+    real = flight.FlightRecorder._drop
+    landed: list[int] = []
+
+    def drop(self, call):
+        if not landed and call.pending:
+            landed.append(call.number)
+            session.current().write_flight("signal SIGTERM")
+        return real(self, call)
+
+    monkeypatch.setattr(flight.FlightRecorder, "_drop", drop)
+    _call(g, sites, torch.full((4,), 4.0))  # call 5: its first record lets call 3 go
+    monkeypatch.undo()
+    run = only_run(str(fresh_session))
+    recs = records(run)
+    assert landed == [3]
+    assert _calls(recs) == [4, 5] and sum(1 for r in recs if r["kernel_call"] + 1 == 4) == 2 * 3
+    assert sum(1 for r in recs if r["kernel_call"] + 1 == 5) >= 1
+    fl = _flight(run)
+    assert fl["calls_written"] == 2 and [d["graph_calls"] for d in fl["dumps"]] == [[4, 5]]
+
+
 def test_graph_calls_of_several_graphs_share_the_ring(fresh_session, monkeypatch):
     """A step with two graphs (a graph break) is two graph calls; subgraph launches belong
     to the call of their wrapper."""

@@ -271,12 +271,16 @@ class FlightRecorder:
                     self._refs[record["file"]] += 1
                     self._graveyard.append(record)
                 return True
-            while self._ring and self._ring[0].number <= call.number - self.ring_size:
-                self._drop(self._ring.popleft())
+            # The record joins its call before older calls leave: a fatal signal handled on
+            # this thread between the two (the handler's write re-enters the lock) finds
+            # the newest calls whole, never the new call still empty and the one before
+            # it gone (write takes the newest ring_size calls).
             call.pending.append(record)
             self._records += 1
             if record.get("file"):
                 self._refs[record["file"]] += 1
+            while self._ring and self._ring[0].number <= call.number - self.ring_size:
+                self._drop(self._ring.popleft())
             # Older calls leave first (never calls started after this one: their records
             # are still to come); then this call's oldest records.
             while self._records > MAX_RING_RECORDS and self._ring[0] is not call:
@@ -414,19 +418,23 @@ class FlightRecorder:
     def write(self, writer: Any, reason: str) -> int:
         """Append the ring's unwritten records to the manifest (``seq`` order); how many."""
         with self._lock:
-            recs = sorted((r for c in self._ring for r in c.pending), key=lambda r: r["seq"])
-            calls = [c.number for c in self._ring if c.pending]
+            live = [c for c in self._ring if c.pending]
+            if self.ring_size is not None and len(live) > self.ring_size:
+                for c in live[:-self.ring_size]:  # left the window (a write inside take): as dropped
+                    self._drop(c)
+                live = live[-self.ring_size:]
+            recs = sorted((r for c in live for r in c.pending), key=lambda r: r["seq"])
+            calls = [c.number for c in live]
             if writer is not None and recs:
                 try:
                     writer.append_all(recs)
                 except Exception as e:
                     self._warn("flight-write", f"flight recorder: cannot append the ring to the manifest: {e}")
                     return 0
-            for c in self._ring:
-                if c.pending:
-                    self.calls_written += not c.written
-                    c.written = True
-                    c.pending = []
+            for c in live:
+                self.calls_written += not c.written
+                c.written = True
+                c.pending = []
             self._permanent.update(r["file"] for r in recs if r.get("file"))
             self._records = 0
             self.dumps.append({"reason": reason, "records": len(recs),
