@@ -12,6 +12,11 @@ result and resets the counter to 0 for the next launch on the stream.
 A launch of one tensor (most launch sides) finds its table row without a load; more
 tensors: a program counts the tensors whose first program is at or below its own.
 
+Three kernels: contiguous tensors (:func:`_stats_kernel`); tensors that fill a dense block
+in another order, read in memory order by the same loop with the checksum's logical
+index taken per tile and lane (:func:`_stats_kernel_dense`); other strided tensors with a
+unit-stride run, read as ``[rows, inner]`` (:func:`_stats_kernel_perm`).
+
 In a program's loop: the next tile is loaded before the present one is summed (two
 tiles in flight a thread); the contiguous kernel sums its whole tiles without a
 per-element select or count (:func:`_acc_fast`) and sums the chunk again, looking at
@@ -286,7 +291,8 @@ def _linear(base, tab, k, part, counters, out, k_total,
     mn, mx, s1, s2, cnt, nan = _acc_start(tl.zeros([R], tl.float64), IS_FLOAT, WIDTH)
     # checksum sum(bits * (2 * idx + 1)) with idx = (t0 + i) * BLOCK + a, i the program's
     # tile, a its lane: sum(bits) * (1 + 2 * BLOCK * t0) + 2 * BLOCK * sum(i * tile sum)
-    # + 2 * sum(bits * a), in uint64 (mod 2**64)
+    # + 2 * sum(bits * a), in uint64 (mod 2**64); the dense kernel's logical index is
+    # f(t0 + i) + w(a): sum(bits) + 2 * sum(f * tile sum) + 2 * sum(bits * w)
     cS = tl.zeros([R], tl.uint64)
     cT = tl.zeros([R], tl.uint64)
     cA = tl.zeros([R], tl.uint64)
