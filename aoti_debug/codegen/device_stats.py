@@ -146,10 +146,9 @@ class Variant:
                      "out": "*fp64", "k_total": "i32"}
         constexprs = {"KIND": self.kind, "WIDTH": self.width, "IS_FLOAT": self.is_float, "VEC": self.vec,
                       "BLOCK": self.dense or fs.BLOCK, "TBLOCK": fs._TBLOCK, "RBLOCK": fs._RBLOCK}
-        if self.cols:
-            constexprs.update(CB=self.cols, TW=fs._PERM_TW)
-        elif self.dense:
-            constexprs.update(TW=fs._DENSE_TW, PART=0)
+        # the strided kernel's tile width and table row, the dense kernel's table row and
+        # PART 0 (whole tiles), as the Python runtime launches them
+        constexprs.update(fs._extra_args(self.cols or (-1 if self.dense else 0)))
         signature.update({name: "constexpr" for name in constexprs})
         # The launcher's own buffers are always aligned; the base is 16-byte aligned exactly
         # when the vectorised form is used (fused_stats._launch), so VEC=1 assumes nothing.

@@ -609,16 +609,14 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
             addr = (base_ptr, tab.data_ptr(), part.data_ptr(), counters.data_ptr(), out.data_ptr())
             variant = (device.index, code, vec, block, tuple([a % 16 == 0 for a in addr]), cols)
             args = (addr[0], addr[1], len(items), addr[2], addr[3], addr[4], k_total,
-                    code, width, is_float, vec, block, _TBLOCK, _RBLOCK) + _extra_args(cols)
+                    code, width, is_float, vec, block, _TBLOCK, _RBLOCK) + tuple(_extra_args(cols).values())
             compiled = _compiled.get(variant)
             if compiled is not None and _direct_launch(compiled, programs, stream_key[1], args):
                 return _Launch(compiled, programs, stream_key[1], args[:5], args[7:], addr[4] % 16 == 0,
                                (tab, part, counters))
-        extra = {"CB": cols, "TW": _PERM_TW} if cols > 0 else {"TW": _DENSE_TW, "PART": _extra_args(cols)[1]} \
-            if cols else {}
         compiled = kernel[(programs,)](base, tab, len(items), part, counters, out, k_total,
                                        KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block,
-                                       TBLOCK=_TBLOCK, RBLOCK=_RBLOCK, num_warps=NUM_WARPS, **extra)
+                                       TBLOCK=_TBLOCK, RBLOCK=_RBLOCK, num_warps=NUM_WARPS, **_extra_args(cols))
         if not _interpreted and _launchable(compiled):
             _compiled[variant] = compiled
     except Exception:
@@ -628,11 +626,16 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
     return None
 
 
-def _extra_args(cols: int) -> tuple:
-    """The constexprs after the contiguous kernel's: the strided kernel's tile width and
-    table row; the dense kernel's table row and its span where below its tile (``cols``
-    -1: whole tiles, ``PART`` 0; ``-span``: ``PART`` = span)."""
-    return (cols, _PERM_TW) if cols > 0 else (_DENSE_TW, -cols if cols < -1 else 0) if cols else ()
+def _extra_args(cols: int) -> dict[str, int]:
+    """The constexprs after the contiguous kernel's, by name in the kernel's order (the
+    JIT call's keywords; their values the direct launch's arguments): the strided kernel's
+    tile width and table row; the dense kernel's table row and its span where below its
+    tile (``cols`` -1: whole tiles, ``PART`` 0; ``-span``: ``PART`` = span)."""
+    if cols > 0:
+        return {"CB": cols, "TW": _PERM_TW}
+    if cols < 0:
+        return {"TW": _DENSE_TW, "PART": -cols if cols < -1 else 0}
+    return {}
 
 
 class _Launch(NamedTuple):
