@@ -71,6 +71,19 @@ def test_bad_arguments_are_refused_before_any_compile():
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
 
 
+def test_graph_device_time_refuses_bad_arguments_and_a_machine_without_cuda():
+    script = os.path.join(REPO, "benchmarks", "graph_device_time.py")
+    for args, message in [(["--model", "vgg"], "unknown model or config: vgg"),
+                          (["--configs", "stats"], "--configs must include base"),
+                          (["--steps", "0"], "--steps and --rounds")]:
+        proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+    proc = subprocess.run([sys.executable, script, "--model", "resnet18"], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert proc.returncode == 2 and proc.stderr.strip().endswith("run it on the GPU machine"), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def _load(name: str):
     """A benchmarks/ script as a module (benchmarks/ is not a package)."""
     import importlib.util

@@ -27,6 +27,10 @@ _RESET = re.compile(r"[A-Za-z_]\w*\.reset\(\);")
 #: The levels whose records of CUDA tensors come from the device ring, where an input's
 #: record may take its producer's stats (``SiteArg.reuse``).
 REUSE_LEVELS = ("stats", "print")
+#: The Python wrapper's line before what may write a tensor whose stats a side deferred
+#: (``runtime/cuda_graphs``: inside a CUDA graph, level stats, sides' stats launches wait
+#: and go as one launch here).
+PENDING_LINE = "_aoti_debug.pending()  # what follows may write a tensor whose stats are deferred"
 #: Devices whose graph inputs a graph call reads once, at its first launch (``Inputs``):
 #: CUDA, where a launch that takes a record launches no stats kernel for it (the device
 #: ring). On the CPU the Python runtime reads every input where it is used, and in the C++
@@ -96,6 +100,15 @@ class Manager:
         """``(id(code), lines)``: where the last launch's lines ended in the wrapper's code."""
         self.inputs: Inputs | None = None
         """The weights read once a call (``Inputs``), once the graph's first launch is written."""
+        self.deferred_reads: set[str] = set()
+        """Storages a side whose stats may be deferred read since the last pending line
+        (``PENDING_LINE``; Python wrapper, level stats): a launch that writes one, or a line
+        that names one, is preceded by a pending line."""
+        self._pending_marks: dict[int, tuple[int, str]] = {}
+        """``id(code)`` -> where its last launch's lines end, and that line's indentation."""
+        self._inputs_deferred = False
+        """The graph inputs' side may be deferred: a graph input linked to it goes into
+        ``deferred_reads``."""
 
     # -- the DebugPrinterManager interface (Inductor's own call sites) ----------------
     debug_printer_level = "0"
@@ -236,6 +249,7 @@ class Manager:
         from .context import graph_name
 
         self.inputs = Inputs(code=id(code), site=-1, graph="", cpp=cpp)
+        self._inputs_deferred = not cpp
         try:
             self.inputs.graph = graph_name()
         except Exception:  # (no graph being generated: the manager driven alone, in tests)
@@ -272,6 +286,8 @@ class Manager:
         if inputs.site < 0:
             inputs.site = inputs.reserve()
         at = inputs.exprs[expr] = len(inputs.args)
+        if self._inputs_deferred:
+            self.deferred_reads.add(root)
         name = root if not any(x.name == root for x in inputs.args) else f"{root}#{at + 1}"
         inputs.args.append(LaunchArg(name=name, expr=a.expr, role="output", kind="tensor", dtype=a.dtype,
                                      layout=a.layout))
@@ -292,12 +308,13 @@ class Manager:
                 self.producers.setdefault(self.root(a.name), {}).setdefault(_spelled(a.expr),
                                                                             (launch.site, i, a.layout))
 
-    def lines_written(self, code, phase: str) -> None:
+    def lines_written(self, code, phase: str, cpp: bool = False) -> None:
         """Called as a launch's line is written out (``wrapper_lines``): before a launch,
         forget the producers whose storage any line written since the last launch names
         (a ``copy_``, a collective, a reuse of the buffer: anything not bracketed as a
         launch may write it); after one, remember where its lines end."""
         lines = getattr(code, "_lines", None)
+        self._pending_lines(code, lines, phase, cpp)
         inputs = self.inputs if self.inputs is not None and not self.inputs.closed else None
         if lines is None:
             self.producers.clear()
@@ -332,11 +349,91 @@ class Manager:
         if phase == "after":
             self.mark_written(launch)
         if not self.matches(launch):
-            return []
+            return self._pending(launch, phase, False, cpp)
         lines = self._emit(wrapper, launch, phase, cpp)
         if phase == "after" and self.reuses and launch.site >= 0:
             self._produced(launch)
-        return lines
+        return lines + self._pending(launch, phase, True, cpp)
+
+    # -- deferred stats inside CUDA graphs (PENDING_LINE) ----------------------------------
+    # Inside a CUDA graph, level stats, a side's stats launch waits (``runtime/cuda_graphs``)
+    # and goes with the sides after it as one launch, where a pending line or the capture's
+    # end comes; the side's tensors are held until then, so the allocator hands none of
+    # their memory out again meanwhile. What can still overwrite them is a launch that
+    # writes their storage (in place, or into a buffer that reuses it: ``bufB = bufA  #
+    # reuse``) or a line between launches that names it: such a launch or line is preceded
+    # by a pending line, decided here from the storages each side reads.
+    @property
+    def defers(self) -> bool:
+        s = self.settings
+        return s.level == "stats" and not s.sync
+
+    def _tensor_roots(self, launch: Launch, after: bool) -> set[str]:
+        out = set()
+        for a in launch.args:
+            if (a.after if after else a.before and not a.uninitialised) and a.kind in ("tensor", "unknown"):
+                out.add(self.root(a.name))
+                out.add(self.root(a.expr))
+        return out
+
+    def _pending(self, launch: Launch, phase: str, matched: bool, cpp: bool) -> list[str]:
+        """The pending line after a launch's before lines, where the launch writes a
+        storage a deferred side read (its own before side's included: an in-place arg)."""
+        if cpp or not self.defers:
+            return []
+        summarised = matched and phase in self.settings.phases
+        if phase == "after":
+            if summarised:
+                self.deferred_reads |= self._tensor_roots(launch, after=True)
+            return []
+        if summarised:
+            self.deferred_reads |= self._tensor_roots(launch, after=False)
+        if self.deferred_reads and not self.deferred_reads.isdisjoint(self._tensor_roots(launch, after=True)):
+            self._summarised()
+            return [PENDING_LINE]
+        return []
+
+    def _summarised(self) -> None:
+        self.deferred_reads.clear()
+        self._inputs_deferred = False
+
+    def _pending_lines(self, code, lines: list | None, phase: str, cpp: bool) -> None:
+        """After a launch: remember where its lines end. Before one (and before the call
+        returns: ``pending_tail``): where a line written since names a storage a deferred
+        side read, a pending line goes where the last launch's lines ended, before it."""
+        if not self.defers or cpp:
+            return
+        if lines is None:  # (no lines to read back: nothing stays deferred past a launch)
+            if self.deferred_reads:
+                code.writeline(PENDING_LINE)
+                self._summarised()
+            return
+        if phase == "after":
+            self._pending_marks[id(code)] = (len(lines), _indent(code, lines))
+            return
+        if not self.deferred_reads:
+            return
+        start, prefix = self._pending_marks.get(id(code), (0, _indent(code, lines)))
+        for line in lines[start:]:
+            if not isinstance(line, str) and not hasattr(line, "line"):
+                continue
+            text = str(getattr(line, "line", line)).strip()
+            if text.startswith(_NAMES_ONLY) or text.endswith(_NAMES_ONLY_END):
+                continue
+            if any(self.root(name) in self.deferred_reads for name in _NAME.findall(text)):
+                lines.insert(start, prefix + PENDING_LINE)
+                self._summarised()
+                return
+
+    def pending_tail(self, code) -> None:
+        """The call's last lines (``generate_return``, before its ``return``)."""
+        self._pending_lines(code, getattr(code, "_lines", None), "before", False)
+
+    def unknown_launch(self, code, cpp: bool) -> None:
+        """A launch that could not be described (its writes unknown): pending line before it."""
+        if self.defers and self.deferred_reads and not cpp:
+            code.writeline(PENDING_LINE)
+            self._summarised()
 
     def _emit(self, wrapper, launch: Launch, phase: str, cpp: bool) -> list[str]:
         if cpp:
@@ -346,6 +443,16 @@ class Manager:
         from . import python_emitter
 
         return python_emitter.emit(self, wrapper, launch, phase)
+
+
+def _indent(code, lines: list) -> str:
+    """The indentation a line written to ``code`` now gets (Inductor's ``IndentedBuffer``),
+    else the last line's."""
+    prefix = getattr(code, "prefix", None)
+    if prefix is not None:
+        return prefix()
+    last = next((line for line in reversed(lines) if isinstance(line, str)), "")
+    return last[: len(last) - len(last.lstrip())]
 
 
 _warned_inputs = False

@@ -170,6 +170,13 @@ PATCHES: tuple[Patch, ...] = tuple(
           "mode='reduce-overhead' would break the capture)"),
     Patch("torch._inductor.graph:GraphLowering", "codegen_with_cpp_wrapper", wrapper_lines.wrap_graph_codegen, True,
           "keeps instrumented C++-wrapper graphs out of CUDA graphs"),
+    # The end of a Python wrapper's graph call: generate_return writes the return into
+    # wrapper_call after every launch and line of the call (torch 2.11 and 2.13). The lines
+    # after the last launch are read there for one that may write a tensor whose stats a
+    # side deferred inside a CUDA graph; without it no side defers (the header says so).
+    Patch(f"{_WRAPPER}:PythonWrapperCodegen", "generate_return", wrapper_lines.wrap_python_return, False,
+          "reads the lines after a Python wrapper's last launch, so that its sides' stats launches inside "
+          "CUDA graphs may be deferred and merged; absent: one stats launch a side"),
     # The end of a C++ wrapper's graph call: generate_return writes the outputs' hand-back
     # into wrapper_call after every launch (CppWrapperCpu, which CppWrapperGpu inherits,
     # and CppWrapperCpuArrayRef's own; torch 2.11 and 2.13). Without it the C++ runtime

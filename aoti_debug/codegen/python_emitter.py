@@ -27,16 +27,29 @@ SITE_PREFIX = "_AD_SITE_"
 STATS_LEVELS = ("save", "print", "stats")
 
 
-def header_lines(level: str, sync: bool, graph_info: dict | None = None, native: str | None = None) -> list[str]:
+def header_lines(level: str, sync: bool, graph_info: dict | None = None, native: str | None = None,
+                 defers: bool = False) -> list[str]:
     """The wrapper's import of the runtime and its graph handle. ``native``: the runtime
-    library's path ("" where it could not be built), passed at the levels that record stats."""
+    library's path ("" where it could not be built), passed at the levels that record stats.
+    ``defers``: the wrapper calls ``pending()`` before whatever may write a tensor a side
+    read (``Manager._pending``, ``PENDING_LINE``), so inside CUDA graphs its sides' stats
+    launches may wait and go as one (``runtime/cuda_graphs``)."""
     info = tuple(sorted((graph_info or {}).items()))
     library = f"native={py_literal(native)}, " if native is not None else ""
+    defer = "defers=True, " if defers else ""
     return [
         f"from {RUNTIME_MODULE} import graph as _aoti_debug_graph",
         f"{HANDLE} = _aoti_debug_graph(globals().get('__file__'), {py_literal(level)}, {py_literal(sync)}, "
-        f"info={py_literal(info)}, {library}protocol={py_literal(PROTOCOL_VERSION)})",
+        f"info={py_literal(info)}, {library}{defer}protocol={py_literal(PROTOCOL_VERSION)})",
     ]
+
+
+def defers(manager, wrapper) -> bool:
+    """Whether this wrapper has a pending line before everything that may write a tensor
+    a side read: level stats, and its ``generate_return`` ours
+    (``wrapper_lines.wrap_python_return``: the lines after the last launch are read too)."""
+    returns = getattr(type(wrapper), "generate_return", None)
+    return manager.defers and getattr(returns, "__aoti_debug_original__", None) is not None
 
 
 def _root(wrapper):
@@ -59,7 +72,7 @@ def ensure_header(manager, wrapper) -> None:
         from .native_library import stats_library_path
 
         native = stats_library_path()  # built once per content hash, shared with cpp_wrapper
-    for line in header_lines(level, manager.settings.sync, info, native):
+    for line in header_lines(level, manager.settings.sync, info, native, defers(manager, root)):
         root.imports.writeline(line)
 
 

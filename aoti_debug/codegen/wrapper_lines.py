@@ -44,8 +44,10 @@ def _make_line_class():
         def codegen(self, code) -> None:
             try:
                 if self.phase == "before":
-                    self.manager.lines_written(code, "before")
+                    self.manager.lines_written(code, "before", is_cpp())
                     launch = self.state["make"]()
+                    if launch is None:
+                        self.manager.unknown_launch(code, is_cpp())
                     if launch is not None and "graph" in self.state:
                         launch.graph = self.state["graph"]
                     if launch is not None and self.manager.matches(launch):
@@ -58,7 +60,7 @@ def _make_line_class():
                 for text in lines:
                     code.writeline(text)
                 if self.phase == "after":
-                    self.manager.lines_written(code, "after")
+                    self.manager.lines_written(code, "after", is_cpp())
             except Exception as e:  # never break the user's compile
                 warn_codegen(e)
 
@@ -228,6 +230,21 @@ def wrap_generate_return(original):
     @functools.wraps(original)
     def generate_return(self, *args, **kwargs):
         safe(_write_call_end, self)
+        return original(self, *args, **kwargs)
+
+    return generate_return
+
+
+def wrap_python_return(original):
+    """Before a Python wrapper's ``return``: the manager reads the lines after the call's
+    last launch for one that may write a tensor whose stats a side deferred
+    (``Manager.pending_tail``)."""
+
+    @functools.wraps(original)
+    def generate_return(self, *args, **kwargs):
+        manager = getattr(self, "_aoti_debug_manager", None)
+        if manager is not None and not is_cpp():
+            safe(manager.pending_tail, self.wrapper_call)
         return original(self, *args, **kwargs)
 
     return generate_return

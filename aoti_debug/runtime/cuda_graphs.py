@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 import torch
 
+from . import fused_stats
 from . import session as _session
 from .device_ring import fill, private_empty
 from .fused_stats import _PERM_TW
@@ -46,6 +47,15 @@ from .session import Job, warn_once
 ARENA_ROWS = 16384
 ARENA_PROGRAMS = 32768
 ARENA_TABLE = _PERM_TW * ARENA_ROWS + 4096
+#: The sides of a wrapper that summarises pending sides before anything may write their
+#: tensors (``defers=True`` in its header: ``codegen/manager.py``, ``PENDING_LINE``) are
+#: captured as one stats launch per run of sides (per kind and layout) where that wrapper
+#: line or the capture's end comes: fewer launches, each with its fixed cost (~5.5 us of
+#: device time). False: one launch per side, at the side (tests compare both).
+DEFER = True
+#: What deferred sides may hold: their tensors are not handed out again by the graph's
+#: allocator until their stats launch, so this bounds the graph's extra memory.
+DEFER_BYTES = 256 << 20
 
 _tls = threading.local()
 _arenas: dict[int, "Arena"] = {}
@@ -108,6 +118,52 @@ class Capture:
         launches of several, whose site ids are their own)."""
         self.replay: Replay | None = None
         """Its records as one run of planned sides a replay (None: made as dicts)."""
+        self.deferred: list[tuple[Sequence[torch.Tensor], int]] = []
+        """The sides whose stats launch is deferred: their tensors (held until it, so the
+        graph's allocator hands none of their memory out again meanwhile) and first rows
+        (consecutive: each side's rows follow the last's, up to ``deferred_end``)."""
+        self.deferred_end = 0
+        self.deferred_bytes = 0
+        self.failure: str | None = None
+        """Why a deferred stats launch failed (every record of the graph then says so)."""
+
+    # -- deferred sides --------------------------------------------------------------------
+    def summarize(self, tensors: Sequence[torch.Tensor], first: int, defer: bool) -> None:
+        """Stats of one side's ``tensors`` into arena rows ``first..``: deferred (``defer``:
+        the side's wrapper summarises what is pending before anything may write it,
+        ``DEFER``) and launched with the sides after it as one stats launch, or launched now."""
+        if not (defer and DEFER):
+            self.summarize_pending()  # (rows stay in launch order; nothing waits behind a side)
+            fused_stats.summarize(tensors, into=(self.arena.buf, first), static=self)
+            return
+        nbytes = sum(t.untyped_storage().nbytes() for t in tensors)
+        if self.deferred and (first != self.deferred_end or self.deferred_bytes + nbytes > DEFER_BYTES):
+            self.summarize_pending()
+        self.deferred.append((tensors, first))
+        self.deferred_end = first + len(tensors)
+        self.deferred_bytes += nbytes
+
+    def summarize_pending(self) -> None:
+        """The deferred sides' stats, as one launch per kind and layout, into their
+        (consecutive) rows; their tensors are let go. Where that fails (the arena's partial
+        slots or tables cannot take the merged launch), one launch a side; where a side's
+        fails too, every record of the graph says so (``finish``: a consumer may have taken
+        a row it left unwritten)."""
+        if not self.deferred:
+            return
+        deferred, self.deferred, self.deferred_bytes = self.deferred, [], 0
+        buf = self.arena.buf
+        try:
+            fused_stats.summarize([t for ts, _ in deferred for t in ts], into=(buf, deferred[0][1]), static=self)
+            return
+        except Exception:
+            pass
+        for tensors, first in deferred:
+            try:
+                fused_stats.summarize(tensors, into=(buf, first), static=self)
+            except Exception as e:
+                self.failure = self.failure or f"stats: {type(e).__name__}: {e}"
+                warn_once(f"graph-stats-{type(e).__name__}", f"stats inside a CUDA graph failed: {e}")
 
     # -- while capturing (fused_stats asks through the `static` protocol) ------------------
     def rows(self, k: int) -> int:
@@ -157,6 +213,15 @@ class Capture:
             arena.table[at: at + len(values)].copy_(torch.tensor(values, dtype=torch.int64, device="cpu"))
         self.tables = []
         self.made = {}
+        if self.failure is not None:  # (no row of this graph is trusted: a record may have taken any)
+            for side in self.sides:
+                side.plan = None
+                for k, row in enumerate(side.rows):
+                    if row is not None:
+                        side.rows[k] = None
+                        side.records[k].pop("reused", None)
+                        side.records[k]["error"] = self.failure
+            return
         try:
             self.replay = Replay.of(self)
         except Exception as e:  # its replays' records are made as dicts
@@ -350,6 +415,11 @@ def _capture_end(original):
     def capture_end(self, *args, **kwargs):
         cap = getattr(_tls, "capture", None)
         _tls.capture = None
+        if cap is not None and cap.deferred:
+            try:
+                cap.summarize_pending()  # (inside the graph: before its capture ends)
+            except Exception as e:
+                cap.failure = cap.failure or f"stats: {type(e).__name__}: {e}"
         result = original(self, *args, **kwargs)
         self._aoti_debug_capture = None
         if cap is not None and cap.sides:

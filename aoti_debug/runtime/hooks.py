@@ -155,8 +155,12 @@ class GraphHandle:
     """One compiled graph's view of the session: labels and the launch/done hooks."""
 
     def __init__(self, origin: str | None, level: str, sync: bool, wrapper: str = "python", info: dict | None = None,
-                 native: str | None = None):
+                 native: str | None = None, defers: bool = False):
         self.origin = origin
+        self.defers = defers
+        """The wrapper calls :meth:`pending` before whatever may write a tensor a side
+        read: inside CUDA graphs its sides' stats launches are deferred and merged
+        (``cuda_graphs.Capture.summarize``)."""
         self.level = level
         self.sync = sync
         self.wrapper = wrapper
@@ -280,6 +284,14 @@ class GraphHandle:
             self._record(sess, site, site.before, values, "before")
         except Exception as e:
             warn_once(f"hook-{type(e).__name__}", f"instrumentation of {_kernel(site)} failed: {e}")
+
+    def pending(self) -> None:
+        """Before a launch or line that may write a tensor whose stats a side of the CUDA
+        graph being captured deferred: those stats are launched now (outside a capture:
+        nothing)."""
+        cap = cuda_graphs.current()
+        if cap is not None and cap.deferred:
+            cap.summarize_pending()
 
     def done(self, site: Site, values: Sequence[Any], extra: Sequence[dict | None] | None = None) -> None:
         """After a kernel launch: optional device sync, name it, record its outputs.
@@ -861,7 +873,7 @@ class GraphHandle:
         if tensors:
             try:
                 first = cap.rows(len(tensors))
-                fused_stats.summarize(tensors, into=(cap.arena.buf, first), static=cap)
+                cap.summarize(tensors, first, self.defers)
             except Exception as e:
                 warn_once(f"graph-stats-{type(e).__name__}", f"stats inside a CUDA graph failed: {e}")
                 for k in own:
@@ -1170,7 +1182,8 @@ class _Unrecorded(GraphHandle):
 
 
 def graph(origin: str | None, level: str, sync: bool, wrapper: str = "python", info: tuple = (),
-          protocol: int | None = None, native: str | None = None, **newer: Any) -> GraphHandle:
+          protocol: int | None = None, native: str | None = None, defers: bool = False,
+          **newer: Any) -> GraphHandle:
     """The handle for one generated module (called once, at module import).
 
     Args:
@@ -1179,6 +1192,9 @@ def graph(origin: str | None, level: str, sync: bool, wrapper: str = "python", i
             spoke; None from wrappers of protocol 1, which did not pass it.
         native: the runtime library that summarises CPU tensors (``native_stats``),
             ``""`` where the compile could not build it, None for torch ops.
+        defers: the wrapper calls ``pending()`` before whatever may write a tensor a side
+            read (``codegen/manager.py``, ``PENDING_LINE``): its sides' stats launches
+            inside CUDA graphs may wait for it; wrappers that do not pass it never defer.
         newer: arguments a later protocol may pass; such a wrapper is not recorded.
     """
     if protocol != PROTOCOL_VERSION:
@@ -1189,4 +1205,4 @@ def graph(origin: str | None, level: str, sync: bool, wrapper: str = "python", i
         return _Unrecorded(origin, level, sync, wrapper)
     if level == "stats" and _has_cuda():
         cuda_graphs.install()  # a graph captured under mode="reduce-overhead" records every replay
-    return GraphHandle(origin, level, sync, wrapper, dict(info), native)
+    return GraphHandle(origin, level, sync, wrapper, dict(info), native, defers)

@@ -514,6 +514,67 @@ def test_reduce_overhead_keeps_cuda_graph_and_records_every_replay(tmp_path):
             torch.testing.assert_close(out, model(x), atol=1e-4, rtol=1e-4)
 
 
+def _gpt2_logits():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=512, n_positions=64, attn_implementation="sdpa")
+    gpt2 = GPT2LMHeadModel(cfg).cuda().eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gpt2 = gpt2
+
+        def forward(self, ids):
+            return self.gpt2(input_ids=ids).logits
+
+    return Logits(), [torch.randint(0, 512, (2, 48), device="cuda") for _ in range(4)]
+
+
+@pytest.mark.parametrize("name", ["resnet", "gpt2"])
+def test_reduce_overhead_deferred_sides_equal_one_launch_a_side(tmp_path, monkeypatch, name):
+    """Inside CUDA graphs the sides' stats launches wait for a pending line (before a
+    launch or line that may write what they read: ``Manager._pending``) and go as one:
+    less than half the launches of one a side (``cuda_graphs.DEFER = False``), the same
+    records, and a replay's records bit for bit those of the eager warm-up given the same
+    input: nothing wrote a tensor before its deferred stats read it. ResNet-18 writes its
+    activations in place and reuses their buffers; GPT-2 (transformers) reuses buffers
+    across attention and MLP."""
+    torch.manual_seed(0)
+    if name == "resnet":
+        model, xs = _linked_model("resnet")
+        xs = xs + [torch.randn_like(xs[0]) for _ in range(2)]
+    else:
+        model, xs = _gpt2_logits()
+    xs = [xs[0], *xs]  # call 0: warm-up; call 1 captures and replays the same input
+    launches = []
+    summarize = cuda_graphs.fused_stats.summarize
+
+    def counted(tensors, *args, static=None, **kw):
+        if static is not None:
+            launches[-1] += 1
+        return summarize(tensors, *args, static=static, **kw)
+
+    monkeypatch.setattr(cuda_graphs.fused_stats, "summarize", counted)
+    runs, outs = [], []
+    for defer in (False, True):
+        monkeypatch.setattr(cuda_graphs, "DEFER", defer)
+        launches.append(0)
+        out, run_dir = _run(tmp_path, f"defer{int(defer)}", model, xs, mode="reduce-overhead")
+        runs.append(_per_call(records(run_dir), len(xs)))
+        outs.append(out)
+    with torch.no_grad():  # (cuDNN's and Inductor's convolutions differ by ~1e-3 on ResNet)
+        for x, a, b in zip(xs, *outs):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(b, model(x), atol=5e-3, rtol=5e-3)
+    assert launches[1] < launches[0] / 2, launches  # the capture's summarize calls
+    for calls in runs:  # (two compiles may autotune a reduction differently: each against itself)
+        assert len(calls[0]) > 20 and all(c.keys() == calls[0].keys() for c in calls)
+        _same(calls[0], calls[1])  # the eager warm-up and the first replay, of the same input
+        assert calls[2] != calls[3]
+    assert runs[0][0].keys() == runs[1][0].keys()
+
+
 def test_reduce_overhead_nan_found_inside_graph(tmp_path):
     """A NaN in the input of replay 4 shows in that replay's records, not in others."""
     torch.manual_seed(0)

@@ -1,0 +1,264 @@
+"""Deferred stats launches inside CUDA graphs: where the wrapper must summarise what is
+pending, and what the capture does with the sides until then.
+
+Inside a CUDA graph, level stats, a side's stats launch waits and goes with the sides
+after it as one launch (``runtime/cuda_graphs.Capture``), at a ``pending()`` line of the
+Python wrapper or the capture's end. Codegen (``Manager._pending``) writes that line
+before whatever may write a tensor a deferred side read: a launch writing its storage
+(in place, or through a buffer reuse), a line between launches naming it. The GPU test
+(``tests/gpu/test_device_ring_gpu.py::test_reduce_overhead_deferred_sides_equal_one_launch_a_side``)
+checks a replay's records against the eager warm-up's on ResNet-18 and GPT-2.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from aoti_debug import config
+from aoti_debug.codegen.launch import Launch, LaunchArg, base_name
+from aoti_debug.codegen.manager import PENDING_LINE, Manager
+from aoti_debug.runtime import cuda_graphs, hooks
+
+from tests.test_reuse_links import _Code, _Root
+
+
+# ---------------------------------------------------------------------------------------
+# codegen: where the pending lines go
+# ---------------------------------------------------------------------------------------
+def _launch(kernel: str, reads: list[str], writes: list[str], inout: list[str] = ()) -> Launch:
+    return Launch(kernel=kernel, op=kernel, kind="triton",
+                  args=[LaunchArg(base_name(r), r, "input") for r in reads]
+                  + [LaunchArg(w, w, "inout") for w in inout]
+                  + [LaunchArg(w, w, "output") for w in writes])
+
+
+def _wrapper(steps: list, level: str = "stats", kernels: str | None = None, sync: bool = False,
+             cpp: bool = False, monkeypatch=None) -> list[str]:
+    """The lines a wrapper gets from ``steps``: a launch ``(kernel, reads, writes[, inout])``
+    or a line written between launches (str); then the call's end (``pending_tail``)."""
+    m = Manager(config.make_compile_settings(level, kernels=kernels, sync=sync))
+    code, root = _Code(), _Root()
+    root._aoti_debug_header = root._aoti_debug_cpp_header = True  # (no header: nothing is imported)
+    for step in steps:
+        if isinstance(step, str):
+            code.writeline(step)
+            continue
+        m.lines_written(code, "before", cpp)
+        launch = _launch(*step)
+        if m.matches(launch):
+            m.open_inputs(root, code, cpp)
+        launch = m.prepare(launch)
+        for text in m.emit(root, launch, "before", cpp):
+            code.writeline(text)
+        code.writeline(f"{step[0]}.run()")
+        for text in m.emit(root, launch, "after", cpp):
+            code.writeline(text)
+        m.lines_written(code, "after", cpp)
+    if not cpp:
+        m.pending_tail(code)
+    return [str(line) for line in code._lines if isinstance(line, str)]
+
+
+def _around(lines: list[str], kernel: str) -> list[str]:
+    """The lines from the one before ``kernel``'s launch hook to its run."""
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"{kernel}.run("))
+    start = max(i for i in range(at) if not lines[i].startswith(("_aoti_debug.launch", PENDING_LINE))) + 1
+    return lines[start: at + 1]
+
+
+def test_an_in_place_launch_summarises_its_own_before_side_first():
+    lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), ("k1", [], [], ["buf0"])])
+    assert PENDING_LINE in lines
+    around = _around(lines, "k1")
+    assert [line.split("(")[0] for line in around] == ["_aoti_debug.launch", PENDING_LINE.split("(")[0], "k1.run"]
+
+
+def test_a_launch_writing_other_buffers_leaves_the_sides_deferred():
+    lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), ("k1", ["buf0"], ["buf1"]), ("k2", ["buf1"], ["buf2"])])
+    assert PENDING_LINE not in lines
+
+
+def test_a_launch_writing_a_reused_buffer_summarises_first():
+    """``buf2 = buf0  # reuse``: buf2 is buf0's memory, which a side of k0 and k1 read."""
+    lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), ("k1", ["buf0"], ["buf1"]),
+                      "buf2 = buf0; del buf0  # reuse", ("k2", ["buf1"], ["buf2"])])
+    assert PENDING_LINE not in lines, "a reuse line itself writes nothing"
+    m_lines = _wrapper_with_alias()
+    assert _around(m_lines, "k2")[-2] == PENDING_LINE
+
+
+def _wrapper_with_alias() -> list[str]:
+    # The reuse line's storage is followed by the manager (``alias``: Inductor's ReuseLine).
+    m = Manager(config.make_compile_settings("stats"))
+    code, root = _Code(), _Root()
+    root._aoti_debug_header = root._aoti_debug_cpp_header = True
+    for step in (("k0", ["arg0_1"], ["buf0"]), ("k1", ["buf0"], ["buf1"]), "reuse", ("k2", ["buf1"], ["buf2"])):
+        if step == "reuse":
+            code.writeline("buf2 = buf0; del buf0  # reuse")
+            m.alias("buf2", "buf0", reuse=True)
+            continue
+        m.lines_written(code, "before")
+        launch = m.prepare(_launch(*step))
+        for text in m.emit(root, launch, "before", False):
+            code.writeline(text)
+        code.writeline(f"{step[0]}.run()")
+        for text in m.emit(root, launch, "after", False):
+            code.writeline(text)
+        m.lines_written(code, "after")
+    return list(code._lines)
+
+
+def test_a_line_naming_a_deferred_storage_is_preceded_where_the_last_launch_ended():
+    lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), "    buf0.copy_(arg2_1)", ("k1", ["arg2_1"], ["buf1"])])
+    at = lines.index("    buf0.copy_(arg2_1)")
+    assert lines[at - 1] == PENDING_LINE and lines[at - 2].startswith("_aoti_debug.done")
+    # names only (a deletion, a comment, a layout check): nothing written, nothing summarised
+    quiet = _wrapper([("k0", ["arg0_1"], ["buf0"]), "del buf0", "# buf0", "assert_size_stride(buf0, (4,), (1,))",
+                      ("k1", ["arg2_1"], ["buf1"])])
+    assert PENDING_LINE not in quiet
+
+
+def test_the_lines_after_the_last_launch_are_read_too():
+    lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), "arg0_1.copy_(buf0)", "return (buf0, )"])
+    assert lines[lines.index("arg0_1.copy_(buf0)") - 1] == PENDING_LINE
+
+
+def test_an_uninstrumented_launch_writing_a_deferred_storage_still_summarises_first():
+    lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), ("other", [], [], ["buf0"])], kernels="k0")
+    assert _around(lines, "other")[-2] == PENDING_LINE
+
+
+def test_no_pending_lines_where_nothing_defers():
+    steps = [("k0", ["arg0_1"], ["buf0"]), ("k1", [], [], ["buf0"])]
+    for kw in ({"level": "print"}, {"level": "save"}, {"level": "names"}, {"sync": True}, {"cpp": True}):
+        assert not any(PENDING_LINE in line for line in _wrapper(steps, **kw)), kw
+
+
+def test_a_compiled_python_wrapper_says_it_defers_and_runs(tmp_path, monkeypatch):
+    """A real Inductor wrapper (CPU, where ``pending()`` does nothing): the header passes
+    ``defers=True``, the in-place kernels' launches are preceded by a pending line, and
+    the model's values are eager's."""
+    import aoti_debug
+    from torch._inductor.utils import run_and_get_code
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8), torch.nn.GELU()).eval()
+    x = torch.randn(4, 16)
+    torch._dynamo.reset()
+    with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path)):
+        out, codes = run_and_get_code(torch.compile(model), x)
+    torch._dynamo.reset()
+    code = codes[0]
+    assert "defers=True" in code and "protocol=6" in code
+    lines = [line.strip() for line in code.splitlines()]
+    pendings = [i for i, line in enumerate(lines) if line.startswith("_aoti_debug.pending()")]
+    assert pendings
+    for i in pendings:  # between an in-place kernel's before hook and its launch
+        assert lines[i - 1].startswith("_aoti_debug.launch(") and lines[i + 1].startswith("cpp_fused_"), lines[i - 1:i + 2]
+    with torch.no_grad():
+        torch.testing.assert_close(out, model(x))
+
+
+# ---------------------------------------------------------------------------------------
+# runtime: what a capture does with deferred sides
+# ---------------------------------------------------------------------------------------
+class _Arena:
+    def __init__(self):
+        self.buf = torch.zeros(9 * 64, dtype=torch.float64)
+        self.rows_used = 0
+        self.table_used = 0
+
+
+def _capture(monkeypatch, fail=lambda tensors: False):
+    """A capture over a stand-in arena whose stats launches are recorded as
+    ``(tensor ids, first row)`` (``fail(tensors)``: that launch raises)."""
+    calls = []
+
+    def summarize(tensors, *args, into=None, static=None, **kw):
+        if fail(tensors):
+            raise RuntimeError("the arena is full")
+        calls.append(([id(t) for t in tensors], into[1]))
+
+    monkeypatch.setattr(cuda_graphs.fused_stats, "summarize", summarize)
+    cap = cuda_graphs.Capture(_Arena())
+    return cap, calls
+
+
+def _side(cap, tensors, defer=True):
+    first = cap.arena.rows_used
+    cap.arena.rows_used += len(tensors)
+    cap.summarize(tensors, first, defer)
+    return first
+
+
+def test_consecutive_sides_go_as_one_launch(monkeypatch):
+    cap, calls = _capture(monkeypatch)
+    a, b, c = torch.ones(4), torch.ones(8), torch.ones(2)
+    _side(cap, [a, b])
+    _side(cap, [c])
+    assert calls == [] and len(cap.deferred) == 2  # held, so their memory stays theirs
+    cap.summarize_pending()
+    assert calls == [([id(a), id(b), id(c)], 0)] and cap.deferred == []
+    cap.summarize_pending()
+    assert len(calls) == 1
+
+
+def test_a_side_not_deferred_launches_what_is_pending_first(monkeypatch):
+    cap, calls = _capture(monkeypatch)
+    a, b = torch.ones(4), torch.ones(4)
+    _side(cap, [a])
+    _side(cap, [b], defer=False)
+    assert calls == [([id(a)], 0), ([id(b)], 1)] and not cap.deferred
+
+
+def test_rows_not_following_or_too_many_bytes_start_a_new_launch(monkeypatch):
+    cap, calls = _capture(monkeypatch)
+    a, b = torch.ones(4), torch.ones(4)
+    _side(cap, [a])
+    cap.arena.rows_used += 3  # (another graph's rows between)
+    _side(cap, [b])
+    assert calls == [([id(a)], 0)]
+    cap.summarize_pending()
+    assert calls[-1] == ([id(b)], 4)
+    monkeypatch.setattr(cuda_graphs, "DEFER_BYTES", 40)
+    c, d = torch.ones(8), torch.ones(8)  # 32 bytes each
+    _side(cap, [c])
+    _side(cap, [d])
+    assert calls[-1] == ([id(c)], 5)
+
+
+def test_a_merged_launch_that_fails_goes_side_by_side(monkeypatch):
+    a, b = torch.ones(4), torch.ones(4)
+    cap, calls = _capture(monkeypatch, fail=lambda tensors: len(tensors) > 1)
+    _side(cap, [a])
+    _side(cap, [b])
+    cap.summarize_pending()
+    assert calls == [([id(a)], 0), ([id(b)], 1)] and cap.failure is None
+
+
+def test_a_side_that_fails_alone_marks_every_record_of_the_graph(monkeypatch):
+    """A consumer may have taken the failed side's row (``reused``): no row of the graph
+    is trusted, and its replays make records with the error (no plan)."""
+    a, b = torch.ones(4), torch.ones(4)
+    cap, calls = _capture(monkeypatch, fail=lambda tensors: any(t is b for t in tensors))
+    _side(cap, [a])
+    _side(cap, [b])
+    cap.summarize_pending()
+    assert calls == [([id(a)], 0)] and "the arena is full" in cap.failure
+    records = [{"arg": "x"}, {"arg": "y", "reused": 3}]
+    cap.sides.append(cuda_graphs.Side(None, None, "g", "after", records, [0, 1], plan=object()))
+    cap.finish()
+    assert cap.sides[0].plan is None and cap.sides[0].rows == [None, None] and cap.replay is None
+    assert all("the arena is full" in r["error"] for r in records) and "reused" not in records[1]
+
+
+def test_the_handle_summarises_pending_sides_only_inside_a_capture(monkeypatch):
+    handle = hooks.graph(None, "stats", False, protocol=hooks.PROTOCOL_VERSION, defers=True)
+    assert handle.defers
+    assert not hooks.graph(None, "stats", False, protocol=hooks.PROTOCOL_VERSION).defers
+    handle.pending()  # no capture: nothing
+    cap, calls = _capture(monkeypatch)
+    _side(cap, [torch.ones(4)])
+    monkeypatch.setattr(cuda_graphs._tls, "capture", cap, raising=False)
+    handle.pending()
+    assert len(calls) == 1 and not cap.deferred
