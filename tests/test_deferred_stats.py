@@ -75,14 +75,14 @@ def test_an_in_place_launch_summarises_its_own_before_side_first():
 
 def test_a_launch_writing_other_buffers_leaves_the_sides_deferred():
     lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), ("k1", ["buf0"], ["buf1"]), ("k2", ["buf1"], ["buf2"])])
-    assert PENDING_LINE not in lines
+    assert lines.count(PENDING_LINE) == 1 and lines[-1] == PENDING_LINE  # at the call's end only
 
 
 def test_a_launch_writing_a_reused_buffer_summarises_first():
     """``buf2 = buf0  # reuse``: buf2 is buf0's memory, which a side of k0 and k1 read."""
     lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), ("k1", ["buf0"], ["buf1"]),
                       "buf2 = buf0; del buf0  # reuse", ("k2", ["buf1"], ["buf2"])])
-    assert PENDING_LINE not in lines, "a reuse line itself writes nothing"
+    assert lines.count(PENDING_LINE) == 1, "a reuse line itself writes nothing"
     m_lines = _wrapper_with_alias()
     assert _around(m_lines, "k2")[-2] == PENDING_LINE
 
@@ -115,12 +115,22 @@ def test_a_line_naming_a_deferred_storage_is_preceded_where_the_last_launch_ende
     # names only (a deletion, a comment, a layout check): nothing written, nothing summarised
     quiet = _wrapper([("k0", ["arg0_1"], ["buf0"]), "del buf0", "# buf0", "assert_size_stride(buf0, (4,), (1,))",
                       ("k1", ["arg2_1"], ["buf1"])])
-    assert PENDING_LINE not in quiet
+    assert quiet.count(PENDING_LINE) == 1 and quiet[-1] == PENDING_LINE
 
 
 def test_the_lines_after_the_last_launch_are_read_too():
-    lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), "arg0_1.copy_(buf0)", "return (buf0, )"])
+    lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), "arg0_1.copy_(buf0)"])
     assert lines[lines.index("arg0_1.copy_(buf0)") - 1] == PENDING_LINE
+    assert lines.count(PENDING_LINE) == 1
+
+
+def test_nothing_stays_deferred_past_the_call():
+    """Eager code after the call, or another graph in the same capture, may write what it
+    returns: the call ends with a pending line."""
+    lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), "del arg0_1"])
+    assert lines[-1] == PENDING_LINE and lines.count(PENDING_LINE) == 1
+    lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), ("k1", [], [], ["buf0"])])
+    assert lines[-1] == PENDING_LINE  # (k1's after side read buf0 again)
 
 
 def test_an_uninstrumented_launch_writing_a_deferred_storage_still_summarises_first():
@@ -153,7 +163,8 @@ def test_a_compiled_python_wrapper_says_it_defers_and_runs(tmp_path, monkeypatch
     lines = [line.strip() for line in code.splitlines()]
     pendings = [i for i, line in enumerate(lines) if line.startswith("_aoti_debug.pending()")]
     assert pendings
-    for i in pendings:  # between an in-place kernel's before hook and its launch
+    assert lines[pendings[-1] + 1].startswith("return ")  # nothing deferred past the call
+    for i in pendings[:-1]:  # between an in-place kernel's before hook and its launch
         assert lines[i - 1].startswith("_aoti_debug.launch(") and lines[i + 1].startswith("cpp_fused_"), lines[i - 1:i + 2]
     with torch.no_grad():
         torch.testing.assert_close(out, model(x))

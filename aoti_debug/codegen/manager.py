@@ -426,8 +426,14 @@ class Manager:
                 return
 
     def pending_tail(self, code) -> None:
-        """The call's last lines (``generate_return``, before its ``return``)."""
+        """Before the call returns (``generate_return``): its lines after the last launch,
+        then a pending line if any side may still be deferred. Nothing stays deferred past
+        a graph call: what runs after it (eager code or another graph inside the same
+        CUDA graph capture) may write anything it returns or was given."""
         self._pending_lines(code, getattr(code, "_lines", None), "before", False)
+        if self.defers and self.deferred_reads:
+            code.writeline(PENDING_LINE)
+            self._summarised()
 
     def unknown_launch(self, code, cpp: bool) -> None:
         """A launch that could not be described (its writes unknown): pending line before it."""
