@@ -222,6 +222,18 @@ def test_a_side_not_deferred_launches_what_is_pending_first(monkeypatch):
     assert calls == [([id(a)], 0), ([id(b)], 1)] and not cap.deferred
 
 
+def test_a_side_with_a_tensor_off_16_bytes_goes_alone(monkeypatch):
+    """Its alignment would choose the merged launch's kernel variant, which the warm-up
+    may not have compiled."""
+    cap, calls = _capture(monkeypatch)
+    a, storage = torch.ones(4), torch.ones(9)
+    odd = storage[1:]
+    assert odd.data_ptr() % 16
+    _side(cap, [a])
+    _side(cap, [odd])
+    assert calls == [([id(a)], 0), ([id(odd)], 1)] and not cap.deferred
+
+
 def test_rows_not_following_or_too_many_bytes_start_a_new_launch(monkeypatch):
     cap, calls = _capture(monkeypatch)
     a, b = torch.ones(4), torch.ones(4)

@@ -132,7 +132,10 @@ class Capture:
         """Stats of one side's ``tensors`` into arena rows ``first..``: deferred (``defer``:
         the side's wrapper summarises what is pending before anything may write it,
         ``DEFER``) and launched with the sides after it as one stats launch, or launched now."""
-        if not (defer and DEFER):
+        # A side with a tensor off 16 bytes goes alone: in a merged launch its alignment
+        # would decide the kernel variant of the others too, one the warm-up may not have
+        # compiled (nothing is compiled during a capture).
+        if not (defer and DEFER) or any(t.data_ptr() % 16 for t in tensors):
             self.summarize_pending()  # (rows stay in launch order; nothing waits behind a side)
             fused_stats.summarize(tensors, into=(self.arena.buf, first), static=self)
             return
