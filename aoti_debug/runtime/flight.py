@@ -144,6 +144,29 @@ class BirthWatch:
                 "saved": [], "not_saved": [], "next": None}
 
 
+class _Critical:
+    """A change of the ring on the main thread, which a fatal signal's handler (run on that
+    thread, between any two bytecodes) must not see half made: the handler waits for its
+    end (:meth:`FlightRecorder._on_signal`)."""
+
+    __slots__ = ("fl",)
+
+    def __init__(self, fl: "FlightRecorder"):
+        self.fl = fl
+
+    def __enter__(self) -> None:
+        tls = self.fl._tls
+        tls.critical = getattr(tls, "critical", 0) + 1
+
+    def __exit__(self, *exc) -> None:
+        fl = self.fl
+        fl._tls.critical -= 1
+        if fl._tls.critical == 0 and fl._held_signal is not None and \
+                threading.current_thread() is threading.main_thread():
+            signum, fl._held_signal = fl._held_signal, None
+            fl._on_signal(signum, None)
+
+
 class FlightRecorder:
     """The ring of graph calls, the trigger, and the writes of the ring (one per session)."""
 
@@ -175,6 +198,10 @@ class FlightRecorder:
         self._graveyard: list[dict] = []
         self._previous: dict[int, Any] = {}
         self._signals_tried = False
+        self._held_signal: int | None = None
+        """A fatal signal that arrived inside a change of the ring (:class:`_Critical`),
+        handled at its end."""
+        self._critical = _Critical(self)
         self.on_fatal: Callable[[str], None] | None = None
         """Set by the session: finish queued records, write the ring and run.json."""
         self.publish: Callable[[], None] | None = None
@@ -215,7 +242,7 @@ class FlightRecorder:
             self._new_call()
 
     def _new_call(self) -> None:
-        with self._lock:
+        with self._critical, self._lock:
             self.calls += 1
             call = GraphCall(self.calls)
             self._ring.append(call)
@@ -260,7 +287,7 @@ class FlightRecorder:
                 self._fire(birth, writer, inline)
         if self.ring_size is None or call is None:
             return False
-        with self._lock:
+        with self._critical, self._lock:
             if self._graveyard:
                 self.bury(writer, forget)
             if call.dropped:
@@ -417,7 +444,7 @@ class FlightRecorder:
     # -- writing the ring -------------------------------------------------------------------
     def write(self, writer: Any, reason: str) -> int:
         """Append the ring's unwritten records to the manifest (``seq`` order); how many."""
-        with self._lock:
+        with self._critical, self._lock:
             live = [c for c in self._ring if c.pending]
             if self.ring_size is not None and len(live) > self.ring_size:
                 for c in live[:-self.ring_size]:  # left the window (a write inside take): as dropped
@@ -471,6 +498,11 @@ class FlightRecorder:
                 pass
 
     def _on_signal(self, signum: int, frame: Any) -> Any:
+        if getattr(self._tls, "critical", 0) and threading.current_thread() is threading.main_thread():
+            # Inside a change of the ring (a call leaving it, a record joining one): the
+            # ring and its counts would be written half changed. Handled at its end.
+            self._held_signal = signum
+            return None
         if os.getpid() == self.pid and self.on_fatal is not None:
             try:
                 self.on_fatal(f"signal {signal.Signals(signum).name}")
