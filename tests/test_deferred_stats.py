@@ -175,22 +175,52 @@ def test_a_compiled_python_wrapper_says_it_defers_and_runs(tmp_path, monkeypatch
 # ---------------------------------------------------------------------------------------
 class _Arena:
     def __init__(self):
+        self.device = torch.device("cpu")
         self.buf = torch.zeros(9 * 64, dtype=torch.float64)
         self.rows_used = 0
         self.table_used = 0
 
 
+class _Stream:
+    """A stand-in CUDA stream: ``waits`` records the streams it was made to wait for."""
+
+    current = None
+
+    def __init__(self, name: str):
+        self.name = name
+        self.waits: list[str] = []
+
+    def wait_stream(self, other: "_Stream") -> None:
+        self.waits.append(other.name)
+
+
 def _capture(monkeypatch, fail=lambda tensors: False):
     """A capture over a stand-in arena whose stats launches are recorded as
-    ``(tensor ids, first row)`` (``fail(tensors)``: that launch raises)."""
+    ``(tensor ids, first row)``, with the stream they went on where not the capture's
+    (``fail(tensors)``: that launch raises)."""
+    import contextlib
+
     calls = []
+    main = _Stream("main")
+    _Stream.current = main
+    on = [None]
 
     def summarize(tensors, *args, into=None, static=None, **kw):
         if fail(tensors):
             raise RuntimeError("the arena is full")
-        calls.append(([id(t) for t in tensors], into[1]))
+        calls.append(([id(t) for t in tensors], into[1]) + ((on[0].name,) if on[0] is not None else ()))
+
+    @contextlib.contextmanager
+    def on_stream(stream):
+        on[0] = stream
+        try:
+            yield
+        finally:
+            on[0] = None
 
     monkeypatch.setattr(cuda_graphs.fused_stats, "summarize", summarize)
+    monkeypatch.setattr(cuda_graphs, "_current_stream", lambda device: _Stream.current)
+    monkeypatch.setattr(cuda_graphs, "_on_stream", on_stream)
     cap = cuda_graphs.Capture(_Arena())
     return cap, calls
 
@@ -248,6 +278,23 @@ def test_rows_not_following_or_too_many_bytes_start_a_new_launch(monkeypatch):
     _side(cap, [c])
     _side(cap, [d])
     assert calls[-1] == ([id(c)], 5)
+
+
+def test_a_run_stays_on_the_stream_of_its_sides(monkeypatch):
+    """A graph on several streams (``torch.cuda.stream`` in the model): a side on another
+    stream starts a new run; a run launched while another stream is current goes on its
+    own, and the current stream waits for it before what follows."""
+    cap, calls = _capture(monkeypatch)
+    main, other = _Stream.current, _Stream("other")
+    a, b, c = torch.ones(4), torch.ones(4), torch.ones(4)
+    _side(cap, [a])
+    _Stream.current = other
+    _side(cap, [b])
+    assert calls == [([id(a)], 0, "main")] and other.waits == ["main"]
+    _side(cap, [c])
+    _Stream.current = main
+    cap.summarize_pending()
+    assert calls[-1] == ([id(b), id(c)], 1, "other") and main.waits == ["other"]
 
 
 def test_a_merged_launch_that_fails_goes_side_by_side(monkeypatch):

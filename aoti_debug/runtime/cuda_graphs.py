@@ -124,6 +124,8 @@ class Capture:
         (consecutive: each side's rows follow the last's, up to ``deferred_end``)."""
         self.deferred_end = 0
         self.deferred_bytes = 0
+        self.deferred_stream: Any = None
+        """The stream the deferred sides' launches ran on (their stats launch goes there)."""
         self.failure: str | None = None
         """Why a deferred stats launch failed (every record of the graph then says so)."""
 
@@ -140,8 +142,11 @@ class Capture:
             fused_stats.summarize(tensors, into=(self.arena.buf, first), static=self)
             return
         nbytes = sum(t.untyped_storage().nbytes() for t in tensors)
-        if self.deferred and (first != self.deferred_end or self.deferred_bytes + nbytes > DEFER_BYTES):
+        stream = _current_stream(self.arena.device)
+        if self.deferred and (first != self.deferred_end or self.deferred_bytes + nbytes > DEFER_BYTES
+                              or stream != self.deferred_stream):
             self.summarize_pending()
+        self.deferred_stream = stream  # (a run's sides were launched on one stream)
         self.deferred.append((tensors, first))
         self.deferred_end = first + len(tensors)
         self.deferred_bytes += nbytes
@@ -155,6 +160,18 @@ class Capture:
         if not self.deferred:
             return
         deferred, self.deferred, self.deferred_bytes = self.deferred, [], 0
+        here = _current_stream(self.arena.device)
+        if here == self.deferred_stream:
+            self._launch_run(deferred)
+            return
+        # Another stream now (a wrapper whose graph runs on several: torch.cuda.stream in
+        # the model): the run goes on the stream of its sides' launches, and what follows
+        # on this one waits for it.
+        with _on_stream(self.deferred_stream):
+            self._launch_run(deferred)
+        here.wait_stream(self.deferred_stream)
+
+    def _launch_run(self, deferred: list[tuple[Sequence[torch.Tensor], int]]) -> None:
         buf = self.arena.buf
         try:
             fused_stats.summarize([t for ts, _ in deferred for t in ts], into=(buf, deferred[0][1]), static=self)
@@ -388,6 +405,14 @@ class _Values:
 
     def fill(self, row: int, rec: dict) -> None:
         fill(rec, self.values(), row)
+
+
+def _current_stream(device: torch.device) -> Any:
+    return torch.cuda.current_stream(device)
+
+
+def _on_stream(stream: Any) -> Any:
+    return torch.cuda.stream(stream)
 
 
 def current() -> Capture | None:
