@@ -2,7 +2,10 @@
 
 While a graph is captured, each instrumented launch side adds the fused stats kernel
 to the graph, writing into rows of a per-device arena reserved for that graph for good,
-and leaves a template of its records. After every replay of the graph, the arena's rows
+and leaves a template of its records. A wrapper that says where its tensors may be
+written next (``defers=True``: a ``pending()`` line before each such launch or line,
+``codegen/manager.py``) has its sides' stats launches deferred to that line and merged,
+one launch per kind and layout for the run of sides (:meth:`Capture.summarize`). After every replay of the graph, the arena's rows
 are copied to the host (one copy pair and one event, on the replay's stream) and the
 templates become records with new launch and record numbers: every replay is recorded,
 and the model keeps its CUDA graph. An input whose producer's side was captured before

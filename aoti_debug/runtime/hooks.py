@@ -833,7 +833,8 @@ class GraphHandle:
     def _capture(self, sess, label: str, site: Site, args: Sequence[SiteArg], values: Sequence[Any],
                  phase: str) -> None:
         """One launch side while a CUDA graph is captured (level stats): the stats kernel
-        goes into the graph, writing the graph's arena rows (an input its producer's side
+        goes into the graph (deferred to the wrapper's next ``pending()`` and merged with
+        the sides before it, where the wrapper ``defers``), writing the graph's arena rows (an input its producer's side
         in the graph summarised takes that row); the records are made from a template
         after every replay (``cuda_graphs``), by the runtime library from the side's plan
         when every side of the graph has one (``cuda_graphs.Replay``)."""
