@@ -332,13 +332,8 @@ class Manager:
             if inputs is not None and inputs.code != id(code):
                 inputs.closed = True
             return
-        for line in lines[start:]:
-            if not isinstance(line, str) and not hasattr(line, "line"):
-                continue  # (a LineContext: where the lines came from, no code)
-            text = str(getattr(line, "line", line)).strip()
-            if text.startswith(_NAMES_ONLY) or text.endswith(_NAMES_ONLY_END) or _RESET.fullmatch(text):
-                continue  # (names only: the storage tracking follows reuse and alias lines)
-            for name in _NAME.findall(text):
+        for names in _names_written(lines, start):
+            for name in names:
                 root = self.root(name)
                 self.producers.pop(root, None)
                 if inputs is not None:
@@ -414,13 +409,8 @@ class Manager:
         if not self.deferred_reads:
             return
         start, prefix = self._pending_marks.get(id(code), (0, _indent(code, lines)))
-        for line in lines[start:]:
-            if not isinstance(line, str) and not hasattr(line, "line"):
-                continue
-            text = str(getattr(line, "line", line)).strip()
-            if text.startswith(_NAMES_ONLY) or text.endswith(_NAMES_ONLY_END):
-                continue
-            if any(self.root(name) in self.deferred_reads for name in _NAME.findall(text)):
+        for names in _names_written(lines, start):
+            if any(self.root(name) in self.deferred_reads for name in names):
                 lines.insert(start, prefix + PENDING_LINE)
                 self._summarised()
                 return
@@ -449,6 +439,19 @@ class Manager:
         from . import python_emitter
 
         return python_emitter.emit(self, wrapper, launch, phase)
+
+
+def _names_written(lines: list, start: int):
+    """The names of each line of ``lines[start:]`` that may write what it names: not a
+    comment, a deletion, a layout check, or a reuse or alias line (whose storage the
+    manager follows)."""
+    for line in lines[start:]:
+        if not isinstance(line, str) and not hasattr(line, "line"):
+            continue  # (a LineContext: where the lines came from, no code)
+        text = str(getattr(line, "line", line)).strip()
+        if text.startswith(_NAMES_ONLY) or text.endswith(_NAMES_ONLY_END) or _RESET.fullmatch(text):
+            continue
+        yield _NAME.findall(text)
 
 
 def _indent(code, lines: list) -> str:
