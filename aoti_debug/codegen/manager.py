@@ -18,19 +18,20 @@ from ..format import schema
 from .launch import Launch, LaunchArg, base_name
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: The Python wrapper's line before what may write a tensor whose stats a side deferred
+#: (``runtime/cuda_graphs``: inside a CUDA graph, level stats, sides' stats launches wait
+#: and go as one launch here).
+PENDING_LINE = "_aoti_debug.pending()  # what follows may write a tensor whose stats are deferred"
 #: Wrapper lines that only name buffers (comments, deletions, checks of an input's layout,
-#: the reuse and alias lines whose storage the manager follows), in Python and in C++ (``buf3.reset();``,
-#: ``auto buf5 = std::move(buf2);  // reuse``): no write between a producer and its reader.
-_NAMES_ONLY = ("#", "del ", "//", "assert_size_stride(", "assert_alignment(")
+#: our pending line, the reuse and alias lines whose storage the manager follows), in
+#: Python and in C++ (``buf3.reset();``, ``auto buf5 = std::move(buf2);  // reuse``): no
+#: write between a producer and its reader.
+_NAMES_ONLY = ("#", "del ", "//", "assert_size_stride(", "assert_alignment(", PENDING_LINE.split("#")[0].strip())
 _NAMES_ONLY_END = ("# reuse", "# alias", "// reuse", "// alias")
 _RESET = re.compile(r"[A-Za-z_]\w*\.reset\(\);")
 #: The levels whose records of CUDA tensors come from the device ring, where an input's
 #: record may take its producer's stats (``SiteArg.reuse``).
 REUSE_LEVELS = ("stats", "print")
-#: The Python wrapper's line before what may write a tensor whose stats a side deferred
-#: (``runtime/cuda_graphs``: inside a CUDA graph, level stats, sides' stats launches wait
-#: and go as one launch here).
-PENDING_LINE = "_aoti_debug.pending()  # what follows may write a tensor whose stats are deferred"
 #: Devices whose graph inputs a graph call reads once, at its first launch (``Inputs``):
 #: CUDA, where a launch that takes a record launches no stats kernel for it (the device
 #: ring). On the CPU the Python runtime reads every input where it is used, and in the C++
@@ -399,9 +400,7 @@ class Manager:
         if not self.defers or cpp:
             return
         if lines is None:  # (no lines to read back: nothing stays deferred past a launch)
-            if self.deferred_reads:
-                code.writeline(PENDING_LINE)
-                self._summarised()
+            self._write_pending(code, cpp)
             return
         if phase == "after":
             self._pending_marks[id(code)] = (len(lines), _indent(code, lines))
@@ -421,13 +420,15 @@ class Manager:
         a graph call: what runs after it (eager code or another graph inside the same
         CUDA graph capture) may write anything it returns or was given."""
         self._pending_lines(code, getattr(code, "_lines", None), "before", False)
-        if self.defers and self.deferred_reads:
-            code.writeline(PENDING_LINE)
-            self._summarised()
+        self._write_pending(code, False)
 
     def unknown_launch(self, code, cpp: bool) -> None:
         """A launch that could not be described (its writes unknown): pending line before it."""
-        if self.defers and self.deferred_reads and not cpp:
+        self._write_pending(code, cpp)
+
+    def _write_pending(self, code, cpp: bool) -> None:
+        """A pending line here, where a side may still be deferred."""
+        if self.defers and not cpp and self.deferred_reads:
             code.writeline(PENDING_LINE)
             self._summarised()
 

@@ -124,8 +124,7 @@ class Capture:
         self.deferred: list[tuple[Sequence[torch.Tensor], int]] = []
         """The sides whose stats launch is deferred: their tensors (held until it, so the
         graph's allocator hands none of their memory out again meanwhile) and first rows
-        (consecutive: each side's rows follow the last's, up to ``deferred_end``)."""
-        self.deferred_end = 0
+        (consecutive: each side's rows follow the last's)."""
         self.deferred_bytes = 0
         self.deferred_stream: Any = None
         """The stream the deferred sides' launches ran on (their stats launch goes there)."""
@@ -146,12 +145,13 @@ class Capture:
             return
         nbytes = sum(t.untyped_storage().nbytes() for t in tensors)
         stream = _current_stream(self.arena.device)
-        if self.deferred and (first != self.deferred_end or self.deferred_bytes + nbytes > DEFER_BYTES
-                              or stream != self.deferred_stream):
-            self.summarize_pending()
+        if self.deferred:
+            last, last_first = self.deferred[-1]
+            if first != last_first + len(last) or self.deferred_bytes + nbytes > DEFER_BYTES \
+                    or stream != self.deferred_stream:
+                self.summarize_pending()
         self.deferred_stream = stream  # (a run's sides were launched on one stream)
         self.deferred.append((tensors, first))
-        self.deferred_end = first + len(tensors)
         self.deferred_bytes += nbytes
 
     def summarize_pending(self) -> None:
