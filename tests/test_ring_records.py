@@ -1194,6 +1194,63 @@ def test_sides_queued_while_the_writer_holds_their_run_start_another(library, fr
         assert f.read() == b"".join(expected)
 
 
+class _Copying:
+    """A shipment's copy still on its way until :meth:`done` (``query`` as a CUDA event's)."""
+
+    def __init__(self):
+        self._done = threading.Event()
+
+    def query(self):
+        return self._done.is_set()
+
+    def synchronize(self):
+        assert self._done.wait(30)
+
+    def done(self):
+        self._done.set()
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["runs", "one-job-a-side"])
+def test_the_writer_writes_what_arrived_without_waiting_for_what_did_not(library, fresh_session, monkeypatch, plain):
+    """Sides of two shipped segments queued together, the second's copy still on its way:
+    the first segment's lines are written while the second's are not there, not held back
+    in one batch until the device reaches the last of it (a CUDA-graph replay a step: a
+    step's end would find a dozen replays to write). Same manifest at the end."""
+    lines = ring_records.for_library(library)
+    sess = session.current()
+    sess.writer("stats")
+    plans = [_side_plan(lines, k) for k in range(2)]
+    for plan in plans:
+        lines.template(plan)
+    rings = [_HostRing(cap=16, odd=False) for _ in range(2)]
+    copying = _Copying()
+    for k, ring in enumerate(rings):
+        ring.rows(None, None, [torch.randn(2, 3, generator=torch.Generator().manual_seed(k)) for _ in range(2)])
+        ring.segment.shipped_rows = ring.used
+        ring.arrival.ship(copying if k else _Done(), ring.segment.host)
+    if plain:
+        monkeypatch.setattr(session.Session, "submit_planned", lambda self, arrival, lines, plan, launch, call, row: (
+            self.submit_side(session.Job(None, arrival, ring_records.RingSide(
+                plan, self.next_seq(len(plan.records)), launch, call, arrival, row)))))
+    manifest = os.path.join(session.dump_path(), schema.MANIFEST_FILE)
+    try:
+        with sess._cond:  # the writer finds both queued
+            for k, ring in enumerate(rings):
+                sess.submit_planned(ring.arrival, lines, plans[k], 1 + k, 0, 0)
+        for _ in range(3000):
+            if os.path.exists(manifest) and os.path.getsize(manifest):
+                break
+            threading.Event().wait(0.01)
+        with open(manifest, "rb") as f:
+            first = _lines(f.read())
+        assert [(r["kernel"], r["seq"]) for r in first] == [("k0", 1), ("k0", 2)]
+    finally:
+        copying.done()
+    aoti_debug.flush()
+    with open(manifest, "rb") as f:
+        assert [(r["kernel"], r["seq"]) for r in _lines(f.read())] == [("k0", 1), ("k0", 2), ("k1", 3), ("k1", 4)]
+
+
 @pytest.mark.parametrize("reuse", [False, True], ids=["sides", "taking"])
 def test_a_failing_library_writes_runs_through_the_dict_path(library, fresh_session, monkeypatch, capfd, reuse):
     """A run's sides, expanded into their records (``SideRun.jobs``), are what the dict

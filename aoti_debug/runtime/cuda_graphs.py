@@ -39,7 +39,7 @@ import torch
 
 from . import fused_stats
 from . import session as _session
-from .device_ring import fill, private_empty
+from .device_ring import event_done, fill, private_empty
 from .fused_stats import _PERM_TW
 from .ring_records import RingFill, SideRun
 from .session import Job, warn_once
@@ -383,6 +383,10 @@ class _Values:
         if not self._arrived:
             self._event.synchronize()
             self._arrived = True
+
+    def arrived(self) -> bool:
+        """The copy is done: waiting for it is no wait."""
+        return self._arrived or event_done(self._event)
 
     def values(self) -> tuple[list, list]:
         """``(stats rows, checksums)`` as Python lists (the dict path: ``device_ring.fill``),

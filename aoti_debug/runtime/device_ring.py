@@ -133,6 +133,10 @@ class Arrival:
         """The values are on their way (waiting for them does not wait for a flush)."""
         return self._shipped.is_set()
 
+    def arrived(self) -> bool:
+        """The values are on the host (shipped and copied): waiting for them is no wait."""
+        return self._rows is not None or (self._shipped.is_set() and event_done(self._event))
+
     def synchronize(self) -> None:
         """Wait for the values; the segment may then be filled again (they are in this
         shipment's host copy)."""
@@ -307,6 +311,18 @@ class Ring:
             if seg is not None and seg.used:
                 self.current = None
                 self._ship(seg)
+
+
+def event_done(event: Any) -> bool:
+    """Whether ``event`` completed, without waiting (an event that cannot be asked, or
+    raises, counts as done: its ``synchronize`` gives the error)."""
+    query = getattr(event, "query", None)
+    if query is None:
+        return True
+    try:
+        return bool(query())
+    except Exception:
+        return True
 
 
 def fill(rec: dict, values: tuple[list, list], row: int) -> None:

@@ -251,8 +251,19 @@ def _dlclose_handle(handle: int) -> None:
         pass
 
 
-def _ready() -> bool:
-    return True
+def _joins(event: Any) -> bool:
+    """Whether a job waiting on ``event`` joins a batch written once its first job's values
+    are there: not when they are not on their way yet (a device ring not shipped: the
+    batch would wait for a flush), nor when they are on their way and not arrived (a
+    CUDA-graph replay's copy, a segment's: the batch would hold the records that are
+    finished back until the device reached the last of it, and a step's end would find
+    a dozen replays to write). A job that does not say (a CPU record, a host copy's
+    event) joins."""
+    ready = getattr(event, "ready", None)
+    if ready is not None and not ready():
+        return False
+    arrived = getattr(event, "arrived", None)
+    return arrived is None or arrived()
 
 
 class Job:
@@ -564,9 +575,7 @@ class Session:
                 batch = [self._queue[0]] if self.flight is not None else \
                     list(itertools.islice(self._queue, WRITE_BATCH))
                 for n, job in enumerate(batch):
-                    if n and not getattr(job.event, "ready", _ready)():
-                        # stop before records whose values are not on their way yet (a
-                        # device ring not shipped): what is finished is written now
+                    if n and not _joins(job.event):
                         del batch[n:]
                         break
                 run = self._open_run
