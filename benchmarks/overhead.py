@@ -56,6 +56,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROW_SCRIPT = os.path.join(HERE, "overhead_row.py")
 sys.path[:0] = [HERE, os.path.dirname(HERE)]  # benchmarks/ has no __init__: no package name to shadow
 
+import results as results_file  # noqa: E402
 from overhead_row import CUDAGRAPHS, MODELS, one_line  # noqa: E402
 
 WRAPPERS = ("python", "cpp", "aoti")
@@ -286,6 +287,29 @@ def render(cells: list[list[str]], markdown: bool) -> str:
                      for row in [HEADER, *cells]).rstrip()
 
 
+def save_json(path: str, results: list[dict], disk: float | None, command: str, machine: str, torch_version: str,
+              extra: dict) -> None:
+    """The run as ``benchmarks/results.py`` writes one (rows that did not run are named in
+    ``not_run``, with why)."""
+    rows, not_run = [], []
+    for r in results:
+        if "step" not in r:
+            not_run.append(f"{r['wrapper']} {r['mode']} {r['config']}: {r.get('error') or r.get('skipped')}")
+            continue
+        notes = []
+        if r.get("cudagraph_skips") is not None:
+            notes.append(f"CUDA graphs skipped (x{r['cudagraph_skips']})" if r["cudagraph_skips"] else "")
+        if r.get("rebuilt"):
+            notes.append("built its own runtime (in its compile time)")
+        rows.append(results_file.row(
+            model=extra["model_key"], wrapper=r["wrapper"], mode=r["mode"],
+            level=results_file.level_of(r["ours"], r["builtin"]), step_s=r["step"], steady_s=r["steady"],
+            compile_s=r["compile"], bytes_per_step=r["bytes"], records=r["records"],
+            notes="; ".join(n for n in notes if n)))
+    results_file.write(path, tool="overhead.py", command=command, machine=machine, torch_version=torch_version,
+                       rows=rows, disk_bytes_per_s=disk, extra={**extra, "not_run": not_run})
+
+
 def command_line(argv: list[str]) -> str:
     """How this run was started, with the environment variables that change what it measures."""
     env = [f"{k}={shlex.quote(os.environ[k])}" for k in _SHOWN_ENV if k in os.environ]
@@ -308,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds: no row starts after this, a running row is stopped; the table is printed")
     ap.add_argument("--row-timeout", type=float, default=900.0, help="seconds one row may take")
     ap.add_argument("--workdir", default=None, help="where rows run and dump (default: a temp dir)")
+    ap.add_argument("--json", default=None, metavar="PATH",
+                    help="also write the run (command, machine, a row per config) to PATH as JSON: "
+                         "what benchmarks/readme_table.py builds the README's table from")
     ap.add_argument("--triton-cache", default=None, metavar="DIR",
                     help="a Triton cache shared by all rows, filled first by untimed rows (the model's "
                          "and aoti_debug's stats kernels), as on a machine that has compiled them "
@@ -406,6 +433,11 @@ def main(argv: list[str] | None = None) -> int:
           f"no_grad; {steps} timed steps per row, median"
           + (f"; disk write {disk / 1e9:.2f} GB/s" if disk else "") + "\n")
     print(render(table_rows(results, disk), args.format == "markdown"))
+    if args.json:
+        save_json(args.json, results, disk, command_line(sys.argv[1:] if argv is None else argv),
+                  f"{measured.get('device', device)}, {os.cpu_count()} CPU cores", measured.get("torch", torch.__version__),
+                  dict(model_key=args.model, preset=args.preset, steps=steps, models=models,
+                       triton=measured.get("triton") if device == "cuda" else None, cold_compiles=cold))
     if cold:
         print(f"\nCompile (first call) with the Triton cache cold, untimed warm-up before the rows: {', '.join(cold)}")
     by_key = {(r["wrapper"], r["mode"], r["config"]): r for r in results if "step" in r}

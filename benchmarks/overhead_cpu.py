@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -167,6 +168,29 @@ class Child:
         return info
 
 
+def save_json(path: str, results: dict, args: argparse.Namespace, command: list[str], pinned: list[int],
+              torch_version: str) -> None:
+    """This checkout's rows as ``benchmarks/results.py`` writes a run (no back-to-back
+    time or compile time here: lockstep steps only)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import results as results_file
+
+    rows = []
+    for (label, wrapper, cfg), r in results.items():
+        if label != "this":
+            continue
+        kind, _, level = cfg.partition(":")
+        rows.append(results_file.row(
+            model=args.model if args.model == "gpt2" else f"transformer-{args.preset}", wrapper=wrapper,
+            mode="default", level=results_file.level_of(level if kind == "ours" else None,
+                                                        level if kind == "builtin" else None),
+            step_s=r["median"], bytes_per_step=r["bytes"] / r["steps"]))
+    env = " ".join(f"{k}={shlex.quote(os.environ[k])}" for k in ("OMP_NUM_THREADS", "PYTHONPATH") if k in os.environ)
+    results_file.write(path, tool="overhead_cpu.py", command=" ".join(filter(None, [env, shlex.join(command)])),
+                       machine=f"CPU, {os.cpu_count()} cores (runs on {pinned})", torch_version=torch_version,
+                       rows=rows, extra=dict(rounds=args.rounds, steps=args.steps))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=MODELS, default="transformer")
@@ -178,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated subset of " + ", ".join(CONFIGS + FLIGHT_CONFIGS))
     ap.add_argument("--cpu", type=int, default=None,
                     help="the CPU every process runs on (default: the first this process may use; -1: not pinned)")
+    ap.add_argument("--json", default=None, metavar="PATH",
+                    help="also write the run (command, machine, a row per config of this checkout) to PATH as "
+                         "JSON: what benchmarks/readme_table.py builds the README's table from")
     ap.add_argument("--checkout", default=None,
                     help="another checkout whose configurations run in the same lockstep rounds (rows 'other')")
     args = ap.parse_args(argv)
@@ -236,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{wrapper:<8} {cfg:<18} {label:<9} {r['median'] * 1e3:9.3f} {ratio:8.2f} "
               f"{r['bytes'] / r['steps'] / 1e6:9.2f}")
     print()
+    if args.json:
+        script = os.path.relpath(os.path.abspath(__file__), os.getcwd())
+        save_json(args.json, results, args, [os.path.basename(sys.executable), script,
+                                             *(sys.argv[1:] if argv is None else argv)], pinned, torch.__version__)
     pairs = [("ours:save", "builtin:1"), ("ours:print", "builtin:2"), ("ours:stats", "builtin:2"),
              ("ours:names", "builtin:3")]
     for wrapper in wrappers:

@@ -15,10 +15,10 @@ import pytest
 
 from tests.conftest import REPO, fake_stats_images
 
-def overhead(*args: str) -> dict[tuple[str, str, str], dict[str, str]]:
+def overhead(*args: str, json_path: str | None = None) -> dict[tuple[str, str, str], dict[str, str]]:
     """Run the benchmark (tiny preset, 2 steps, markdown); its table rows by (wrapper, mode, config)."""
     cmd = [sys.executable, os.path.join(REPO, "benchmarks", "overhead.py"), "--device", "cpu", "--preset", "tiny",
-           "--steps", "2", "--format", "markdown", *args]
+           "--steps", "2", "--format", "markdown", *args, *(["--json", json_path] if json_path else [])]
     # As a user starts it: nothing earlier tests left in this process's environment
     # (aoti_debug's switches, Inductor's and Triton's cache directories set in-process).
     env = {k: v for k, v in os.environ.items()
@@ -51,9 +51,22 @@ def check(rows: dict, wrapper: str, model: str) -> None:
 
 
 @pytest.mark.slow
-def test_resnet18_python_wrapper():
-    rows = overhead("--model", "resnet18", "--wrapper", "python", "--only", "ours 4 stats")
+def test_resnet18_python_wrapper(tmp_path):
+    saved = str(tmp_path / "run.json")
+    rows = overhead("--model", "resnet18", "--wrapper", "python", "--only", "ours 4 stats", json_path=saved)
     check(rows, "python", "resnet18 (")
+    # The saved run: the table's rows, as the README's table reads them.
+    doc = _load("results").read(saved)
+    assert doc["tool"] == "overhead.py" and "--json" in doc["command"] and doc["machine"].startswith("CPU")
+    by_level = {r["level"]: r for r in doc["rows"]}
+    assert set(by_level) == {"base", "stats"} and doc["not_run"] == []
+    assert all(r["model"] == "resnet18" and r["wrapper"] == "python" and r["mode"] == "default" for r in doc["rows"])
+    stats = rows["python", "default", "ours 4 stats"]
+    assert f"{by_level['stats']['step_s'] * 1e3:.3f}" == stats["ms/step"]
+    assert by_level["stats"]["records"] == float(stats["records/step"]) and by_level["base"]["records"] is None
+    made = _load("readme_table").table([(saved, doc)])
+    assert "| ResNet-18 b32, channels_last (tiny) |" not in made  # (the preset is named: not the README's model)
+    assert f"| resnet18 (tiny) | Python | – | {stats['x base']} | {stats['steady x base']} |" in made, made
 
 
 @pytest.mark.slow
@@ -181,3 +194,81 @@ def test_prebuilt_runtime_includes_the_stats_pack_of_cpp_rows_on_cuda(tmp_path, 
     assert os.path.dirname(pack) not in overhead.prebuild_runtime(rows, "cpu")[0]
     names_only = [r for r in rows if r["ours"] in (None, "names")]
     assert os.path.dirname(pack) not in overhead.prebuild_runtime(names_only, "cuda")[0]
+
+
+def _saved_runs(tmp_path) -> list[str]:
+    """Two runs as ``--json`` writes them: a GPU one (two modes, a save row, the disk's
+    rate) and a CPU one (lockstep steps only)."""
+    results = _load("results")
+    row = results.row
+    gpu = [row(model="resnet18", wrapper="python", mode="default", level="base", step_s=0.001, steady_s=0.002,
+               compile_s=4.0, bytes_per_step=0, records=None),
+           row(model="resnet18", wrapper="python", mode="default", level="stats", step_s=0.0025, steady_s=0.003,
+               compile_s=4.0, bytes_per_step=150_000, records=311),
+           row(model="resnet18", wrapper="python", mode="default", level="save", step_s=0.4, steady_s=0.5,
+               bytes_per_step=400e6, records=311),
+           row(model="resnet18", wrapper="python", mode="reduce-overhead", level="base", step_s=0.001, steady_s=0.001),
+           row(model="resnet18", wrapper="python", mode="reduce-overhead", level="stats", step_s=0.0019,
+               steady_s=0.0017),
+           row(model="resnet18", wrapper="cpp", mode="default", level="stats", step_s=0.003)]  # (no base: no line)
+    cpu = [row(model="gpt2", wrapper="cpp", mode="default", level=level, step_s=t)
+           for level, t in [("base", 0.001), ("stats", 0.00175), ("built-in print", 0.027)]]
+    paths = [str(tmp_path / "gpu.json"), str(tmp_path / "cpu.json")]
+    results.write(paths[0], tool="overhead.py", command="python3 benchmarks/overhead.py --model resnet18 --json x",
+                  machine="NVIDIA H200, 16 CPU cores", torch_version="2.11.0+cu130", rows=gpu,
+                  disk_bytes_per_s=2e9, extra={"preset": "full", "not_run": ["python default ours 2 print: timed out"]})
+    results.write(paths[1], tool="overhead_cpu.py", command="python benchmarks/overhead_cpu.py --model gpt2 --json y",
+                  machine="CPU, 2 cores (runs on [0])", torch_version="2.13.0+cpu", rows=cpu)
+    return paths
+
+
+def test_readme_table_is_made_from_saved_runs(tmp_path):
+    table = _load("readme_table").table(_load("readme_table").load(_saved_runs(tmp_path)))
+    lines = table.splitlines()
+    assert lines[0] == _load("readme_table").BEGIN and lines[-1] == _load("readme_table").END
+    assert lines[1].startswith("| machine | model | wrapper | names | stats | stats, steady | print | save |")
+    rows = [line for line in lines if line.startswith("| NVIDIA") or line.startswith("| CPU")]
+    assert rows == [
+        "| NVIDIA H200 [1] | ResNet-18 b32, channels_last | Python | – | 2.50 | 1.50 | – | 400 (2.00× the disk floor) | – | – |",
+        "| NVIDIA H200 [1] | ResNet-18 b32, channels_last | Python, CUDA graphs | – | 1.90 | 1.70 | – | – | – | – |",
+        "| CPU [2] | GPT-2 2 layers (transformers) | `cpp_wrapper=True` | – | 1.75 | – | – | – | 27.00 | – |",
+    ]
+    runs = [line for line in lines if line[:3] in ("1. ", "2. ")]
+    assert runs[0].startswith("1. `python3 benchmarks/overhead.py --model resnet18 --json x` (NVIDIA H200, 16 CPU "
+                              "cores, torch 2.11.0+cu130, commit ") and "not run: python default ours 2 print" in runs[0]
+    assert runs[1].startswith("2. `python benchmarks/overhead_cpu.py --model gpt2 --json y` (CPU, 2 cores")
+
+
+def test_readme_table_writes_and_checks_a_readme_and_refuses_bad_input_in_one_line(tmp_path):
+    paths = _saved_runs(tmp_path)
+    script = os.path.join(REPO, "benchmarks", "readme_table.py")
+    mod = _load("readme_table")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\n\n{mod.BEGIN}\nold table\n{mod.END}\n\nafter\n")
+
+    def run(*args):
+        proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=120)
+        assert "Traceback" not in proc.stderr
+        return proc
+
+    assert run("--check", str(readme), *paths).returncode == 1
+    assert run("--write", str(readme), *paths).returncode == 0
+    text = readme.read_text()
+    assert text.startswith("# title\n\n" + mod.BEGIN) and text.endswith(mod.END + "\n\nafter\n")
+    assert "old table" not in text and "| CPU [2] |" in text
+    assert run("--check", str(readme), *paths).returncode == 0
+    assert run("--check", str(readme), paths[0]).returncode == 1  # a run less: another table
+    (tmp_path / "plain.md").write_text("no markers\n")
+    (tmp_path / "bad.json").write_text("{not json")
+    for args, message in [(["--check", str(tmp_path / "plain.md"), *paths], "no table markers"),
+                          ([str(tmp_path / "bad.json")], "not a benchmark result"),
+                          ([str(tmp_path / "missing.json")], "not a benchmark result")]:
+        proc = run(*args)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+
+
+def test_the_readmes_table_is_the_saved_runs():
+    """README.md's overhead table is what ``benchmarks/results/*.json`` make: no hand-typed ratio."""
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "readme_table.py"), "--check",
+                           os.path.join(REPO, "README.md")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
