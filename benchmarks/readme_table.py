@@ -61,6 +61,8 @@ def _cell(r: dict | None, base: dict | None, steady: bool, disk: float | None) -
     text = f"{x:,.0f}" if x >= 100 else f"{x:.2f}"
     if r["level"] in ("save", "built-in save") and not steady and disk and (r.get("bytes_per_step") or 0) > 1e6:
         text += f" ({r['step_s'] / (r['bytes_per_step'] / disk):.2f}× the disk floor)"
+    if "CUDA graphs skipped" in (r.get("notes") or ""):
+        text += " (no CUDA graph)"
     return text
 
 

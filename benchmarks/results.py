@@ -44,7 +44,12 @@ def row(*, model: str, wrapper: str, mode: str, level: str, step_s: float, stead
 
 
 def commit() -> str:
-    """The checkout's commit, ``+dirty`` when its tracked files differ from it ('' outside git)."""
+    """The checkout's commit, ``+dirty`` when its tracked files differ from it ('' outside
+    git); ``BENCH_COMMIT`` when set (a machine that runs a copy of the tree whose git
+    metadata is not that tree's, as the GPU machine's may be)."""
+    given = os.environ.get("BENCH_COMMIT", "").strip()
+    if given:
+        return given
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True,
                               timeout=30).stdout.strip()

@@ -1,0 +1,23 @@
+#!/bin/bash
+# The GPU runs behind the README's overhead table, one call of the device tool each (each
+# fits its 10 minutes), all in one session on one machine:
+#
+#   bash tools/gpu/readme_runs.sh resnet18-python     # then: transformer-python, resnet18-cpp, ...
+#
+# Each writes $OUT/<chunk>.json (overhead.py --json); copy them to benchmarks/results/
+# as h200_<chunk>.json and run `python benchmarks/readme_table.py --write README.md`.
+# The device machine's copy of the tree may carry stale git metadata: give the commit
+# that ran as BENCH_COMMIT (benchmarks/results.py records it instead of asking git).
+set -euo pipefail
+chunk=${1:?a chunk: resnet18-python, transformer-python, resnet18-cpp, transformer-cpp, resnet18-aoti, transformer-aoti}
+export CXX=${CXX:-/usr/bin/g++} PYTHONPATH=. PYTHONUNBUFFERED=1
+model=${chunk%%-*}
+wrapper=${chunk#*-}
+case $wrapper in
+  python) extra=(--cudagraphs --only "ours 3 names,ours 4 stats,ours 2 print,ours 1 save,built-in 2 print,built-in 1 save") ;;
+  cpp)    extra=(--steps 10 --only "ours 3 names,ours 4 stats,ours 2 print,ours 1 save") ;;
+  aoti)   extra=(--steps 10 --only "ours 3 names,ours 4 stats") ;;
+  *) echo "readme_runs.sh: unknown wrapper in chunk '$chunk'" >&2; exit 2 ;;
+esac
+python3 benchmarks/overhead.py --model "$model" --wrapper "$wrapper" "${extra[@]}" \
+  --time-limit 540 --row-timeout 150 --format markdown --json "${OUT:-/tmp}/$chunk.json"
