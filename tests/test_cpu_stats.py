@@ -286,6 +286,60 @@ def test_a_library_that_cannot_be_loaded_warns_once(fresh_session, tmp_path, cap
     assert capfd.readouterr().err.count("cannot load the runtime library") == 1
 
 
+def _some(dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    """Values of ``dtype``: random bytes (NaN payloads and all) where the dtype has no
+    random generator."""
+    n = math.prod(shape) * dtype.itemsize
+    raw = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
+    if dtype == torch.bool:
+        return (raw % 2).bool().view(shape)
+    return raw.view(dtype).view(shape)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_the_library_writes_tensor_files_that_load_back_bit_for_bit(library, tmp_path, dtype):
+    """Level save's tensor files from the library (``Library.write_pt``, native/pt_writer.h):
+    ``torch.load(weights_only=True)`` gives the same dtype, shape and bytes, for every dtype
+    the library reads, a 0-d tensor and an empty one too."""
+    for k, shape in enumerate([(3, 5), (), (0, 4), (2, 1, 7)]):
+        t = _some(dtype, shape)
+        path = str(tmp_path / f"t{k}.pt")
+        assert library.write_pt(path, t)
+        back = torch.load(path, weights_only=True)
+        assert back.dtype == dtype and back.shape == t.shape and back.is_contiguous()
+        assert torch.equal(back.reshape(-1).view(torch.uint8), t.reshape(-1).view(torch.uint8))
+
+
+def test_what_the_library_does_not_write_goes_to_torch_save_and_a_failed_write_leaves_no_file(library, tmp_path):
+    t = torch.arange(12.0).view(3, 4)
+    for other in (t.t(), t.conj_physical().to(torch.complex64).conj(), ODD["quantized"], torch.ones(2).to_sparse()):
+        assert not library.write_pt(str(tmp_path / "x.pt"), other)
+    assert not os.listdir(tmp_path)
+    with pytest.raises(OSError, match="cannot open"):
+        library.write_pt(str(tmp_path / "missing" / "x.pt"), t)
+    assert not os.path.exists(tmp_path / "missing")
+
+
+def test_level_save_writes_its_tensor_files_through_the_library(library, fresh_session, monkeypatch):
+    """The Python runtime's writer thread at level save: the library writes each file
+    (torch.save is not called), and the records name files that load back as the values."""
+    def refuse(*_a, **_k):
+        raise AssertionError("torch.save called")
+
+    monkeypatch.setattr(hooks.torch, "save", refuse)
+    g = hooks.graph(None, "save", False, protocol=PROTOCOL_VERSION, native=library.path)
+    values = {"x": torch.randn(4, 5), "noncontig": ODD["noncontig"], "bf16": ODD["bf16"], "n": torch.arange(7)}
+    g.launch(_site(list(values)), list(values.values()))
+    aoti_debug.flush()
+    run = only_run(str(fresh_session))
+    recs = {r["arg"]: r for r in records(run)}
+    assert not session.FAILURES, session.FAILURES
+    for name, t in values.items():
+        assert "error" not in recs[name], recs[name]
+        back = torch.load(os.path.join(run, recs[name]["file"]), weights_only=True)
+        assert back.dtype == t.dtype and torch.equal(back, t)
+
+
 def mlp(x, w1, w2):
     return torch.relu(x @ w1).sum(dim=0)[:, None] * 0.5 + torch.tanh(x[:, :4].t() @ w2)
 

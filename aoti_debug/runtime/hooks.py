@@ -573,7 +573,8 @@ class GraphHandle:
             job_stats = host_stats.get(i)
             payload = payloads[i] if payloads is not None else None
             nbytes = payload[0].numel() * payload[0].element_size() if payload else 0
-            finish = _finisher(sess, job_stats, payload) if job_stats is not None or payload is not None else None
+            finish = _finisher(sess, job_stats, payload, self._native_library() if payload else None) \
+                if job_stats is not None or payload is not None else None
             jobs.append(Job(rec, event, finish, nbytes))
         return None
 
@@ -1104,7 +1105,11 @@ def _seq(job: Job) -> int:
     return job.record["seq"]
 
 
-def _finisher(sess, host_stats, payload):
+def _finisher(sess, host_stats, payload, library=None):
+    """What the writer thread does for one record of the full path: its stats from the
+    host copy, its tensor file (written by the runtime ``library`` where it writes it,
+    else ``torch.save``)."""
+
     def finish(rec: dict) -> None:
         if host_stats is not None:
             _fill_stats(rec, host_stats)
@@ -1123,7 +1128,8 @@ def _finisher(sess, host_stats, payload):
                 return
             path = w.tensor_path(filename)
             try:
-                torch.save(host, path)
+                if library is None or not library.write_pt(path, host):
+                    torch.save(host, path)
                 rec["file"] = f"tensors/{filename}"
                 if key is not None:
                     sess.content_files[key] = rec["file"]

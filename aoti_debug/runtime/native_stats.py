@@ -31,6 +31,8 @@ from .stats import format_checksum, stats_fields
 #: The C function and the dtype names it reads (``library.cpp``).
 SUMMARIES_SYMBOL = "aoti_debug_rt_cpu_summaries"
 DTYPE_NAME_SYMBOL = "aoti_debug_rt_dtype_name"
+#: The tensor-file writer of level save (``library.cpp``, ``pt_writer.h``).
+WRITE_PT_SYMBOL = "aoti_debug_rt_write_pt"
 #: c10::ScalarType codes asked for a name when a library is loaded.
 _MAX_CODE = 64
 #: Doubles per tensor in the output (min, max, mean, std, absmax, nan, inf, status).
@@ -74,6 +76,32 @@ class Library:
         self._lib = lib
         self._fn = fn
         self._fn_nogil = fn_nogil
+        write = getattr(lib, WRITE_PT_SYMBOL, None)  # (a CDLL function: the GIL is released for the write)
+        if write is not None:
+            write.restype = ctypes.c_int
+            write.argtypes = [ctypes.c_char_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p,
+                              ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]
+        self._write_pt = write
+
+    def write_pt(self, path: str, t: torch.Tensor) -> bool:
+        """Write ``t`` (a contiguous CPU tensor, a host copy) to ``path`` as the C++ runtime
+        writes tensor files (loadable with ``torch.load(weights_only=True)``), without the
+        GIL and without pickling in Python. False where this library does not write it
+        (another dtype, layout or subclass: the caller uses ``torch.save``); OSError, no
+        file left behind, when the write failed."""
+        fn = self._write_pt
+        entry = self.codes.get(t.dtype)
+        if (fn is None or entry is None or type(t) not in _PLAIN or t.layout is not _STRIDED or t.device.type != "cpu"
+                or not t.is_contiguous() or t.is_conj() or t.is_neg()):
+            return False
+        ndim = t.dim()
+        shape = (ctypes.c_int64 * max(ndim, 1))(*t.shape)
+        err = ctypes.create_string_buffer(512)
+        rc = fn(os.fsencode(path), entry[0], shape, ndim, t.data_ptr() or None, t.numel() * t.element_size(), err,
+                len(err))
+        if rc == -1:
+            raise OSError(err.value.decode("utf-8", "replace"))
+        return rc == 0
 
     def summarize(self, tensors: Sequence[torch.Tensor], shapes: Sequence[Sequence[int]] | None = None,
                   strides: Sequence[Sequence[int]] | None = None) -> list[tuple[dict, str] | None]:

@@ -16,6 +16,7 @@
 #include "cpu_records.h"
 #include "cpu_summary.h"
 #include "entry.h"
+#include "pt_writer.h"
 #include "ring_records.h"
 
 #define AOTI_DEBUG_EXPORT extern "C" __attribute__((visibility("default")))
@@ -114,6 +115,37 @@ AOTI_DEBUG_EXPORT int aoti_debug_rt_ring_records(int64_t* spec) {
 // Called with the GIL held (ctypes.PyDLL).
 AOTI_DEBUG_EXPORT int aoti_debug_rt_kept_launches(const int64_t* spec, uint64_t out, int32_t k_total) {
   return AOTI_DEBUG_NS::cu::launch_kept(spec, out, k_total);
+}
+
+// A tensor file as the C++ runtime writes one (pt_writer.h), for the Python runtime's
+// writer thread at level save (runtime/native_stats.py, Library.write_pt): `nbytes`
+// contiguous bytes at `data`, of c10::ScalarType `code` and shape `shape[0..ndim)`.
+// Returns 0; -2 for what this runtime does not write (the caller uses torch.save); -1
+// with the error's text in `err` (at most `cap` bytes, NUL included) when the file could
+// not be written (none is left behind). Called without the GIL (ctypes.CDLL).
+AOTI_DEBUG_EXPORT int aoti_debug_rt_write_pt(const char* path, int32_t code, const int64_t* shape, int32_t ndim,
+                                             const void* data, uint64_t nbytes, char* err, size_t cap) {
+  try {
+    const AOTI_DEBUG_NS::TypeInfo* ti = AOTI_DEBUG_NS::type_info(code);
+    if (!ti || !path || ndim < 0 || (ndim && !shape) || (nbytes && !data)) return -2;
+    std::vector<int64_t> dims(shape, shape + ndim);
+    int64_t numel = 1;
+    for (int64_t d : dims) {
+      if (d < 0) return -2;
+      numel *= d;
+    }
+    if (static_cast<uint64_t>(numel) * static_cast<uint64_t>(ti->unit * ti->units) != nbytes) return -2;
+    const std::string e = AOTI_DEBUG_NS::write_pt(path, *ti, dims, numel, data, nbytes, false);
+    if (e.empty()) return 0;
+    if (err && cap) {
+      const size_t n = std::min(cap - 1, e.size());
+      std::memcpy(err, e.data(), n);
+      err[n] = '\0';
+    }
+    return -1;
+  } catch (...) {  // std::bad_alloc
+    return -2;
+  }
 }
 
 // The torch name (without "torch.") of a c10::ScalarType code this runtime reads, or
