@@ -3,7 +3,7 @@
 // (glue_library.h) and by the Python runtime for its CPU stats and records
 // (runtime/native_stats.py, runtime/cpu_records.py): every part, every level. Exports the
 // two entry points, the ABI check, the CPU stats, the CPU records, the device-ring
-// records, the kept launches of the stats kernel and the dtype names,
+// records, the kept launches of the stats kernel, the tensor-file writer and the dtype names,
 // and (state.h) aoti_debug_runtime_warnings; everything else is internal. Built with
 // AOTI_DEBUG_WITH_PYTHON (where Python's headers are), it also makes the Python runtime's
 // CPU side function (cpu_values.h), its planned CUDA side function (ring_side.h) and
