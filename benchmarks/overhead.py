@@ -56,7 +56,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROW_SCRIPT = os.path.join(HERE, "overhead_row.py")
 sys.path[:0] = [HERE, os.path.dirname(HERE)]  # benchmarks/ has no __init__: no package name to shadow
 
-import results as results_file  # noqa: E402
+import saved_runs  # noqa: E402
 from overhead_row import CUDAGRAPHS, MODELS, one_line  # noqa: E402
 
 WRAPPERS = ("python", "cpp", "aoti")
@@ -289,7 +289,7 @@ def render(cells: list[list[str]], markdown: bool) -> str:
 
 def save_json(path: str, results: list[dict], disk: float | None, command: str, machine: str, torch_version: str,
               extra: dict) -> None:
-    """The run as ``benchmarks/results.py`` writes one (rows that did not run are named in
+    """The run as ``benchmarks/saved_runs.py`` writes one (rows that did not run are named in
     ``not_run``, with why)."""
     rows, not_run = [], []
     for r in results:
@@ -301,12 +301,12 @@ def save_json(path: str, results: list[dict], disk: float | None, command: str, 
             notes.append(f"CUDA graphs skipped (x{r['cudagraph_skips']})" if r["cudagraph_skips"] else "")
         if r.get("rebuilt"):
             notes.append("built its own runtime (in its compile time)")
-        rows.append(results_file.row(
+        rows.append(saved_runs.row(
             model=extra["model_key"], wrapper=r["wrapper"], mode=r["mode"],
-            level=results_file.level_of(r["ours"], r["builtin"]), step_s=r["step"], steady_s=r["steady"],
+            level=saved_runs.level_of(r["ours"], r["builtin"]), step_s=r["step"], steady_s=r["steady"],
             compile_s=r["compile"], bytes_per_step=r["bytes"], records=r["records"],
             notes="; ".join(n for n in notes if n)))
-    results_file.write(path, tool="overhead.py", command=command, machine=machine, torch_version=torch_version,
+    saved_runs.write(path, tool="overhead.py", command=command, machine=machine, torch_version=torch_version,
                        rows=rows, disk_bytes_per_s=disk, extra={**extra, "not_run": not_run})
 
 

@@ -170,23 +170,23 @@ class Child:
 
 def save_json(path: str, results: dict, args: argparse.Namespace, command: list[str], pinned: list[int],
               torch_version: str) -> None:
-    """This checkout's rows as ``benchmarks/results.py`` writes a run (no back-to-back
+    """This checkout's rows as ``benchmarks/saved_runs.py`` writes a run (no back-to-back
     time or compile time here: lockstep steps only)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import results as results_file
+    import saved_runs
 
     rows = []
     for (label, wrapper, cfg), r in results.items():
         if label != "this":
             continue
         kind, _, level = cfg.partition(":")
-        rows.append(results_file.row(
+        rows.append(saved_runs.row(
             model=args.model if args.model == "gpt2" else f"transformer-{args.preset}", wrapper=wrapper,
-            mode="default", level=results_file.level_of(level if kind == "ours" else None,
+            mode="default", level=saved_runs.level_of(level if kind == "ours" else None,
                                                         level if kind == "builtin" else None),
             step_s=r["median"], bytes_per_step=r["bytes"] / r["steps"]))
     env = " ".join(f"{k}={shlex.quote(os.environ[k])}" for k in ("OMP_NUM_THREADS", "PYTHONPATH") if k in os.environ)
-    results_file.write(path, tool="overhead_cpu.py", command=" ".join(filter(None, [env, shlex.join(command)])),
+    saved_runs.write(path, tool="overhead_cpu.py", command=" ".join(filter(None, [env, shlex.join(command)])),
                        machine=f"CPU, {os.cpu_count()} cores (runs on {pinned})", torch_version=torch_version,
                        rows=rows, extra=dict(rounds=args.rounds, steps=args.steps))
 

@@ -22,7 +22,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import results as results_file  # noqa: E402
+import saved_runs  # noqa: E402
 
 DEFAULT_GLOB = os.path.join(HERE, "results", "*.json")
 BEGIN = "<!-- overhead-table: made by benchmarks/readme_table.py from benchmarks/results/; do not edit -->"
@@ -92,7 +92,7 @@ def table(docs: list[tuple[str, dict]]) -> str:
 
 
 def load(paths: list[str]) -> list[tuple[str, dict]]:
-    docs = [(p, results_file.read(p)) for p in paths]
+    docs = [(p, saved_runs.read(p)) for p in paths]
     return sorted(docs, key=lambda pd: (pd[1]["tool"] != "overhead.py", pd[1].get("date", ""), pd[0]))
 
 

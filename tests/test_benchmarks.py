@@ -56,7 +56,7 @@ def test_resnet18_python_wrapper(tmp_path):
     rows = overhead("--model", "resnet18", "--wrapper", "python", "--only", "ours 4 stats", json_path=saved)
     check(rows, "python", "resnet18 (")
     # The saved run: the table's rows, as the README's table reads them.
-    doc = _load("results").read(saved)
+    doc = _load("saved_runs").read(saved)
     assert doc["tool"] == "overhead.py" and "--json" in doc["command"] and doc["machine"].startswith("CPU")
     by_level = {r["level"]: r for r in doc["rows"]}
     assert set(by_level) == {"base", "stats"} and doc["not_run"] == []
@@ -199,7 +199,7 @@ def test_prebuilt_runtime_includes_the_stats_pack_of_cpp_rows_on_cuda(tmp_path, 
 def _saved_runs(tmp_path) -> list[str]:
     """Two runs as ``--json`` writes them: a GPU one (two modes, a save row, the disk's
     rate) and a CPU one (lockstep steps only)."""
-    results = _load("results")
+    results = _load("saved_runs")
     row = results.row
     gpu = [row(model="resnet18", wrapper="python", mode="default", level="base", step_s=0.001, steady_s=0.002,
                compile_s=4.0, bytes_per_step=0, records=None),

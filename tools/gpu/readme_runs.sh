@@ -8,7 +8,7 @@
 # Each writes $OUT/<chunk>.json (overhead.py --json); copy them to benchmarks/results/
 # as h200_<chunk>.json and run `python benchmarks/readme_table.py --write README.md`.
 # The device machine's copy of the tree may carry stale git metadata: give the commit
-# that ran as BENCH_COMMIT (benchmarks/results.py records it instead of asking git).
+# that ran as BENCH_COMMIT (benchmarks/saved_runs.py records it instead of asking git).
 set -euo pipefail
 chunk=${1:?a chunk: resnet18-python, transformer-python, resnet18-cpp, transformer-cpp, resnet18-aoti, transformer-aoti}
 export CXX=${CXX:-/usr/bin/g++} PYTHONPATH=. PYTHONUNBUFFERED=1
