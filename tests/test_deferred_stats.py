@@ -118,6 +118,30 @@ def test_a_line_naming_a_deferred_storage_is_preceded_where_the_last_launch_ende
     assert quiet.count(PENDING_LINE) == 1 and quiet[-1] == PENDING_LINE
 
 
+def test_a_launch_in_a_buffer_no_launch_went_into_before_is_preceded_where_it_is():
+    """Sides deferred in one code buffer, the next launch in another (whose first line may
+    be its function's ``def``): the pending line goes right before that launch, never at
+    the top of a buffer whose lines the manager has not followed."""
+    m = Manager(config.make_compile_settings("stats"))
+    root = _Root()
+    root._aoti_debug_header = True
+    first, other = _Code(), _Code()
+    other.writeline("def call_other(args):")
+    other.writeline("    buf0.copy_(arg2_1)")
+    for code, step in ((first, ("k0", ["arg0_1"], ["buf0"])), (other, ("k1", ["arg2_1"], ["buf1"]))):
+        m.lines_written(code, "before", False)
+        launch = m.prepare(_launch(*step))
+        for text in m.emit(root, launch, "before", False):
+            code.writeline(text)
+        code.writeline(f"{step[0]}.run()")
+        for text in m.emit(root, launch, "after", False):
+            code.writeline(text)
+        m.lines_written(code, "after", False)
+    lines = [str(line) for line in other._lines]
+    assert lines[0] == "def call_other(args):" and lines.count(PENDING_LINE) == 1
+    assert lines.index(PENDING_LINE) == 2 and lines[3].startswith("_aoti_debug.launch"), lines
+
+
 def test_the_lines_after_the_last_launch_are_read_too():
     lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), "arg0_1.copy_(buf0)"])
     assert lines[lines.index("arg0_1.copy_(buf0)") - 1] == PENDING_LINE

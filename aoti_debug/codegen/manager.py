@@ -407,7 +407,15 @@ class Manager:
             return
         if not self.deferred_reads:
             return
-        start, prefix = self._pending_marks.get(id(code), (0, _indent(code, lines)))
+        mark = self._pending_marks.get(id(code))
+        if mark is None:
+            # A buffer none of this manager's launches went into before (the sides were
+            # deferred in another): where its lines stand to the deferred sides is not
+            # known, and its first line may be its function's `def`. A pending line before
+            # this launch, not one inserted at its top.
+            self._write_pending(code, cpp)
+            return
+        start, prefix = mark
         for names in _names_written(lines, start):
             if any(self.root(name) in self.deferred_reads for name in names):
                 lines.insert(start, prefix + PENDING_LINE)
