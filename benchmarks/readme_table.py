@@ -68,7 +68,7 @@ def _cell(r: dict | None, base: dict | None, steady: bool, disk: float | None) -
 
 def table(docs: list[tuple[str, dict]]) -> str:
     """The markdown of the table and its runs, between the markers."""
-    lines = [BEGIN, "| machine | model | wrapper | " + " | ".join(c[0] for c in COLUMNS) + " |",
+    lines = [BEGIN, "| machine [run] | model | wrapper | " + " | ".join(c[0] for c in COLUMNS) + " |",
              "|---|---|---|" + "---:|" * len(COLUMNS)]
     runs = []
     for n, (path, doc) in enumerate(docs, 1):

@@ -228,7 +228,7 @@ def test_readme_table_is_made_from_saved_runs(tmp_path):
     table = _load("readme_table").table(_load("readme_table").load(_saved_runs(tmp_path)))
     lines = table.splitlines()
     assert lines[0] == _load("readme_table").BEGIN and lines[-1] == _load("readme_table").END
-    assert lines[1].startswith("| machine | model | wrapper | names | stats | stats, steady | print | save |")
+    assert lines[1].startswith("| machine [run] | model | wrapper | names | stats | stats, steady | print | save |")
     rows = [line for line in lines if line.startswith("| NVIDIA") or line.startswith("| CPU")]
     assert rows == [
         "| NVIDIA H200 [1] | ResNet-18 b32, channels_last | Python | – | 2.50 | 1.50 | – | 400 (2.00× the disk floor) | – | – |",
