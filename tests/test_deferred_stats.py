@@ -42,21 +42,28 @@ def _wrapper(steps: list, level: str = "stats", kernels: str | None = None, sync
     for step in steps:
         if isinstance(step, str):
             code.writeline(step)
-            continue
-        m.lines_written(code, "before", cpp)
-        launch = _launch(*step)
-        if m.matches(launch):
-            m.open_inputs(root, code, cpp)
-        launch = m.prepare(launch)
-        for text in m.emit(root, launch, "before", cpp):
-            code.writeline(text)
-        code.writeline(f"{step[0]}.run()")
-        for text in m.emit(root, launch, "after", cpp):
-            code.writeline(text)
-        m.lines_written(code, "after", cpp)
+        else:
+            _emit_launch(m, root, code, step, cpp, open_inputs=True)
     if not cpp:
         m.pending_tail(code)
     return [str(line) for line in code._lines if isinstance(line, str)]
+
+
+def _emit_launch(m: Manager, root, code, step: tuple, cpp: bool = False, open_inputs: bool = False) -> None:
+    """One launch ``(kernel, reads, writes[, inout])`` into ``code`` as the wrapper's
+    codegen writes it: the manager's lines before it, its run, the lines after it
+    (``open_inputs``: the graph inputs' line first where the launch is instrumented)."""
+    m.lines_written(code, "before", cpp)
+    launch = _launch(*step)
+    if open_inputs and m.matches(launch):
+        m.open_inputs(root, code, cpp)
+    launch = m.prepare(launch)
+    for text in m.emit(root, launch, "before", cpp):
+        code.writeline(text)
+    code.writeline(f"{step[0]}.run()")
+    for text in m.emit(root, launch, "after", cpp):
+        code.writeline(text)
+    m.lines_written(code, "after", cpp)
 
 
 def _around(lines: list[str], kernel: str) -> list[str]:
@@ -97,14 +104,7 @@ def _wrapper_with_alias() -> list[str]:
             code.writeline("buf2 = buf0; del buf0  # reuse")
             m.alias("buf2", "buf0", reuse=True)
             continue
-        m.lines_written(code, "before")
-        launch = m.prepare(_launch(*step))
-        for text in m.emit(root, launch, "before", False):
-            code.writeline(text)
-        code.writeline(f"{step[0]}.run()")
-        for text in m.emit(root, launch, "after", False):
-            code.writeline(text)
-        m.lines_written(code, "after")
+        _emit_launch(m, root, code, step)
     return list(code._lines)
 
 
@@ -129,14 +129,7 @@ def test_a_launch_in_a_buffer_no_launch_went_into_before_is_preceded_where_it_is
     other.writeline("def call_other(args):")
     other.writeline("    buf0.copy_(arg2_1)")
     for code, step in ((first, ("k0", ["arg0_1"], ["buf0"])), (other, ("k1", ["arg2_1"], ["buf1"]))):
-        m.lines_written(code, "before", False)
-        launch = m.prepare(_launch(*step))
-        for text in m.emit(root, launch, "before", False):
-            code.writeline(text)
-        code.writeline(f"{step[0]}.run()")
-        for text in m.emit(root, launch, "after", False):
-            code.writeline(text)
-        m.lines_written(code, "after", False)
+        _emit_launch(m, root, code, step)
     lines = [str(line) for line in other._lines]
     assert lines[0] == "def call_other(args):" and lines.count(PENDING_LINE) == 1
     assert lines.index(PENDING_LINE) == 2 and lines[3].startswith("_aoti_debug.launch"), lines
