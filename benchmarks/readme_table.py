@@ -93,7 +93,10 @@ def table(docs: list[tuple[str, dict]]) -> str:
 
 def load(paths: list[str]) -> list[tuple[str, dict]]:
     docs = [(p, saved_runs.read(p)) for p in paths]
-    return sorted(docs, key=lambda pd: (pd[1]["tool"] != "overhead.py", pd[1].get("date", ""), pd[0]))
+    # GPU runs first, by model, then Python before cpp_wrapper before AOTInductor.
+    return sorted(docs, key=lambda pd: (pd[1]["tool"] != "overhead.py", pd[1].get("model_key", ""),
+                                        min((_ORDER.get(r["wrapper"], 9) for r in pd[1]["rows"]), default=9),
+                                        pd[1].get("date", ""), pd[0]))
 
 
 def _replace(text: str, new: str, path: str) -> str:

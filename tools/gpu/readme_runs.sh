@@ -11,7 +11,9 @@
 # that ran as BENCH_COMMIT (benchmarks/saved_runs.py records it instead of asking git).
 set -euo pipefail
 chunk=${1:?a chunk: resnet18-python, transformer-python, resnet18-cpp, transformer-cpp, resnet18-aoti, transformer-aoti}
-export CXX=${CXX:-/usr/bin/g++} PYTHONPATH=. PYTHONUNBUFFERED=1
+# The device machine sets CXX to a g++ that links libstdc++ statically (AOTI packages crash on
+# load): /usr/bin/g++ always.
+export CXX=/usr/bin/g++ PYTHONPATH=. PYTHONUNBUFFERED=1
 model=${chunk%%-*}
 wrapper=${chunk#*-}
 case $wrapper in
