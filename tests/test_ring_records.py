@@ -218,37 +218,6 @@ def _count_native(monkeypatch) -> list[int]:
     return calls
 
 
-@pytest.mark.parametrize("level", ["stats", "print"])
-def test_lines_formatted_in_parts_side_by_side_are_the_lines_of_one(library, fresh_session, monkeypatch, capfd,
-                                                                   level):
-    """The library formats a large batch in parts side by side (``FORMAT_PARTS``; by
-    itself from 128 records where it has 4 threads): the manifest and the print lines
-    are byte for byte those of one part and of the dict path, with runs of planned
-    sides, taken rows, bases of several segments and records between them."""
-    parts = []
-    encode = ring_records.RingLines.encode
-
-    def counted(self, jobs):
-        found = encode(self, jobs)
-        parts.append(self.parts)
-        return found
-
-    monkeypatch.setattr(ring_records.RingLines, "encode", counted)
-    made = {}
-    for n in (1, 2, 3, 4):
-        monkeypatch.setattr(ring_records, "FORMAT_PARTS", n)
-        parts.clear()
-        made[n] = (_run(library, True, steps=5, level=level, sides=_reuse_sides(True), ship_every=6,
-                        hold_writer=True), capfd.readouterr().err)
-        assert (2 <= max(parts) <= n) if n > 1 else set(parts) == {1}, (n, parts)
-    dicts = _run(library, False, steps=5, level=level, sides=_reuse_sides(True), ship_every=6, hold_writer=True)
-    assert made[1][0] == dicts and dicts.count(b"\n") > 40
-    for n in (2, 3, 4):
-        assert made[n] == made[1], n
-    if level == "print":
-        assert made[1][1].count("\n") > 40
-
-
 def test_the_library_writes_the_dict_paths_manifest_byte_for_byte(library, fresh_session, monkeypatch):
     calls = _count_native(monkeypatch)
     native = _run(library, True)
@@ -423,8 +392,8 @@ def test_the_library_refuses_a_malformed_spec(library):
     out = bytearray(4096)
     out_addr = ctypes.addressof((ctypes.c_char * len(out)).from_buffer(out))
 
-    def call(entries, count=None, layout=ring_records.LAYOUT, cap=len(out), parts=1):
-        spec = array.array("q", (layout, 0, len(entries) if count is None else count, out_addr, cap, 0, 0, parts))
+    def call(entries, count=None, layout=ring_records.LAYOUT, cap=len(out)):
+        spec = array.array("q", (layout, 0, len(entries) if count is None else count, out_addr, cap, 0, 0))
         for e in entries:
             spec.extend(e)
         spec[1] = len(spec)
@@ -443,20 +412,12 @@ def test_the_library_refuses_a_malformed_spec(library):
     assert call([(2, 0, 5)])[0] == -1
     assert call([side], layout=1)[0] == -5
     assert call([side[:5]])[0] == -1  # the entry runs past the spec
-    for parts in (1, 3):  # (in parts side by side: the same answers)
-        assert call([side], count=2, parts=parts)[0] == -1
-        assert call([(9, *side[1:])], parts=parts)[0] == -1  # no such entry kind
-        assert call([side, (9, *side[1:]), side], parts=parts)[0] == -1
-        assert call([(*side[:4], 0, *side[5:])], parts=parts)[0] == -1  # no stats row
-        assert call([side, side, (*side[:4], 0, *side[5:])], parts=parts)[0] == -1
-        assert call([(0, 1, 1, 1, row.buffer_info()[0], checksum.buffer_info()[0], 0, 5, 0, 0)],
-                    parts=parts)[0] == -1  # null text
-        rc, needed = call([side], cap=10, parts=parts)
-        assert rc == -3 and needed == end
-        rc, needed = call([side, side, side], cap=10, parts=parts)
-        assert rc == -3 and needed == 3 * end
-        rc, end3 = call([side, side, side], parts=parts)
-        assert rc == 0 and bytes(out[:end3]) == 3 * expected
+    assert call([side], count=2)[0] == -1
+    assert call([(9, *side[1:])])[0] == -1  # no such entry kind
+    assert call([(*side[:4], 0, *side[5:])])[0] == -1  # no stats row
+    assert call([(0, 1, 1, 1, row.buffer_info()[0], checksum.buffer_info()[0], 0, 5, 0, 0)])[0] == -1  # null text
+    rc, needed = call([side], cap=10)
+    assert rc == -3 and needed == end
     # Level print: a record with print texts gets its line after all manifest lines (the
     # first text, the launch, the second, and a ring record's stats).
     before, after = "[aoti_debug] before k launch=".encode(), " x (input) float32[2] cuda:0 \u00e9".encode()
@@ -465,7 +426,7 @@ def test_the_library_refuses_a_malformed_spec(library):
         printing[10 * k + 6: 10 * k + 10] = array.array("q", (ctypes.cast(before, ctypes.c_void_p).value, len(before),
                                                                ctypes.cast(after, ctypes.c_void_p).value, len(after)))
     printed = (*side[:6], printing.buffer_info()[0], 2)
-    spec = array.array("q", (ring_records.LAYOUT, 0, 1, out_addr, len(out), 0, 0, 1, *printed))
+    spec = array.array("q", (ring_records.LAYOUT, 0, 1, out_addr, len(out), 0, 0, *printed))
     spec[1] = len(spec)
     assert fn(spec.buffer_info()[0]) == 0 and bytes(out[:spec[5]]) == expected
     assert bytes(out[spec[5]:spec[6]]) == (before + b"3" + after + b" min=1 max=2 mean=1.5 std=0.5 absmax=2 nan=0 inf=0\n"

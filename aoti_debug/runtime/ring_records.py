@@ -49,11 +49,8 @@ from .session import Job, warn_once
 #: The function of the library (``library.cpp``) and the layout of its ``spec``
 #: (``ring_records.h``: kRingLayout, the RingSlot header, kRingRecord numbers a record).
 RECORDS_SYMBOL = "aoti_debug_rt_ring_records"
-LAYOUT = 8
-_HEADER = 8
-#: Parts the library formats side by side (kRingSlotParts): 0 its own choice (from 128
-#: records, where it has 4 threads or more), 1 one, n at most n (tests).
-FORMAT_PARTS = 0
+LAYOUT = 7
+_HEADER = 7
 #: Entry kinds (kRingEntryRecord, kRingEntrySide, kRingEntryLine, kRingEntrySideTaken,
 #: kRingEntryBase, kRingEntryBaseSide).
 _RECORD, _SIDE, _LINE, _SIDE_TAKEN, _BASE, _BASE_SIDE = 0, 1, 2, 3, 4, 5
@@ -344,8 +341,6 @@ class RingLines:
         fn.argtypes = [ctypes.c_void_p]
         self._fn = fn  # a CDLL function: the GIL is released for the call
         self.failed = False
-        self.parts = 0
-        """The parts the library formatted its last lines in (side by side from two)."""
         self._ready: Any = None
         """The last arrival whose values were found on the host."""
         #: encode_record's key of a record's constant fields -> (head, body, their addresses)
@@ -469,7 +464,7 @@ class RingLines:
         lines of those of planned sides at level print (UTF-8); None when the library
         failed (one warning; the caller's dict path writes them, as it will all later
         records)."""
-        spec = array.array("q", (LAYOUT, 0, 0, 0, 0, 0, 0, FORMAT_PARTS))
+        spec = array.array("q", (LAYOUT, 0, 0, 0, 0, 0, 0))
         add = spec.extend
         keep = []
         size = 0
@@ -522,7 +517,6 @@ class RingLines:
             rc = self._fn(spec.buffer_info()[0])
             if rc != 0:
                 raise RuntimeError(f"{RECORDS_SYMBOL} returned {rc}")
-            self.parts = spec[7]
             view = memoryview(out)
             return bytes(view[:spec[5]]), bytes(view[spec[5]:spec[6]])
         except Exception as e:

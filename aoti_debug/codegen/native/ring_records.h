@@ -9,18 +9,13 @@
 #ifndef AOTI_DEBUG_PART_RING_RECORDS_H
 #define AOTI_DEBUG_PART_RING_RECORDS_H
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <new>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "constants.h"
 #include "json.h"
 #include "stats.h"
-#include "threads.h"
 
 namespace AOTI_DEBUG_NS {
 namespace {
@@ -35,16 +30,9 @@ enum RingSlot : size_t {
   kRingSlotCap,
   kRingSlotEnd,     // written back: the end of the lines in the buffer (or the bytes needed)
   kRingSlotPrintEnd,  // written back: the end of the print lines after them
-  kRingSlotParts,   // parts formatted side by side: 0 the function's choice, 1 one, n at most n;
-                    // written back: the parts it formatted
   kRingHeader
 };
-constexpr int64_t kRingLayout = 8;
-// Records from which the function's own choice formats parts side by side (threads.h),
-// and the most parts it takes: a lockstep step's end waits for these lines (a
-// ResNet-18 CUDA-graph replay: 311 records, ~0.2-0.3 ms in one thread on a GPU host).
-constexpr int64_t kRingPartRecords = 128;
-constexpr int kRingMaxParts = 4;
+constexpr int64_t kRingLayout = 7;
 // Entries follow the header, each starting with its kind:
 // - kRingEntryRecord, one record: seq, launch, kernel call, the address of its stats row
 //   (8 doubles: min, max, mean, std, absmax, nan, inf, count: fused_stats' packed
@@ -101,14 +89,10 @@ int ring_records(int64_t* spec) {
   const size_t spec_len = static_cast<size_t>(spec[kRingSlotLength]);
   const int64_t count = spec[kRingSlotCount];
   if (spec_len < kRingHeader || count < 0) return -1;
+  thread_local std::string lines, prints;
+  lines.clear();
+  prints.clear();
   auto ptr = [](int64_t v) { return reinterpret_cast<const char*>(static_cast<intptr_t>(v)); };
-  // The segment of the last kRingEntryBase: its rows' addresses and their number.
-  struct Base {
-    int64_t stats = 0, sums = 0, rows = -1;
-  };
-  // Entries [i, end) from slot `at` under `base`, their lines appended to `lines` and their
-  // print lines to `prints`: 0, or -1 when one is malformed.
-  auto run = [&](size_t at, int64_t i, int64_t end, Base base, std::string& lines, std::string& prints) -> int {
   // One line; `row` null: a fixed record (no stats, no checksum).
   auto line = [&](int64_t seq, int64_t launch, int64_t call, const char* head, int64_t head_len, const char* body,
                   int64_t body_len, const double* row, const int64_t* sum) {
@@ -169,10 +153,10 @@ int ring_records(int64_t* spec) {
     return true;
   };
   auto fixed = [](int64_t, bool&) { return Row{nullptr, nullptr}; };
-  int64_t& base_stats = base.stats;
-  int64_t& base_sums = base.sums;
-  int64_t& base_rows = base.rows;
-  for (; i < end; ++i) {
+  // The segment of the last kRingEntryBase: its rows' addresses and their number.
+  int64_t base_stats = 0, base_sums = 0, base_rows = -1;
+  size_t at = kRingHeader;
+  for (int64_t i = 0; i < count; ++i) {
     if (at >= spec_len) return -1;
     const int64_t* r = spec + at;
     if (r[0] == kRingEntryRecord) {
@@ -235,126 +219,12 @@ int ring_records(int64_t* spec) {
       return -1;
     }
   }
-  return 0;
-  };
-  // Where each part starts (slot, entry, base) and ends: one part, or, where there are
-  // records enough and threads, parts of about as many records each, cut between entries
-  // (a scan of the entries' kinds and lengths; anything it cannot read: one part, which
-  // says -1 where it must).
-  struct Part {
-    size_t at;
-    int64_t i, end;
-    Base base;
-  };
-  std::vector<Part> parts;
-  const int64_t asked = spec[kRingSlotParts];
-  const int most = asked > 0 ? static_cast<int>(std::min<int64_t>(asked, kRingMaxParts))
-                             : std::min(kRingMaxParts, workers() / 2);
-  if (most > 1) {
-    std::vector<std::pair<size_t, Base>> starts;  // per entry: its slot and the base before it
-    std::vector<int64_t> weight;                  // per entry: its records
-    starts.reserve(static_cast<size_t>(count));
-    weight.reserve(static_cast<size_t>(count));
-    Base b;
-    int64_t total = 0;
-    bool ok = true;
-    for (size_t at = kRingHeader; ok && static_cast<int64_t>(starts.size()) < count;) {
-      if (at >= spec_len) {
-        ok = false;
-        break;
-      }
-      const int64_t* r = spec + at;
-      size_t len = 0;
-      int64_t w = 0;
-      switch (r[0]) {
-        case kRingEntryRecord: len = kRingRecord; w = 1; break;
-        case kRingEntryLine: len = kRingLine; w = 1; break;
-        case kRingEntrySide: len = kRingSide; break;
-        case kRingEntrySideTaken: len = kRingSideTaken; break;
-        case kRingEntryBase: len = kRingBase; break;
-        case kRingEntryBaseSide: len = kRingBaseSide; break;
-        default: ok = false; continue;
-      }
-      if (at + len > spec_len) {
-        ok = false;
-        break;
-      }
-      if (r[0] == kRingEntrySide || r[0] == kRingEntrySideTaken) w = r[7];
-      if (r[0] == kRingEntryBaseSide) {
-        if (r[7] < 0 || static_cast<uint64_t>(r[7]) > spec_len - at - kRingBaseSide) {
-          ok = false;
-          break;
-        }
-        w = r[6];
-        len += static_cast<size_t>(r[7]);
-      }
-      starts.emplace_back(at, b);
-      weight.push_back(std::max<int64_t>(w, 0));
-      total += std::max<int64_t>(w, 0);
-      if (r[0] == kRingEntryBase) b = Base{r[1], r[2], r[3]};
-      at += len;
-    }
-    if (ok && total >= (asked > 0 ? 2 : kRingPartRecords)) {
-      const int64_t each = (total + most - 1) / most;
-      int64_t i = 0;
-      while (i < count) {
-        const int64_t first = i;
-        int64_t got = 0;
-        while (i < count && (got < each || i == first)) got += weight[static_cast<size_t>(i++)];
-        if (static_cast<int>(parts.size()) == most - 1) i = count;  // the last part takes the rest
-        parts.push_back(Part{starts[static_cast<size_t>(first)].first, first, i,
-                             starts[static_cast<size_t>(first)].second});
-      }
-    }
-  }
-  if (parts.size() < 2) parts.assign(1, Part{kRingHeader, 0, count, Base{}});
-  spec[kRingSlotParts] = static_cast<int64_t>(parts.size());
-  // This thread's buffers (kept from call to call), named here: the threads of run_parts
-  // write into them, each into its part's, and would see buffers of their own by the name.
-  thread_local std::vector<std::string> kept_lines, kept_prints;
-  std::vector<std::string>& lines_of = kept_lines;
-  std::vector<std::string>& prints_of = kept_prints;
-  if (lines_of.size() < parts.size()) {
-    lines_of.resize(parts.size());
-    prints_of.resize(parts.size());
-  }
-  std::vector<int> rc(parts.size(), 0);
-  auto one = [&](int64_t k) {
-    const Part& p = parts[static_cast<size_t>(k)];
-    std::string& lines = lines_of[static_cast<size_t>(k)];
-    std::string& prints = prints_of[static_cast<size_t>(k)];
-    lines.clear();
-    prints.clear();
-    try {
-      rc[static_cast<size_t>(k)] = run(p.at, p.i, p.end, p.base, lines, prints);
-    } catch (...) {  // std::bad_alloc in a thread of run_parts: no exception leaves it
-      rc[static_cast<size_t>(k)] = -2;
-    }
-  };
-  if (parts.size() == 1) {
-    one(0);
-  } else {
-    run_parts(static_cast<int64_t>(parts.size()), one);
-  }
-  size_t n_lines = 0, n_prints = 0;
-  for (size_t k = 0; k < parts.size(); ++k) {
-    if (rc[k] == -2) throw std::bad_alloc();
-    if (rc[k] != 0) return rc[k];
-    n_lines += lines_of[k].size();
-    n_prints += prints_of[k].size();
-  }
-  spec[kRingSlotEnd] = static_cast<int64_t>(n_lines);
-  spec[kRingSlotPrintEnd] = static_cast<int64_t>(n_lines + n_prints);
-  if (n_lines + n_prints > static_cast<size_t>(spec[kRingSlotCap])) return -3;
+  spec[kRingSlotEnd] = static_cast<int64_t>(lines.size());
+  spec[kRingSlotPrintEnd] = static_cast<int64_t>(lines.size() + prints.size());
+  if (lines.size() + prints.size() > static_cast<size_t>(spec[kRingSlotCap])) return -3;
   char* out = reinterpret_cast<char*>(static_cast<intptr_t>(spec[kRingSlotOut]));
-  for (size_t k = 0; k < parts.size(); ++k) {
-    std::memcpy(out, lines_of[k].data(), lines_of[k].size());
-    out += lines_of[k].size();
-  }
-  for (size_t k = 0; k < parts.size(); ++k) {
-    std::memcpy(out, prints_of[k].data(), prints_of[k].size());
-    out += prints_of[k].size();
-  }
+  std::memcpy(out, lines.data(), lines.size());
+  std::memcpy(out + lines.size(), prints.data(), prints.size());
   return 0;
 }
 
