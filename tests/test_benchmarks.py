@@ -97,6 +97,18 @@ def test_graph_device_time_refuses_bad_arguments_and_a_machine_without_cuda():
     assert "Traceback" not in proc.stderr
 
 
+def test_stats_kernel_compiles_refuses_bad_threads_and_a_machine_without_cuda():
+    script = os.path.join(REPO, "benchmarks", "stats_kernel_compiles.py")
+    for args, message in [(["--threads", "0"], "--threads: positive integers"),
+                          (["--threads", "4,x"], "--threads: positive integers")]:
+        proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+    proc = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert proc.returncode == 2 and proc.stderr.strip().endswith("run it on the GPU machine"), proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def _load(name: str):
     """A benchmarks/ script as a module (benchmarks/ is not a package)."""
     import importlib.util
