@@ -46,6 +46,12 @@ ENV_REUSE = "AOTI_DEBUG_REUSE"
 #: ``0``: stats of CUDA tensors without the fused Triton kernel (read when the model runs:
 #: the Python runtime's torch-op path, the C++ runtime's host copies). For comparisons.
 ENV_FUSED_STATS = "AOTI_DEBUG_FUSED_STATS"
+#: ``background``: a stats-kernel variant not compiled yet is compiled on background
+#: threads while its tensors' stats take the torch-op path (Python runtime, CUDA), so that a
+#: machine's first instrumented call does not wait for Triton's compiles, one after another;
+#: ``inline`` (the default): compiled at its first launch, on the model's thread.
+ENV_STATS_COMPILE = "AOTI_DEBUG_STATS_COMPILE"
+STATS_COMPILE_MODES = ("inline", "background")
 #: ``1``: the build of the CUDA stats kernels for the C++ runtime (codegen/device_stats.py:
 #: lock, worker processes, their phases) is traced on stderr, with times. For diagnosis.
 ENV_TRACE_BUILD = "AOTI_DEBUG_TRACE_BUILD"

@@ -15,10 +15,15 @@ runs in a fresh process with fresh Inductor and Triton caches:
 * ``preload N``: ``stats``'s variants compiled first on N threads (``JITFunction.preload``
   of the kept specializations), timed on their own, then the model's first call, which
   should compile none of them: how much of the cost a compile ahead of the first call,
-  in parallel, would take away.
+  in parallel, would take away;
+* ``background``: level stats with ``AOTI_DEBUG_STATS_COMPILE=background`` (variants
+  compiled on background threads, their tensors summarised with torch ops meanwhile): the
+  first call, then how long until the last background compile is done, and the second
+  call.
 
 Prints one row a config: the first call's seconds, the stats-kernel compiles inside it
-and their seconds, and the preload's wall seconds. CUDA only.
+and their seconds, the preload's wall seconds, and for ``background`` the wait for its
+compiles after the first call and the second call's seconds. CUDA only.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ def child(model_name: str, preset: str, config: str, variants_path: str, out_pat
     from triton import knobs
 
     import aoti_debug
-    from aoti_debug.runtime import fused_stats_kernels
+    from aoti_debug.runtime import fused_stats, fused_stats_kernels
     from benchmarks.overhead_row import build_model
 
     started: dict[str, float] = {}
@@ -87,14 +92,28 @@ def child(model_name: str, preset: str, config: str, variants_path: str, out_pat
         torch.cuda.synchronize()
         aoti_debug.flush()
         first = time.perf_counter() - t0
+        compiled_in_first = list(compiles)
+        wait_s = second = None
+        if config == "background":
+            t0 = time.perf_counter()
+            for future in list(fused_stats._compiling.values()):
+                future.exception()
+            wait_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            fn(x)
+            torch.cuda.synchronize()
+            aoti_debug.flush()
+            second = time.perf_counter() - t0
     with open(out_path, "w") as f:
-        json.dump({"first_call_s": first, "preload_s": preload_s, "compiles": compiles}, f)
+        json.dump({"first_call_s": first, "preload_s": preload_s, "compiles": compiled_in_first,
+                   "background_wait_s": wait_s, "second_call_s": second}, f)
 
 
 def run(model: str, preset: str, config: str, variants: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="stats_kernel_compiles_") as d:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(d, "inductor"),
-                   TRITON_CACHE_DIR=os.path.join(d, "triton"), PYTHONPATH=REPO)
+                   TRITON_CACHE_DIR=os.path.join(d, "triton"), PYTHONPATH=REPO,
+                   AOTI_DEBUG_STATS_COMPILE="background" if config == "background" else "inline")
         out = os.path.join(d, "out.json")
         cmd = [sys.executable, __file__, "--child", config, "--model", model, "--preset", preset,
                "--variants", variants, "--out", out]
@@ -132,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     variants = os.path.join(tempfile.mkdtemp(prefix="stats_kernel_variants_"), "variants.json")
     rows = []
-    for config in ["base", "stats"] + [f"preload {n}" for n in threads]:
+    for config in ["base", "stats"] + [f"preload {n}" for n in threads] + ["background"]:
         try:
             r = run(args.model, args.preset, config, variants)
         except RuntimeError as e:
@@ -148,12 +167,16 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((config, r))
         print(f"{config}: first call {r['first_call_s']:.1f} s", file=sys.stderr, flush=True)
     print(f"{args.model} ({args.preset}), {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print("| config | first call s | stats-kernel compiles in it | their s | preload s |")
-    print("|---|---:|---:|---:|---:|")
+    print("| config | first call s | stats-kernel compiles in it | their s | preload s | then waited s | second call s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+
+    def num(x, fmt=".1f"):
+        return "–" if x is None else format(x, fmt)
+
     for config, r in rows:
-        pre = "–" if r["preload_s"] is None else f"{r['preload_s']:.1f}"
         print(f"| {config} | {r['first_call_s']:.1f} | {len(r['compiles'])} | "
-              f"{sum(c['s'] for c in r['compiles']):.1f} | {pre} |")
+              f"{sum(c['s'] for c in r['compiles']):.1f} | {num(r['preload_s'])} | "
+              f"{num(r.get('background_wait_s'))} | {num(r.get('second_call_s'), '.3f')} |")
     return 0
 
 

@@ -38,6 +38,7 @@ def test_readme_names_every_level_and_env_var():
         assert re.search(rf"\|\s*{num}\s*\|\s*`{name}`", README), name
     for var in (config.ENV_LEVEL, config.ENV_KERNELS, config.ENV_DIR, config.ENV_SYNC, config.ENV_PHASES,
                 config.ENV_MAX_BYTES, config.ENV_REFERENCE, config.ENV_SAVE_LAUNCHES, config.ENV_RING, config.ENV_TRIGGER, config.ENV_FUSED_STATS,
+                config.ENV_STATS_COMPILE,
                 config.ENV_REUSE,
                 config.ENV_TRACE_BUILD, config.ENV_TRACE_DEVICE, config.ENV_TORCH_LEVEL, config.ENV_TORCH_KERNELS):
         assert var in README, var

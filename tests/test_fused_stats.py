@@ -1011,3 +1011,164 @@ if given is not None:
             assert not read_in_place(t)
         check([t], [f"{t.dtype} {tuple(t.shape)} {t.stride()} offset {t.storage_offset()}"], _block=block,
               _min_tiles=1, _max_programs=programs)
+
+
+# ------------------------------------------------- background compiles (AOTI_DEBUG_STATS_COMPILE)
+
+
+class _FakeKernel:
+    """Triton's JIT function as ``_launch`` uses it: ``warmup`` (a background compile,
+    held at ``gate``) and ``kernel[grid](...)`` (the JIT launch), both recorded."""
+
+    def __init__(self, fail: bool = False):
+        import collections
+        import threading
+
+        self.device_caches = collections.defaultdict(dict)
+        self.gate, self.entered = threading.Event(), threading.Event()
+        self.warmups, self.launches, self.fail = [], [], fail
+
+    def warmup(self, *args, grid, **kwargs):
+        import threading
+
+        self.entered.set()
+        assert self.gate.wait(30)
+        self.warmups.append((threading.current_thread().name, args, grid, kwargs))
+        if self.fail:
+            raise RuntimeError("ptxas failed")
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            if self.fail:
+                raise RuntimeError("ptxas failed")
+            self.launches.append((grid, args, kwargs))
+            return object()  # not a compiled kernel the direct launch takes
+
+        return launch
+
+
+@pytest.fixture
+def background(monkeypatch):
+    """``_launch`` as on CUDA (variants, not the interpreter) with background compiles on,
+    and fresh variant state; the pool's threads are shut down after."""
+    monkeypatch.setattr(fused_stats, "_interpreted", False)
+    monkeypatch.setattr(fused_stats, "COMPILE_BACKGROUND", True)
+    for name, value in [("_compiling", {}), ("_compiled", {}), ("_broken", set()), ("_compile_pool", None)]:
+        monkeypatch.setattr(fused_stats, name, value)
+    yield
+    if fused_stats._compile_pool is not None:
+        fused_stats._compile_pool.shutdown(wait=True)
+
+
+def _items():
+    torch.manual_seed(0)
+    return [(0, torch.randn(3000)), (1, torch.randn(37))]
+
+
+def _launch_fake(kernel, items, capturing=False):
+    out = torch.zeros(9 * len(items), dtype=torch.float64)
+    cpu = torch.device("cpu")
+    static = None
+    if capturing:
+        class Static:  # a capture's own table and scratch (cuda_graphs.Capture)
+            def table_for(self, values):
+                return torch.tensor(values, dtype=torch.int64)
+
+            def scratch(self, programs, rows):
+                return torch.zeros(9 * programs, dtype=torch.float64), torch.zeros(rows, dtype=torch.int32)
+
+        static = Static()
+    return fused_stats._launch(kernel, items, fused_stats._KINDS[torch.float32], out, len(items), cpu,
+                               fused_stats._stream_key(cpu), fused_stats.BLOCK, 4, fused_stats.MIN_TILES, static)
+
+
+def _done():
+    for future in list(fused_stats._compiling.values()):
+        future.exception(timeout=30)
+
+
+def test_a_variant_compiles_once_in_the_background_specialised_as_its_launch(background):
+    """A variant's first launch starts its compile on a background thread and raises
+    NotCompiled (the caller takes torch ops); launches while it compiles start no other;
+    once it is done the JIT launch is made, with the arguments the compile was specialised
+    on: the same alignment of every pointer, dtypes, integers, constexprs and grid."""
+    kernel, items = _FakeKernel(), _items()
+    with pytest.raises(fused_stats.NotCompiled):
+        _launch_fake(kernel, items)
+    assert kernel.entered.wait(30)
+    with pytest.raises(fused_stats.NotCompiled):
+        _launch_fake(kernel, items)
+    assert len(fused_stats._compiling) == 1 and not kernel.launches
+    kernel.gate.set()
+    _done()
+    _launch_fake(kernel, items)
+    [(thread, wargs, wgrid, wkw)] = kernel.warmups
+    [(grid, args, kw)] = kernel.launches
+    assert thread.startswith("aoti_debug_compile") and wgrid == grid and wkw == kw
+    assert len(wargs) == len(args) == 7
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import native_specialize_impl
+
+    for w, a in zip(wargs, args):  # Triton's own specialisation of each argument, as its JIT makes it
+        assert native_specialize_impl(BaseBackend, w, False, True, True) == \
+            native_specialize_impl(BaseBackend, a, False, True, True)
+    assert not fused_stats._broken
+
+
+def test_a_capture_waits_for_its_variant_and_compiles_inline_when_none_is_pending(background):
+    """Inside a CUDA-graph capture a launch does not go to torch ops: it waits for its
+    variant's background compile, and with none pending compiles inline (no thread)."""
+    import threading
+
+    kernel, items = _FakeKernel(), _items()
+    with pytest.raises(fused_stats.NotCompiled):
+        _launch_fake(kernel, items)
+    assert kernel.entered.wait(30)
+    threading.Timer(0.2, kernel.gate.set).start()
+    _launch_fake(kernel, items, capturing=True)
+    assert len(kernel.warmups) == 1 and len(kernel.launches) == 1
+
+    other = _FakeKernel()
+    fused_stats._compiling.clear()
+    _launch_fake(other, items, capturing=True)
+    assert not other.entered.is_set() and len(other.launches) == 1 and not fused_stats._compiling
+
+
+def test_a_failed_background_compile_fails_its_launch_and_marks_it_broken(background):
+    kernel, items = _FakeKernel(fail=True), _items()
+    with pytest.raises(fused_stats.NotCompiled):
+        _launch_fake(kernel, items)
+    kernel.gate.set()
+    _done()
+    with pytest.raises(RuntimeError, match="ptxas failed"):
+        _launch_fake(kernel, items)
+    assert fused_stats._broken
+
+
+def test_rows_take_the_torch_op_path_while_their_variant_compiles(background, monkeypatch):
+    """summarize: the tensors of a variant still compiling get the torch-op path's rows,
+    with no warning and nothing marked broken; once compiled, the kernel's launch."""
+    from aoti_debug.runtime import session
+
+    kernel = _FakeKernel()
+    monkeypatch.setattr(fused_stats, "_kernel", lambda: kernel)
+    monkeypatch.setattr(fused_stats, "enabled_for", lambda device: True)
+    tensors = [t for _, t in _items()]
+    before = len(session.FAILURES)
+    stats, sums = fused_stats.summarize(tensors)
+    for i, t in enumerate(tensors):
+        exp = device_stats(t)
+        assert torch.equal(stats[i], exp) and int(sums[i]) == int(device_checksum(t))
+    assert not fused_stats._broken and len(session.FAILURES) == before and not kernel.launches
+    kernel.gate.set()
+    _done()
+    fused_stats.summarize(tensors)
+    assert len(kernel.launches) == 1
+
+
+def test_the_compile_mode_is_inline_unless_background_is_asked(caplog):
+    assert fused_stats._compile_mode(None) == fused_stats._compile_mode(" ") == "inline"
+    assert fused_stats._compile_mode("Background ") == "background"
+    with caplog.at_level("WARNING", logger="aoti_debug"):
+        assert fused_stats._compile_mode("threads") == "inline"
+    assert "AOTI_DEBUG_STATS_COMPILE='threads' is not one of inline, background; using inline" in caplog.text

@@ -83,12 +83,14 @@ import ctypes
 import os
 import struct
 import sys
+import logging
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple, Sequence
 
 import torch
 
-from ..config import ENV_FUSED_STATS
+from ..config import ENV_FUSED_STATS, ENV_STATS_COMPILE, STATS_COMPILE_MODES
 from .stats import device_summary
 
 #: Elements per tile (one vector of the program), warps per program.
@@ -147,6 +149,8 @@ _perm_kernel_obj: Any = None          # its variant for other strided tensors (s
 _dense_kernel_obj: Any = None         # its variant for dense permutations (set with it)
 _interpreted = False                  # the kernel runs in Triton's interpreter
 _broken: set[tuple] = set()           # (kind, vec, tile width, 0, or -1/-span: dense) whose compile/launch failed
+_compiling: dict[tuple, Future] = {}  # variant -> its background compile (COMPILE_BACKGROUND)
+_compile_pool: ThreadPoolExecutor | None = None
 _tables: dict[tuple, torch.Tensor] = {}
 _compiled: dict[tuple, Any] = {}      # (device, kind, vec, block, aligned pointers) -> compiled kernel
 _scratch: dict[tuple, list] = {}      # (device, stream) -> [partials f64, counters i32]
@@ -161,6 +165,25 @@ _LAYOUT_CACHE_MAX = 4096
 
 #: ``AOTI_DEBUG_FUSED_STATS=0`` (read at import) sends everything down the torch-op path.
 ENABLED = os.environ.get(ENV_FUSED_STATS, "1") != "0"
+
+
+def _compile_mode(value: str | None) -> str:
+    mode = (value or "").strip().lower() or "inline"
+    if mode not in STATS_COMPILE_MODES:
+        logging.getLogger("aoti_debug").warning("aoti_debug: %s=%r is not one of %s; using inline",
+                                                ENV_STATS_COMPILE, value, ", ".join(STATS_COMPILE_MODES))
+        mode = "inline"
+    return mode
+
+
+#: ``AOTI_DEBUG_STATS_COMPILE=background`` (read at import): a variant not compiled yet
+#: (:data:`_compiled`) is compiled on :data:`COMPILE_THREADS` threads (Triton releases the
+#: GIL in its LLVM passes and ptxas runs as a process) while its launches' tensors take the
+#: torch-op path (the same bits for every exact field; mean and std summed in another
+#: order); a launch inside a CUDA-graph capture waits for its variant instead.
+COMPILE_BACKGROUND = _compile_mode(os.environ.get(ENV_STATS_COMPILE)) == "background"
+#: Threads for background compiles: half the cores, at most 8 (they run while the model does).
+COMPILE_THREADS = max(1, min(8, (os.cpu_count() or 2) // 2))
 
 
 # --------------------------------------------------------------------------- kernel
@@ -614,16 +637,79 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
             if compiled is not None and _direct_launch(compiled, programs, stream_key[1], args):
                 return _Launch(compiled, programs, stream_key[1], args[:5], args[7:], addr[4] % 16 == 0,
                                (tab, part, counters))
+            if compiled is None and (COMPILE_BACKGROUND or variant in _compiling):
+                _await_compile(kernel, variant, device, programs, static is not None,
+                               (_Ptr(addr[0], base.dtype), _Ptr(addr[1], tab.dtype), len(items),
+                                _Ptr(addr[2], part.dtype), _Ptr(addr[3], counters.dtype), _Ptr(addr[4], out.dtype),
+                                k_total),
+                               dict(KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block,
+                                    TBLOCK=_TBLOCK, RBLOCK=_RBLOCK, num_warps=NUM_WARPS, **_extra_args(cols)))
         compiled = kernel[(programs,)](base, tab, len(items), part, counters, out, k_total,
                                        KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block,
                                        TBLOCK=_TBLOCK, RBLOCK=_RBLOCK, num_warps=NUM_WARPS, **_extra_args(cols))
         if not _interpreted and _launchable(compiled):
             _compiled[variant] = compiled
+    except NotCompiled:
+        raise
     except Exception:
         if static is None:
             _broken.add((code, vec, cols))
         raise
     return None
+
+
+class NotCompiled(Exception):
+    """A stats-kernel variant still compiling in the background: the launch's tensors take
+    the torch-op path this time (:func:`summarize`)."""
+
+
+class _Ptr:
+    """A pointer argument for Triton's ``warmup``: what its specialisation reads of a tensor
+    (the address's alignment and the dtype), without holding the tensor while the compile runs."""
+
+    __slots__ = ("_address", "dtype")
+
+    def __init__(self, address: int, dtype: torch.dtype):
+        self._address, self.dtype = address, dtype
+
+    def data_ptr(self) -> int:
+        return self._address
+
+
+def _await_compile(kernel: Any, variant: tuple, device: torch.device, programs: int, capturing: bool,
+                   args: tuple, kwargs: dict) -> None:
+    """Return when ``variant`` may take Triton's JIT launch without compiling there: its
+    background compile is done (a compile that failed fails again in the launch, which
+    marks it broken), or, inside a CUDA-graph capture, after waiting for it. Otherwise the
+    compile is started (once) and :class:`NotCompiled` raised."""
+    global _compile_pool
+    future = _compiling.get(variant)
+    if future is None:
+        if capturing:
+            return  # compiled inline, as without background compiles
+        with _lock:
+            future = _compiling.get(variant)
+            if future is None:
+                # Triton's per-device caches are made here, on this thread: two threads
+                # making them at once would each keep their own.
+                kernel.device_caches[device.index if device.type == "cuda" else device]
+                if _compile_pool is None:
+                    _compile_pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="aoti_debug_compile")
+                future = _compiling[variant] = _compile_pool.submit(_compile, kernel, device, programs, args, kwargs)
+    if capturing:
+        future.exception()  # waits; an error shows at the launch
+    elif not future.done():
+        raise NotCompiled(variant)
+
+
+def _compile(kernel: Any, device: torch.device, programs: int, args: tuple, kwargs: dict) -> None:
+    """Triton's compile of one variant into its in-memory cache, on a background thread
+    (``warmup``: specialised like the launch, nothing launched)."""
+    if device.type == "cuda":
+        with torch.cuda.device(device.index):
+            kernel.warmup(*args, grid=(programs,), **kwargs)
+    else:
+        kernel.warmup(*args, grid=(programs,), **kwargs)
 
 
 def _extra_args(cols: int) -> dict[str, int]:
@@ -1062,6 +1148,8 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tu
                     launches.append(_launch(kernel, items, spec, kout, ktotal, device, stream_key, tile,
                                             max_programs, min_tiles, static, cols,
                                             layouts.get((spec, cols, tile), ())))
+                except NotCompiled:  # compiling in the background: torch ops this time
+                    todo.extend(row + shift for row, _ in items)
                 except Exception as e:
                     from .session import warn_once
 
