@@ -595,3 +595,89 @@ def test_save_level_still_opts_out(tmp_path):
     _run(tmp_path, "save", model, [x, x, x], mode="reduce-overhead", level="save")
     skips = {k: v for k, v in torch._dynamo.utils.counters["inductor"].items() if k.startswith("cudagraph_skips")}
     assert skips and sum(skips.values()) >= 1, dict(torch._dynamo.utils.counters["inductor"])
+
+
+def _fresh_compiles(monkeypatch):
+    """Background compiles on, with nothing compiled: aoti_debug's variant state and each
+    stats kernel's in-memory Triton caches emptied (Triton's disk cache may still serve)."""
+    from collections import defaultdict
+
+    from aoti_debug.runtime import fused_stats, fused_stats_kernels
+
+    monkeypatch.setattr(fused_stats, "COMPILE_BACKGROUND", True)
+    for name, value in [("_compiling", {}), ("_compiled", {}), ("_sides", {}), ("_broken", set()),
+                        ("_compile_pool", None)]:
+        monkeypatch.setattr(fused_stats, name, value)
+    for name in ("_stats_kernel", "_stats_kernel_dense", "_stats_kernel_perm"):
+        kernel = getattr(fused_stats_kernels, name)
+        monkeypatch.setattr(kernel, "device_caches", defaultdict(kernel.create_binder))
+    summaries = []
+    summary = fused_stats.device_summary
+    monkeypatch.setattr(fused_stats, "device_summary", lambda t: (summaries.append(1), summary(t))[1])
+    return fused_stats, summaries
+
+
+def _close(a, b):
+    """Two calls' records of one input: the same checksums and exact fields; mean and std
+    within rounding (the torch-op path sums in another order than the kernel)."""
+    assert a and a.keys() == b.keys(), sorted(set(a) ^ set(b))[:10]
+    for k in a:
+        (ca, sa), (cb, sb) = a[k], b[k]
+        assert ca == cb, (k, ca, cb)
+        for f in ("min", "max", "absmax", "nan", "inf"):
+            assert sa.get(f) == sb.get(f) or (sa.get(f) != sa.get(f) and sb.get(f) != sb.get(f)), (k, f, sa, sb)
+        for f in ("mean", "std"):
+            x, y = sa.get(f), sb.get(f)
+            if x is not None and x == x:
+                assert abs(x - y) <= 1e-9 * max(1.0, abs(x), sa.get("absmax") or 0), (k, f, x, y)
+
+
+def test_background_compiles_record_what_the_kernels_record(tmp_path, monkeypatch):
+    """AOTI_DEBUG_STATS_COMPILE=background: the first call's sides take the torch-op path
+    while their variants compile (no warning, nothing broken), later calls the kernels;
+    the same input gives the same checksums and exact fields either way."""
+    fused_stats, summaries = _fresh_compiles(monkeypatch)
+    torch.manual_seed(0)
+    model = Transformer(128, 4, 2).cuda().eval()
+    a, b = (torch.randn(2, 32, 128, device="cuda") for _ in range(2))
+    failures, counts = len(session.FAILURES), []
+
+    def between(i):
+        counts.append(len(summaries))
+        if i == 1:
+            for future in list(fused_stats._compiling.values()):
+                assert future.exception(timeout=300) is None
+
+    outs, run_dir = _run(tmp_path, "background", model, [a, b, a, b], between=between)
+    counts.append(len(summaries))
+    assert counts[1] > 20, counts  # call 0: torch ops while compiling
+    assert counts[-1] == counts[2], counts  # calls 2-3: the kernels only
+    assert fused_stats._compiling and not fused_stats._broken and session.FAILURES[failures:] == []
+    calls = _per_call(records(run_dir), 4)
+    _close(calls[0], calls[2])
+    _same(calls[1], calls[3])
+    with torch.no_grad():
+        for x, out in zip([a, b, a, b], outs):
+            torch.testing.assert_close(out, model(x), atol=1e-4, rtol=1e-4)
+
+
+def test_background_compiles_keep_the_cuda_graph(tmp_path, monkeypatch):
+    """Under reduce-overhead with background compiles: the warm-up may take torch ops, the
+    capture waits for its variants; the graph is kept and every replay recorded."""
+    _fresh_compiles(monkeypatch)
+    torch.manual_seed(0)
+    model = Transformer(128, 4, 2).cuda().eval()
+    a, b = (torch.randn(2, 32, 128, device="cuda") for _ in range(2))
+    xs = [a, a, b, a]
+    torch._dynamo.utils.counters.clear()
+    outs, run_dir = _run(tmp_path, "background_graphs", model, xs, mode="reduce-overhead")
+    skips = dict(torch._dynamo.utils.counters["inductor"])
+    assert not any(k.startswith("cudagraph_skips") and v for k, v in skips.items()), skips
+    assert any(arena.rows_used for arena in cuda_graphs._arenas.values()), "nothing was captured"
+    calls = _per_call(records(run_dir), len(xs))
+    _close(calls[0], calls[1])
+    _same(calls[1], calls[3])
+    assert calls[1] != calls[2]
+    with torch.no_grad():
+        for x, out in zip(xs, outs):
+            torch.testing.assert_close(out, model(x), atol=1e-4, rtol=1e-4)
