@@ -109,6 +109,14 @@ def test_stats_kernel_compiles_refuses_bad_threads_and_a_machine_without_cuda():
     assert "Traceback" not in proc.stderr
 
 
+def test_stats_kernel_compile_threads_refuses_bad_arguments():
+    script = os.path.join(REPO, "benchmarks", "stats_kernel_compile_threads.py")
+    for args in (["--threads", "0"], ["--threads", "2,x"], ["--rounds", "0"]):
+        proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "--threads: positive integers" in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+
+
 def _load(name: str):
     """A benchmarks/ script as a module (benchmarks/ is not a package)."""
     import importlib.util
