@@ -265,6 +265,9 @@ def table_rows(results: list[dict], disk: float | None) -> list[list[str]]:
             notes.append("recorded nothing")
         if r.get("rebuilt"):
             notes.append("built its own runtime (in its compile time)")
+        if r.get("background_compiles"):
+            notes.append(f"{r['background_compiles']} stats kernels still compiling after the first call, "
+                         f"done {r['background_s']:.1f} s later")
         out.append(cells + [
             f"{r['step'] * 1e3:.3f}", _num(r["step"] / base["step"] if base else None, ".2f"),
             _num(r["steady"] / base["steady"] if base else None, ".2f"),
@@ -301,6 +304,9 @@ def save_json(path: str, results: list[dict], disk: float | None, command: str, 
             notes.append(f"CUDA graphs skipped (x{r['cudagraph_skips']})" if r["cudagraph_skips"] else "")
         if r.get("rebuilt"):
             notes.append("built its own runtime (in its compile time)")
+        if r.get("background_compiles"):
+            notes.append(f"{r['background_compiles']} stats kernels compiled {r['background_s']:.1f} s "
+                         f"after the first call")
         rows.append(saved_runs.row(
             model=extra["model_key"], wrapper=r["wrapper"], mode=r["mode"],
             level=saved_runs.level_of(r["ours"], r["builtin"]), step_s=r["step"], steady_s=r["steady"],

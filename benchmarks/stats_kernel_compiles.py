@@ -96,8 +96,7 @@ def child(model_name: str, preset: str, config: str, variants_path: str, out_pat
         wait_s = second = None
         if config == "background":
             t0 = time.perf_counter()
-            for future in list(fused_stats._compiling.values()):
-                future.exception()
+            fused_stats.wait_for_compiles()
             wait_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             fn(x)

@@ -702,6 +702,16 @@ def _await_compile(kernel: Any, variant: tuple, device: torch.device, programs: 
         raise NotCompiled(variant)
 
 
+def wait_for_compiles() -> int:
+    """Wait until every background compile started so far is done (failed ones included:
+    their launches fail and go to torch ops); the number waited for. Benchmarks call it
+    before timing steps, tests before comparing paths."""
+    pending = [f for f in list(_compiling.values()) if not f.done()]
+    for future in pending:
+        future.exception()
+    return len(pending)
+
+
 def _compile(kernel: Any, device: torch.device, programs: int, args: tuple, kwargs: dict) -> None:
     """Triton's compile of one variant into its in-memory cache, on a background thread
     (``warmup``: specialised like the launch, nothing launched)."""
