@@ -80,10 +80,10 @@ from __future__ import annotations
 
 import array
 import ctypes
+import logging
 import os
 import struct
 import sys
-import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple, Sequence
@@ -637,16 +637,13 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
             if compiled is not None and _direct_launch(compiled, programs, stream_key[1], args):
                 return _Launch(compiled, programs, stream_key[1], args[:5], args[7:], addr[4] % 16 == 0,
                                (tab, part, counters))
-            if compiled is None and (COMPILE_BACKGROUND or variant in _compiling):
-                _await_compile(kernel, variant, device, programs, static is not None,
-                               (_Ptr(addr[0], base.dtype), _Ptr(addr[1], tab.dtype), len(items),
-                                _Ptr(addr[2], part.dtype), _Ptr(addr[3], counters.dtype), _Ptr(addr[4], out.dtype),
-                                k_total),
-                               dict(KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block,
-                                    TBLOCK=_TBLOCK, RBLOCK=_RBLOCK, num_warps=NUM_WARPS, **_extra_args(cols)))
-        compiled = kernel[(programs,)](base, tab, len(items), part, counters, out, k_total,
-                                       KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block,
-                                       TBLOCK=_TBLOCK, RBLOCK=_RBLOCK, num_warps=NUM_WARPS, **_extra_args(cols))
+        jit_kwargs = dict(KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block, TBLOCK=_TBLOCK,
+                          RBLOCK=_RBLOCK, num_warps=NUM_WARPS, **_extra_args(cols))
+        if not _interpreted and compiled is None and (COMPILE_BACKGROUND or variant in _compiling):
+            _await_compile(kernel, variant, device, programs, static is not None,
+                           (_Ptr(addr[0], base.dtype), _Ptr(addr[1], tab.dtype), len(items), _Ptr(addr[2], part.dtype),
+                            _Ptr(addr[3], counters.dtype), _Ptr(addr[4], out.dtype), k_total), jit_kwargs)
+        compiled = kernel[(programs,)](base, tab, len(items), part, counters, out, k_total, **jit_kwargs)
         if not _interpreted and _launchable(compiled):
             _compiled[variant] = compiled
     except NotCompiled:
