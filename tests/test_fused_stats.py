@@ -1133,6 +1133,17 @@ def test_a_capture_waits_for_its_variant_and_compiles_inline_when_none_is_pendin
     assert not other.entered.is_set() and len(other.launches) == 1 and not fused_stats._compiling
 
 
+def test_a_triton_without_per_device_caches_still_compiles_in_the_background(background):
+    kernel, items = _FakeKernel(), _items()
+    del kernel.device_caches
+    with pytest.raises(fused_stats.NotCompiled):
+        _launch_fake(kernel, items)
+    kernel.gate.set()
+    _done()
+    _launch_fake(kernel, items)
+    assert len(kernel.warmups) == len(kernel.launches) == 1 and not fused_stats._broken
+
+
 def test_a_failed_background_compile_fails_its_launch_and_marks_it_broken(background):
     kernel, items = _FakeKernel(fail=True), _items()
     with pytest.raises(fused_stats.NotCompiled):

@@ -688,8 +688,11 @@ def _await_compile(kernel: Any, variant: tuple, device: torch.device, programs: 
             future = _compiling.get(variant)
             if future is None:
                 # Triton's per-device caches are made here, on this thread: two threads
-                # making them at once would each keep their own.
-                kernel.device_caches[device.index if device.type == "cuda" else device]
+                # making them at once would each keep their own (a Triton without them:
+                # at worst a variant compiled twice).
+                caches = getattr(kernel, "device_caches", None)
+                if caches is not None:
+                    caches[device.index if device.type == "cuda" else device]
                 if _compile_pool is None:
                     _compile_pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="aoti_debug_compile")
                 future = _compiling[variant] = _compile_pool.submit(_compile, kernel, device, programs, args, kwargs)
