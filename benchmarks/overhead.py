@@ -263,17 +263,24 @@ def table_rows(results: list[dict], disk: float | None) -> list[list[str]]:
             notes.append(f"CUDA graphs skipped (x{skips})" if skips else "CUDA graphs used (no skip)")
         if r["ours"] not in (None, "off", "names") and not r["records"]:
             notes.append("recorded nothing")
-        if r.get("rebuilt"):
-            notes.append("built its own runtime (in its compile time)")
-        if r.get("background_compiles"):
-            notes.append(f"{r['background_compiles']} stats kernels still compiling after the first call, "
-                         f"done {r['background_s']:.1f} s later")
+        notes += _how_it_compiled(r)
         out.append(cells + [
             f"{r['step'] * 1e3:.3f}", _num(r["step"] / base["step"] if base else None, ".2f"),
             _num(r["steady"] / base["steady"] if base else None, ".2f"),
             f"{r['compile']:.1f}", _num(r["compile"] / base["compile"] if base else None, ".2f"),
             _num(r["records"], ".0f"), f"{r['bytes'] / 1e6:.2f}", "; ".join(notes)])
     return out
+
+
+def _how_it_compiled(r: dict) -> list[str]:
+    """A row's notes on its compile, in the table and in a saved run alike."""
+    notes = []
+    if r.get("rebuilt"):
+        notes.append("built its own runtime (in its compile time)")
+    if r.get("background_compiles"):
+        notes.append(f"{r['background_compiles']} stats kernels still compiling after the first call, "
+                     f"done {r['background_s']:.1f} s later")
+    return notes
 
 
 HEADER = ["wrapper", "mode", "model", "config", "ms/step", "x base", "steady x base", "compile s", "compile x base",
@@ -302,11 +309,7 @@ def save_json(path: str, results: list[dict], disk: float | None, command: str, 
         notes = []
         if r.get("cudagraph_skips") is not None:
             notes.append(f"CUDA graphs skipped (x{r['cudagraph_skips']})" if r["cudagraph_skips"] else "")
-        if r.get("rebuilt"):
-            notes.append("built its own runtime (in its compile time)")
-        if r.get("background_compiles"):
-            notes.append(f"{r['background_compiles']} stats kernels compiled {r['background_s']:.1f} s "
-                         f"after the first call")
+        notes += _how_it_compiled(r)
         rows.append(saved_runs.row(
             model=extra["model_key"], wrapper=r["wrapper"], mode=r["mode"],
             level=saved_runs.level_of(r["ours"], r["builtin"]), step_s=r["step"], steady_s=r["steady"],
