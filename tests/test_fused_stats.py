@@ -1082,10 +1082,6 @@ def _launch_fake(kernel, items, capturing=False):
                                fused_stats._stream_key(cpu), fused_stats.BLOCK, 4, fused_stats.MIN_TILES, static)
 
 
-def _done():
-    fused_stats.wait_for_compiles()
-
-
 def test_a_variant_compiles_once_in_the_background_specialised_as_its_launch(background):
     """A variant's first launch starts its compile on a background thread and raises
     NotCompiled (the caller takes torch ops); launches while it compiles start no other;
@@ -1139,7 +1135,7 @@ def test_a_triton_without_per_device_caches_still_compiles_in_the_background(bac
     with pytest.raises(fused_stats.NotCompiled):
         _launch_fake(kernel, items)
     kernel.gate.set()
-    _done()
+    fused_stats.wait_for_compiles()
     _launch_fake(kernel, items)
     assert len(kernel.warmups) == len(kernel.launches) == 1 and not fused_stats._broken
 
@@ -1149,7 +1145,7 @@ def test_a_failed_background_compile_fails_its_launch_and_marks_it_broken(backgr
     with pytest.raises(fused_stats.NotCompiled):
         _launch_fake(kernel, items)
     kernel.gate.set()
-    _done()
+    fused_stats.wait_for_compiles()
     with pytest.raises(RuntimeError, match="ptxas failed"):
         _launch_fake(kernel, items)
     assert fused_stats._broken
@@ -1171,7 +1167,7 @@ def test_rows_take_the_torch_op_path_while_their_variant_compiles(background, mo
         assert torch.equal(stats[i], exp) and int(sums[i]) == int(device_checksum(t))
     assert not fused_stats._broken and len(session.FAILURES) == before and not kernel.launches
     kernel.gate.set()
-    _done()
+    fused_stats.wait_for_compiles()
     fused_stats.summarize(tensors)
     assert len(kernel.launches) == 1
 

@@ -626,19 +626,20 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
     else:
         tab = _device_table(values, stream_key, device)
         part, counters = _scratch_for(stream_key, device, programs, k_total)
+    extra = _extra_args(cols)
     try:
         if not _interpreted:
             # base_ptr is base's address (out's when every tensor is empty: plan's spare)
             addr = (base_ptr, tab.data_ptr(), part.data_ptr(), counters.data_ptr(), out.data_ptr())
             variant = (device.index, code, vec, block, tuple([a % 16 == 0 for a in addr]), cols)
             args = (addr[0], addr[1], len(items), addr[2], addr[3], addr[4], k_total,
-                    code, width, is_float, vec, block, _TBLOCK, _RBLOCK) + tuple(_extra_args(cols).values())
+                    code, width, is_float, vec, block, _TBLOCK, _RBLOCK) + tuple(extra.values())
             compiled = _compiled.get(variant)
             if compiled is not None and _direct_launch(compiled, programs, stream_key[1], args):
                 return _Launch(compiled, programs, stream_key[1], args[:5], args[7:], addr[4] % 16 == 0,
                                (tab, part, counters))
         jit_kwargs = dict(KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block, TBLOCK=_TBLOCK,
-                          RBLOCK=_RBLOCK, num_warps=NUM_WARPS, **_extra_args(cols))
+                          RBLOCK=_RBLOCK, num_warps=NUM_WARPS, **extra)
         if not _interpreted and compiled is None and (COMPILE_BACKGROUND or variant in _compiling):
             _await_compile(kernel, variant, device, programs, static is not None,
                            (_Ptr(addr[0], base.dtype), _Ptr(addr[1], tab.dtype), len(items), _Ptr(addr[2], part.dtype),
