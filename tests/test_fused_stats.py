@@ -1172,6 +1172,26 @@ def test_rows_take_the_torch_op_path_while_their_variant_compiles(background, mo
     assert len(kernel.launches) == 1
 
 
+def test_rows_of_every_group_on_the_torch_op_path_stay_in_their_rows(background, monkeypatch):
+    """Every launch group still compiling (or failed): the torch-op path fills each tensor's
+    own row, though the groups list their rows in group order (float32 rows 0 and 2, then
+    float16 row 1), not row order. (On the GPU the inputs site's weights and biases had
+    each other's records on a machine's first call.)"""
+    kernel = _FakeKernel()
+    monkeypatch.setattr(fused_stats, "_kernel", lambda: kernel)
+    monkeypatch.setattr(fused_stats, "enabled_for", lambda device: True)
+    torch.manual_seed(0)
+    tensors = [torch.randn(3000), torch.randn(37).half(), torch.randn(5, 7)]
+    for call in (lambda: fused_stats.summarize(tensors),
+                 lambda: fused_stats.unpack(fused_stats.summarize(tensors, into=(torch.zeros(9 * 16, dtype=torch.float64), 8)))):
+        stats, sums = call()
+        rows = 8 if len(stats) == 16 else 0
+        for i, t in enumerate(tensors):
+            assert torch.equal(stats[rows + i], device_stats(t)), i
+            assert int(sums[rows + i]) == int(device_checksum(t)), i
+    assert not kernel.launches
+
+
 def test_the_compile_mode_is_inline_unless_background_is_asked(caplog):
     assert fused_stats._compile_mode(None) == fused_stats._compile_mode(" ") == "inline"
     assert fused_stats._compile_mode("Background ") == "background"

@@ -29,14 +29,30 @@ _index_cache: dict[tuple[str, int], torch.Tensor] = {}
 
 
 def _odd_weights(n: int, device: torch.device) -> torch.Tensor:
-    """``2*k + 1`` for k < n as int64, cached per device (n <= _K or row counts)."""
+    """``2*k + 1`` for k < n as int64, cached per device (n <= _K or row counts).
+
+    On CUDA the cached tensors live outside any CUDA-graph pool (``device_ring.private_empty``):
+    a CUDA-graph tree's warm-up routes the thread's allocations into the graph's pool, and a
+    tensor of ours left there fails its memory check ("tensors in the cudagraph pool not
+    tracked as outputs"). Inside a capture they belong to the graph and are not kept."""
     key = (str(device), n)
     w = _index_cache.get(key)
-    if w is None:
-        if len(_index_cache) > 64:
-            _index_cache.clear()
+    if w is not None:
+        return w
+    cuda = device.type == "cuda"
+    if cuda and torch.cuda.is_current_stream_capturing():
+        return torch.arange(n, device=device, dtype=torch.int64).mul_(2).add_(1)
+    if len(_index_cache) > 64:
+        if any(k[0].startswith("cuda") for k in _index_cache):
+            torch.cuda.synchronize()  # queued kernels may still read them; private blocks are handed out again
+        _index_cache.clear()
+    if cuda:
+        from .device_ring import private_empty
+
+        w = torch.arange(n, out=private_empty(n, torch.int64, device)).mul_(2).add_(1)
+    else:
         w = torch.arange(n, device=device, dtype=torch.int64).mul_(2).add_(1)
-        _index_cache[key] = w
+    _index_cache[key] = w
     return w
 
 
