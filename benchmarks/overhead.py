@@ -127,29 +127,20 @@ def prebuild_runtime(rows: list[dict], device: str = "cpu") -> tuple[list[str], 
     aoti = {r["ours"] for r in rows if r["ours"] not in (None, "off") and r["wrapper"] == "aoti"}
     if not jit and not aoti:
         return [], 0.0, None
-    from aoti_debug.codegen import device_stats, native_library, native_object
+    from aoti_debug.codegen import device_stats, native_object
+    from aoti_debug.codegen.prebuild import prebuild
 
+    # the wrappers of the C++ rows whose level summarises on the device
+    packed = {r["wrapper"] for r in rows if r["wrapper"] in ("cpp", "aoti") and r["ours"]
+              and device_stats.wanted(device, r["ours"]) is not None}
     t0 = time.perf_counter()
-    try:
-        specs = [native_library.build_spec()] if jit else []
-        specs += [native_object.object_spec(v) for v in sorted({native_object.variant(level) for level in aoti})]
-        for spec in specs:
-            native_library.build(spec)
-        folders = [spec.directory for spec in specs]
-        # the wrappers of the C++ rows whose level summarises on the device
-        packed = {r["wrapper"] for r in rows if r["wrapper"] in ("cpp", "aoti") and r["ours"]
-                  and device_stats.wanted(device, r["ours"]) is not None}
-        if packed:
-            cap = device_stats.capability()
-            pack = device_stats.pack_path(cap)
-            if pack is None:
-                raise RuntimeError(f"the stats pack for sm_{cap} could not be built (the warning above says why)")
-            if "aoti" in packed and device_stats.object_name(cap) is None:
-                raise RuntimeError(f"the stats pack's object for sm_{cap} could not be built")
-            folders.append(os.path.dirname(pack))
-    except Exception as e:  # no compiler, a failed build: each row builds its own (and says so)
-        return [], time.perf_counter() - t0, one_line(e)
-    return list(dict.fromkeys(folders)), time.perf_counter() - t0, None
+    steps = prebuild(library=jit, objects=tuple(sorted({native_object.variant(level) for level in aoti})),
+                     pack=bool(packed), pack_object="aoti" in packed)
+    seconds = time.perf_counter() - t0
+    failed = [s for s in steps if s.state in ("failed", "skipped")]
+    if failed:  # no compiler, a failed build: each row builds its own (and says so)
+        return [], seconds, failed[0].line()
+    return list(dict.fromkeys(os.path.dirname(s.path) for s in steps)), seconds, None
 
 
 def runtime_builds(cache: str) -> set[str]:

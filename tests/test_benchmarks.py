@@ -194,7 +194,8 @@ def test_prebuilt_runtime_includes_the_stats_pack_of_cpp_rows_on_cuda(tmp_path, 
         built.append(capability)
         return fake_stats_images(capability)
 
-    spec = lambda name: type("Spec", (), {"directory": str(tmp_path / name)})()  # noqa: E731
+    spec = lambda name: type("Spec", (), {"directory": str(tmp_path / name),  # noqa: E731
+                                          "path": str(tmp_path / name / "built")})()
     monkeypatch.setattr(device_stats, "compile_images", fake_compile)
     monkeypatch.setattr(device_stats, "pack_key", lambda capability: f"bench{capability:07x}")
     monkeypatch.setattr(device_stats, "capability", lambda: 7)

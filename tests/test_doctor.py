@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 
+import pytest
 import torch
 from click.testing import CliRunner
 
@@ -108,3 +109,96 @@ def test_missing_required_hook_exits_2(monkeypatch):
 def test_report_is_a_result_object():
     report = doctor.doctor()
     assert report and report.exit_code == 0 and str(report).startswith("aoti-debug doctor: OK")
+
+
+# ------------------------------------------------------------------- doctor --build
+class _Spec:
+    def __init__(self, path):
+        self.path = str(path)
+
+
+def _fake_builds(tmp_path, monkeypatch, fail=()):
+    """The runtime's builds as files written at once (``native_library.build`` faked), in
+    ``tmp_path``; those named in ``fail`` raise the BuildError a failed compile raises."""
+    from aoti_debug.codegen import device_stats, native_library, native_object
+
+    built = []
+
+    def build(spec):
+        if os.path.basename(spec.path) in fail:
+            raise native_library.BuildError(f"building {spec.path} failed (log: build.log): error: boom")
+        with open(spec.path, "w") as f:
+            f.write("x")
+        built.append(os.path.basename(spec.path))
+        return 0.0
+
+    monkeypatch.setattr(native_library, "build", build)
+    monkeypatch.setattr(native_library, "build_spec", lambda: _Spec(tmp_path / "libaoti_debug_rt.so"))
+    monkeypatch.setattr(native_object, "object_spec", lambda v: _Spec(tmp_path / f"aoti_debug_rt-{v}.o"))
+    monkeypatch.setattr(device_stats, "capability", lambda: None)
+    return built
+
+
+def test_doctor_build_builds_what_is_missing_and_names_what_was_there(tmp_path, monkeypatch):
+    built = _fake_builds(tmp_path, monkeypatch)
+    (tmp_path / "aoti_debug_rt-names.o").write_text("there before")
+    res = CliRunner().invoke(main, ["doctor", "--build"])
+    assert res.exit_code == 0, res.output
+    assert sorted(built) == ["aoti_debug_rt-files.o", "libaoti_debug_rt.so"]
+    lines = res.output.split("Runtime builds:\n")[1].splitlines()
+    assert lines[0].startswith("  built    runtime library (Python wrapper, cpp_wrapper) in ")
+    assert lines[0].endswith(str(tmp_path / "libaoti_debug_rt.so"))
+    assert lines[1] == f"  present  AOTInductor runtime object 'names': {tmp_path / 'aoti_debug_rt-names.o'}"
+    assert lines[2].startswith("  built    AOTInductor runtime object 'files' in ")
+    data = json.loads(CliRunner().invoke(main, ["doctor", "--build", "-f", "json"]).output)
+    assert data["exit_code"] == 0 and [s["state"] for s in data["build"]] == ["present"] * 3
+
+
+def test_doctor_build_exits_2_when_a_build_fails_and_still_builds_the_rest(tmp_path, monkeypatch):
+    built = _fake_builds(tmp_path, monkeypatch, fail=("libaoti_debug_rt.so",))
+    res = CliRunner().invoke(main, ["doctor", "--build"])
+    assert res.exit_code == 2, res.output
+    assert "  failed   runtime library (Python wrapper, cpp_wrapper) (BuildError: building " in res.output
+    assert "PROBLEM: 1 build(s) failed" in res.output and "Traceback" not in res.output
+    assert sorted(built) == ["aoti_debug_rt-files.o", "aoti_debug_rt-names.o"]
+
+
+def test_prebuild_says_the_pack_was_skipped_without_cuda(tmp_path, monkeypatch):
+    from aoti_debug.codegen.prebuild import prebuild
+
+    _fake_builds(tmp_path, monkeypatch)
+    steps = prebuild(library=False, objects=(), pack=True)
+    assert [(s.what, s.state, s.detail) for s in steps] == [("stats kernels' pack (CUDA)", "skipped", "no CUDA device")]
+    assert prebuild(library=False, objects=()) == []  # no CUDA device: no pack asked
+
+
+def test_doctor_build_refuses_another_compiler():
+    res = CliRunner().invoke(main, ["doctor", "--build", "--cxx", "clang++"])
+    assert res.exit_code == 2 and "set CXX instead of --cxx" in res.output
+
+
+@pytest.mark.slow
+def test_doctor_build_builds_the_runtime_an_instrumented_compile_then_finds(tmp_path):
+    """The real builds into a fresh Inductor cache (the library and both AOTInductor
+    objects, on two cores at once where there are two), then a compile at level stats in
+    that cache, which builds nothing and records through the prebuilt library."""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=REPO)
+    cmd = [sys.executable, "-m", "aoti_debug.cli", "doctor", "--build", "-f", "json"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    steps = json.loads(r.stdout)["build"]
+    assert [s["state"] for s in steps] == ["built"] * 3, steps
+    library = steps[0]["path"]
+    assert library.startswith(str(tmp_path / "cache")) and os.path.exists(library)
+    before = {s["path"]: os.stat(s["path"]).st_mtime_ns for s in steps}
+    script = ("import torch, aoti_debug\n"
+              "aoti_debug.enable('stats', dump_dir=%r)\n"
+              "f = torch.compile(lambda x: (x @ x).relu() + 1)\n"
+              "f(torch.randn(8, 8)); aoti_debug.flush()\n"
+              "from aoti_debug.runtime import native_stats\n"
+              "print('library', *[p for p, lib in native_stats._libraries.items() if lib])\n" % str(tmp_path / "dump"))
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"library {library}" in r.stdout, r.stdout
+    assert {p: os.stat(p).st_mtime_ns for p in before} == before
+    assert not [d for d in os.listdir(os.path.dirname(library)) if d.startswith("build-")]

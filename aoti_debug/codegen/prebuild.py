@@ -1,0 +1,122 @@
+"""What a machine's first instrumented compile builds, built ahead of it (``aoti-debug doctor --build``).
+
+An instrumented compile builds aoti_debug's C++ runtime the first time it needs it and
+keeps it in Inductor's cache (``TORCHINDUCTOR_CACHE_DIR``, else
+``/tmp/torchinductor_<user>``): the runtime library (the Python wrapper's CPU stats and
+ring records, the C++ wrapper's runtime), AOTInductor's two runtime objects, and on a
+CUDA machine the stats kernels' pack for its GPU with the object AOTInductor links it
+from. Each is built once per content hash, compiler and torch, and takes from seconds to
+a minute (the library: ~19 s of g++ at -O3 on this project's 2-core VM). Building them
+here, once (an image's build step, a job's setup), takes that out of the first compile.
+
+What this does not build: the Python wrapper's Triton stats kernels on CUDA, whose
+variants follow each model's dtypes and layouts (``AOTI_DEBUG_STATS_COMPILE``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+
+@dataclasses.dataclass
+class Step:
+    """One thing built (or found, or skipped)."""
+
+    what: str
+    state: str
+    """``built``, ``present`` (there before), ``failed`` or ``skipped``."""
+    seconds: float = 0.0
+    path: str | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def line(self) -> str:
+        took = f" in {self.seconds:.1f} s" if self.state == "built" else ""
+        where = f": {self.path}" if self.path and self.state in ("built", "present") else ""
+        why = f" ({self.detail})" if self.detail else ""
+        return f"{self.state:<8} {self.what}{took}{where}{why}"
+
+
+#: The AOTInductor runtime objects (``native_object.variant``): level names, and the others.
+OBJECT_VARIANTS = ("names", "files")
+
+
+def prebuild(library: bool = True, objects: tuple[str, ...] = OBJECT_VARIANTS, pack: bool | None = None,
+             pack_object: bool = True) -> list[Step]:
+    """Build what is asked into this process's Inductor cache, unless it is there.
+
+    Args:
+        library: the runtime library.
+        objects: AOTInductor's runtime objects of these variants.
+        pack: the stats kernels' pack for the current CUDA device (None: where there is one).
+        pack_object: with the pack, the object AOTInductor links it from.
+
+    Never raises for a failed build: its step says why.
+    """
+    from . import device_stats, native_library, native_object
+
+    builds = [("runtime library (Python wrapper, cpp_wrapper)", native_library.build_spec)] if library else []
+    builds += [(f"AOTInductor runtime object '{v}'", lambda v=v: native_object.object_spec(v)) for v in objects]
+    # one compiler process each, at once where there are cores for them (the library and
+    # the 'files' object take about as long: 21 s and 18 s on a 2-core VM)
+    workers = max(1, min(len(builds), os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers, thread_name_prefix="aoti_debug_prebuild") as pool:
+        steps = list(pool.map(lambda b: _build(*b), builds))
+    cap = device_stats.capability()
+    if pack is None:
+        pack = cap is not None
+    if not pack:
+        return steps
+    if cap is None:
+        steps.append(Step("stats kernels' pack (CUDA)", "skipped", detail="no CUDA device"))
+        return steps
+    steps.append(_timed(f"stats kernels' pack for sm_{cap}", lambda: device_stats.pack_path(cap)))
+    if pack_object and steps[-1].state != "failed":
+        steps.append(_timed(f"stats kernels' pack object for sm_{cap} (AOTInductor)",
+                            lambda: _in_cache(device_stats.object_name(cap))))
+    return steps
+
+
+def _build(what: str, spec_of) -> Step:
+    """A ``native_library.build`` of ``spec_of()``, timed; present when its file was there."""
+    from . import native_library
+
+    try:
+        spec = spec_of()
+        if os.path.exists(spec.path):
+            return Step(what, "present", path=spec.path)
+        t0 = time.perf_counter()
+        native_library.build(spec)
+        return Step(what, "built", time.perf_counter() - t0, spec.path)
+    except Exception as e:  # (a CLI's step: said, never a traceback)
+        return Step(what, "failed", detail=_one_line(e))
+
+
+def _timed(what: str, make) -> Step:
+    """``make()``: a path (built first where it was not there) or None (it could not be,
+    and warned why); built when it took time, else present."""
+    t0 = time.perf_counter()
+    try:
+        path = make()
+    except Exception as e:  # (a CLI's step: said, never a traceback)
+        return Step(what, "failed", detail=_one_line(e))
+    seconds = time.perf_counter() - t0
+    if path is None:
+        return Step(what, "failed", seconds, detail="the warning above says why")
+    return Step(what, "built" if seconds > 0.5 else "present", seconds, path)
+
+
+def _in_cache(name: str | None) -> str | None:
+    from . import native_library
+
+    return None if name is None else os.path.join(native_library.cache_folder(), name)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
