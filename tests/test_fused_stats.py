@@ -1192,6 +1192,109 @@ def test_rows_of_every_group_on_the_torch_op_path_stay_in_their_rows(background,
     assert not kernel.launches
 
 
+def test_inline_launches_wait_for_a_compile_started_ahead(background, monkeypatch):
+    """With background compiles off, a launch whose variant is already compiling (started
+    ahead by precompile) waits for it instead of taking torch ops or compiling again."""
+    import threading
+
+    kernel, items = _FakeKernel(), _items()
+    with pytest.raises(fused_stats.NotCompiled):
+        _launch_fake(kernel, items)
+    assert kernel.entered.wait(30)
+    monkeypatch.setattr(fused_stats, "COMPILE_BACKGROUND", False)
+    threading.Timer(0.2, kernel.gate.set).start()
+    _launch_fake(kernel, items)
+    assert len(kernel.warmups) == 1 and len(kernel.launches) == 1 and not fused_stats._broken
+
+
+def test_precompile_starts_the_variants_a_side_of_those_layouts_launches(background, monkeypatch):
+    """precompile, from layouts alone (as a wrapper's codegen knows them), starts the same
+    variants, specialised the same way, as summarize of tensors of those layouts: a
+    contiguous float32 and float16 tensor, a channels_last activation and a transposed
+    weight (the dense kernel), a strided slice (the strided kernel)."""
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import native_specialize_impl
+
+    kernel = _FakeKernel()
+    for name in ("_kernel_obj", "_dense_kernel_obj", "_perm_kernel_obj"):
+        monkeypatch.setattr(fused_stats, name, kernel)
+    monkeypatch.setattr(fused_stats, "enabled_for", lambda device: True)
+    monkeypatch.setattr(fused_stats, "_sms", lambda device: 4)
+    started = []
+    monkeypatch.setattr(fused_stats, "_compile", lambda k, device, programs, args, kwargs:
+                        started.append((args, kwargs)))
+    torch.manual_seed(0)
+    tensors = [torch.randn(300, 7), torch.randn(4096).half(),
+               torch.randn(2, 16, 6, 6).contiguous(memory_format=torch.channels_last),
+               torch.randn(384, 128).t(), torch.randn(64, 40)[:, 3:35]]
+    layouts = [(t.dtype, tuple(t.shape), t.stride(), t.storage_offset()) for t in tensors]
+
+    def seen():
+        fused_stats.wait_for_compiles()
+        keys = {v[1:] for v in fused_stats._compiling}  # (the device's index: 0 against the CPU's None)
+        specs = sorted((str(sorted(kw.items())), tuple(native_specialize_impl(BaseBackend, a, False, True, True)
+                                                     for a in (args[0], args[1], args[3], args[4], args[5])))
+                       for args, kw in started)
+        started.clear()
+        fused_stats._compiling.clear()
+        return keys, specs
+
+    n = fused_stats.precompile(layouts, torch.device("cuda", 0))
+    ahead = seen()
+    assert n == len(ahead[0]) == len(ahead[1]) >= 4
+    fused_stats.summarize(tensors)  # each group NotCompiled: its compile started, its rows torch ops
+    assert seen() == ahead
+    assert {cols for _c, _v, _b, _a, cols in ahead[0]} >= {0} and any(c < 0 for *_, c in ahead[0]) and \
+        any(c > 0 for *_, c in ahead[0])
+    assert fused_stats.precompile(layouts, torch.device("cpu")) == 0  # CUDA only
+
+
+def test_a_python_wrapper_hands_its_tensors_layouts_to_precompile(tmp_path, monkeypatch):
+    """Codegen: at levels stats and print the Python wrapper's manager collects the static
+    layouts of its launches' tensors, and at the wrapper's return hands them to
+    ``precompile_stats`` (which on a CPU graph starts nothing)."""
+    import aoti_debug
+    from aoti_debug.codegen.manager import Manager
+
+    seen, original = [], Manager.precompile_stats
+
+    def spy(self):
+        seen.append(set(self.layouts))
+        return original(self)
+
+    monkeypatch.setattr(Manager, "precompile_stats", spy)
+    torch._dynamo.reset()
+    with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path)):
+        torch.compile(lambda x, w: (x @ w.t()).relu() + 1)(torch.randn(8, 16), torch.randn(32, 16))
+    torch._dynamo.reset()
+    assert seen and ("float32", (8, 16), (16, 1), 0) in seen[0] and ("float32", (16, 32), (1, 16), 0) in seen[0]
+
+
+def test_precompile_stats_sends_a_cuda_graphs_layouts_to_each_of_its_devices(monkeypatch):
+    from torch._inductor.virtualized import V
+
+    from aoti_debug import config
+    from aoti_debug.codegen.manager import Manager
+
+    calls = []
+    monkeypatch.setattr(fused_stats, "precompile", lambda layouts, device: calls.append((layouts, device)) or 2)
+    m = Manager(config.make_compile_settings("stats"))
+    m.layouts = {("float32", (8, 16), (16, 1), 0), ("bfloat16", (4,), (1,), 2), ("no_such_dtype", (1,), (1,), 0)}
+
+    class Graph:
+        device_types, device_idxs = {"cuda"}, {0, 1}
+
+    with V.set_graph_handler(Graph()):
+        assert m.precompile_stats() == 4
+        assert m.precompile_stats() == 0  # (handed over once)
+    assert [d for _, d in calls] == [torch.device("cuda", 0), torch.device("cuda", 1)]
+    assert calls[0][0] == [(torch.bfloat16, (4,), (1,), 2), (torch.float32, (8, 16), (16, 1), 0)]
+    Graph.device_types = {"cpu"}
+    m.layouts = {("float32", (8, 16), (16, 1), 0)}
+    with V.set_graph_handler(Graph()):
+        assert m.precompile_stats() == 0 and len(calls) == 2
+
+
 def test_the_compile_mode_is_inline_unless_background_is_asked(caplog):
     assert fused_stats._compile_mode(None) == fused_stats._compile_mode(" ") == "inline"
     assert fused_stats._compile_mode("Background ") == "background"

@@ -37,6 +37,10 @@ REUSE_LEVELS = ("stats", "print")
 #: ring). On the CPU the Python runtime reads every input where it is used, and in the C++
 #: runtime a weight read once a call costs what reading it where it is used costs.
 INPUTS_DEVICES = ("cuda",)
+#: Levels whose CUDA stats the Python runtime takes from the fused stats kernels
+#: (``runtime/fused_stats.py``), compiled ahead from the graph's layouts (``Manager.precompile_stats``).
+PRECOMPILE_LEVELS = ("stats", "print")
+
 #: The inputs site's kernel and op name in records (no kernel of Inductor's is so named).
 INPUTS_KERNEL = schema.INPUTS_KERNEL
 
@@ -110,6 +114,10 @@ class Manager:
         self._inputs_deferred = False
         """The graph inputs' side may be deferred: a graph input linked to it goes into
         ``deferred_reads``."""
+        self.layouts: set[tuple] = set()
+        """``(dtype, sizes, strides, offset)`` of the static tensors the Python wrapper's
+        instrumented launches pass, at the levels whose CUDA stats take the fused kernel
+        (``PRECOMPILE_LEVELS``): their stats kernels compile ahead (``precompile_stats``)."""
 
     # -- the DebugPrinterManager interface (Inductor's own call sites) ----------------
     debug_printer_level = "0"
@@ -347,6 +355,9 @@ class Manager:
         if not self.matches(launch):
             return self._pending(launch, phase, False, cpp)
         lines = self._emit(wrapper, launch, phase, cpp)
+        if phase == "after" and not cpp and self.settings.level in PRECOMPILE_LEVELS:
+            self.layouts.update((a.dtype, *a.layout[1:]) for a in launch.args
+                                if a.kind == "tensor" and a.dtype and a.layout)
         if phase == "after" and self.reuses and launch.site >= 0:
             self._produced(launch)
         return lines + self._pending(launch, phase, True, cpp)
@@ -429,6 +440,24 @@ class Manager:
         CUDA graph capture) may write anything it returns or was given."""
         self._pending_lines(code, getattr(code, "_lines", None), "before", False)
         self._write_pending(code, False)
+
+    def precompile_stats(self) -> int:
+        """The stats-kernel variants the graph's tensors need, compiled on background
+        threads from now (``runtime.fused_stats.precompile``) while Inductor finishes the
+        graph: a machine's first instrumented call then waits for fewer compiles. CUDA
+        graphs of the Python wrapper only; the number started."""
+        import torch
+        from torch._inductor.virtualized import V
+
+        if not self.layouts or "cuda" not in (getattr(V.graph, "device_types", None) or ()):
+            return 0
+        from ..runtime import fused_stats
+
+        layouts = [(getattr(torch, d), sizes, strides, offset) for d, sizes, strides, offset in sorted(self.layouts)
+                   if isinstance(getattr(torch, d, None), torch.dtype)]
+        self.layouts.clear()
+        return sum(fused_stats.precompile(layouts, torch.device("cuda", i))
+                   for i in sorted(getattr(V.graph, "device_idxs", None) or {torch.cuda.current_device()}))
 
     def unknown_launch(self, code, cpp: bool) -> None:
         """A launch that could not be described (its writes unknown): pending line before it."""

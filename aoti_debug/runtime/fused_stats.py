@@ -81,12 +81,13 @@ from __future__ import annotations
 import array
 import ctypes
 import logging
+import math
 import os
 import struct
 import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import torch
 
@@ -596,6 +597,18 @@ def plan_dense(ptrs: Sequence[int], numels: Sequence[int], denses: Sequence[_Den
     return base, vec, out, programs
 
 
+def _planned(kernel, ptrs: Sequence[int], numels: Sequence[int], rows: Sequence[int], width: int, spare: int,
+             block: int, max_programs: int, min_tiles: int, cols: int, layouts: Sequence[Any]):
+    """The kernel a launch group takes (``cols``: 0 the contiguous one, > 0 the strided
+    one, < 0 the dense one) and its planner's ``(base, vec, table, programs)``."""
+    if cols < 0:
+        return _dense_kernel_obj, plan_dense(ptrs, numels, layouts, rows, width, spare, max_programs, min_tiles)
+    if cols:
+        return _perm_kernel_obj, plan_permuted(ptrs, numels, layouts, rows, width, block, cols, max_programs,
+                                               min_tiles)
+    return kernel, plan(ptrs, numels, rows, width, spare, block, max_programs, min_tiles)
+
+
 def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: torch.Tensor, k_total: int,
             device: torch.device, stream_key: tuple, block: int, max_programs: int, min_tiles: int,
             static: Any = None, cols: int = 0, layouts: Sequence[_Perm] = ()) -> None:
@@ -608,17 +621,8 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
     ptrs = [t.data_ptr() for _, t in items]
     numels = [t.numel() for _, t in items]
     rows = [row for row, _ in items]
-    if cols < 0:
-        kernel = _dense_kernel_obj
-        base_ptr, vec, values, programs = plan_dense(ptrs, numels, layouts, rows, width, out.data_ptr(),
-                                                     max_programs, min_tiles)
-    elif cols:
-        kernel = _perm_kernel_obj
-        base_ptr, vec, values, programs = plan_permuted(ptrs, numels, layouts, rows, width, block, cols,
-                                                        max_programs, min_tiles)
-    else:
-        base_ptr, vec, values, programs = plan(ptrs, numels, rows, width, out.data_ptr(), block, max_programs,
-                                               min_tiles)
+    kernel, (base_ptr, vec, values, programs) = _planned(kernel, ptrs, numels, rows, width, out.data_ptr(), block,
+                                                         max_programs, min_tiles, cols, layouts)
     base = next((t for (_, t), p, n in zip(items, ptrs, numels) if n and p == base_ptr), out)
     if code in (0, 3, 4) and base is not out:
         base = base.view(torch.uint8)  # bool / float8 pointers: plain bytes for Triton
@@ -682,29 +686,38 @@ def _await_compile(kernel: Any, variant: tuple, device: torch.device, programs: 
                    args: tuple, kwargs: dict) -> None:
     """Return when ``variant`` may take Triton's JIT launch without compiling there: its
     background compile is done (a compile that failed fails again in the launch, which
-    marks it broken), or, inside a CUDA-graph capture, after waiting for it. Otherwise the
-    compile is started (once) and :class:`NotCompiled` raised."""
-    global _compile_pool
+    marks it broken), or, inside a CUDA-graph capture or with background compiles off,
+    after waiting for it (none pending: the launch compiles it). Otherwise the compile is
+    started (once) and :class:`NotCompiled` raised."""
     future = _compiling.get(variant)
+    wait = capturing or not COMPILE_BACKGROUND
     if future is None:
-        if capturing:
+        if wait:
             return  # compiled inline, as without background compiles
-        with _lock:
-            future = _compiling.get(variant)
-            if future is None:
-                # Triton's per-device caches are made here, on this thread: two threads
-                # making them at once would each keep their own (a Triton without them:
-                # at worst a variant compiled twice).
-                caches = getattr(kernel, "device_caches", None)
-                if caches is not None:
-                    caches[device.index if device.type == "cuda" else device]
-                if _compile_pool is None:
-                    _compile_pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="aoti_debug_compile")
-                future = _compiling[variant] = _compile_pool.submit(_compile, kernel, device, programs, args, kwargs)
-    if capturing:
-        future.exception()  # waits; an error shows at the launch
+        future = _start_compile(kernel, variant, device, programs, args, kwargs)
+    if wait:
+        future.exception()  # waits (a compile started ahead: precompile); an error shows at the launch
     elif not future.done():
         raise NotCompiled(variant)
+
+
+def _start_compile(kernel: Any, variant: tuple, device: torch.device, programs: int, args: tuple,
+                   kwargs: dict) -> Future:
+    """The background compile of ``variant``, started once."""
+    global _compile_pool
+    with _lock:
+        future = _compiling.get(variant)
+        if future is None:
+            # Triton's per-device caches are made here, on this thread: two threads
+            # making them at once would each keep their own (a Triton without them:
+            # at worst a variant compiled twice).
+            caches = getattr(kernel, "device_caches", None)
+            if caches is not None:
+                caches[device.index if device.type == "cuda" else device]
+            if _compile_pool is None:
+                _compile_pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="aoti_debug_compile")
+            future = _compiling[variant] = _compile_pool.submit(_compile, kernel, device, programs, args, kwargs)
+    return future
 
 
 def wait_for_compiles() -> int:
@@ -1078,6 +1091,72 @@ def _run(compiled: Any, programs: int, stream: int, args: tuple) -> None:
     compiled.run(programs, 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
 
 
+def _group_of(spec: tuple, perm: Any, block: int) -> tuple[tuple, Any]:
+    """A tensor's launch group in a side, ``(spec, cols, tile)``, and the layout the group's
+    planner takes for it: contiguous (``perm`` None) one group per kind; a dense
+    permutation one per kind and tile size (``cols`` -1, or ``-span``); any other layout
+    read in place one per kind and strided tile width (:func:`_cols`)."""
+    if perm is None:
+        return (spec, 0, block), None
+    dense = _dense_of(perm, block, spec[1])
+    if dense is not None:
+        return (spec, -1 if dense.span == dense.block else -dense.span, dense.block), dense
+    return (spec, _cols(perm.inner, block), block), perm
+
+
+def precompile(layouts: Iterable[tuple[torch.dtype, Sequence[int], Sequence[int], int]],
+               device: torch.device) -> int:
+    """Start the background compiles of the stats-kernel variants that tensors of these
+    layouts (dtype, sizes, strides, storage offset in elements) will need on ``device``,
+    each in a buffer of its own as the caching allocator places one (16-byte aligned);
+    the number started. A compiled graph's wrapper knows its tensors' layouts before its
+    first call (``codegen.manager``): their variants compile while Inductor finishes, and
+    the first call's launches wait for them (``inline``) or take torch ops until they are
+    done (``background``). A variant that no tensor meets costs one compile on the pool;
+    one predicted wrong (a view's address) compiles at its launch as without this.
+
+    Tensors are grouped per layout kind as one side would group them (:func:`summarize`);
+    nothing is allocated, read or launched."""
+    if device.type != "cuda" or _interpreted or not ENABLED:
+        return 0
+    kernel = _kernel()
+    if kernel is None:
+        return 0
+    groups: dict[tuple, list[tuple[int, int, Any]]] = {}
+    for dtype, sizes, strides, offset in layouts:
+        spec = _KINDS.get(dtype)
+        if spec is None:
+            continue  # (complex and others: their first launch compiles them)
+        sizes, strides = tuple(int(v) for v in sizes), tuple(int(v) for v in strides)
+        numel = math.prod(sizes)
+        contiguous = torch.empty_strided(sizes, strides, dtype=dtype, device="meta").is_contiguous()
+        perm = None if contiguous or not numel else _cached_layout(torch.Size(sizes), strides)
+        if not contiguous and perm is None:
+            continue  # read from a contiguous copy: the contiguous variant, at the copy's own address
+        key, layout = _group_of(spec, perm, BLOCK)
+        groups.setdefault(key, []).append((offset * spec[1], numel, layout))
+    started = 0
+    out = 1 << 40  # the ring's rows and the scratch: buffers of ours, 16-byte aligned
+    for (spec, cols, tile), members in groups.items():
+        code, width, is_float = spec
+        ptrs = [(i + 1) * (1 << 32) + shift for i, (shift, _, _) in enumerate(members)]
+        kern, (base_ptr, vec, _values, programs) = _planned(
+            kernel, ptrs, [n for _, n, _ in members], list(range(len(members))), width, out, tile,
+            max(1, PROGRAMS_PER_SM * _sms(device)), MIN_TILES, cols, [lay for _, _, lay in members])
+        addr = (base_ptr, out, out, out, out)
+        variant = (device.index, code, vec, tile, tuple([a % 16 == 0 for a in addr]), cols)
+        if variant in _compiling or variant in _compiled or (code, vec, cols) in _broken:
+            continue
+        dtype = torch.uint8 if code in (0, 3, 4) else next(d for d, s in _KINDS.items() if s == spec)
+        args = (_Ptr(base_ptr, dtype), _Ptr(out, torch.int64), len(members), _Ptr(out, torch.float64),
+                _Ptr(out, torch.int32), _Ptr(out, torch.float64), len(members))
+        kwargs = dict(KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=tile, TBLOCK=_TBLOCK,
+                      RBLOCK=_RBLOCK, num_warps=NUM_WARPS, **_extra_args(cols))
+        _start_compile(kern, variant, device, programs, args, kwargs)
+        started += 1
+    return started
+
+
 def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tuple[torch.Tensor, int] | None = None,
               static: Any = None, _block: int | None = None, _max_programs: int | None = None,
               _min_tiles: int | None = None):
@@ -1136,16 +1215,11 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tu
             prep = _prepare(t)
             if prep is None:
                 todo.append(row)
-            elif prep[2] is None:
-                groups.setdefault((prep[0], 0, block), []).append((row, prep[1]))
-            else:
-                dense = _dense_of(prep[2], block, prep[0][1])
-                if dense is not None:  # one launch per kind and tile size
-                    key = (prep[0], -1 if dense.span == dense.block else -dense.span, dense.block)
-                else:
-                    key = (prep[0], _cols(prep[2].inner, block), block)
-                groups.setdefault(key, []).append((row, prep[1]))
-                layouts.setdefault(key, []).append(dense or prep[2])
+                continue
+            key, layout = _group_of(prep[0], prep[2], block)
+            groups.setdefault(key, []).append((row, prep[1]))
+            if layout is not None:
+                layouts.setdefault(key, []).append(layout)
         max_programs = _max_programs or max(1, PROGRAMS_PER_SM * _sms(device))
         min_tiles = _min_tiles or MIN_TILES
         stream_key = _stream_key(device)
