@@ -11,7 +11,11 @@ runs in a fresh process with fresh Inductor and Triton caches:
 
 * ``base``: the uninstrumented compile's first call;
 * ``stats``: level stats; every stats-kernel compile in the first call is timed (Triton's
-  ``jit_cache_hook`` and ``jit_post_compile_hook``) and its specialization kept;
+  ``jit_cache_hook`` and ``jit_post_compile_hook``) and its specialization kept. The
+  wrapper's codegen starts the variants its layouts predict on threads
+  (``fused_stats.precompile``, since session 36) and the launches wait for them;
+* ``stats, no precompile``: the same without that (each variant compiled at its first
+  launch, one after another, as before session 36);
 * ``preload N``: ``stats``'s variants compiled first on N threads (``JITFunction.preload``
   of the kept specializations), timed on their own, then the model's first call, which
   should compile none of them: how much of the cost a compile ahead of the first call,
@@ -83,6 +87,10 @@ def child(model_name: str, preset: str, config: str, variants_path: str, out_pat
             list(ex.map(lambda c: kernels[c["kernel"]].preload(c["data"]), kept))
         preload_s = time.perf_counter() - t0
         compiles.clear()
+    if config == "stats, no precompile":
+        from aoti_debug.codegen.manager import Manager
+
+        Manager.precompile_stats = lambda self: 0
     if config != "base":
         aoti_debug.enable("stats", dump_dir=tempfile.mkdtemp(prefix="stats_kernel_compiles_"))
     fn = torch.compile(model)
@@ -150,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     variants = os.path.join(tempfile.mkdtemp(prefix="stats_kernel_variants_"), "variants.json")
     rows = []
-    for config in ["base", "stats"] + [f"preload {n}" for n in threads] + ["background"]:
+    for config in ["base", "stats", "stats, no precompile"] + [f"preload {n}" for n in threads] + ["background"]:
         try:
             r = run(args.model, args.preset, config, variants)
         except RuntimeError as e:
