@@ -681,3 +681,35 @@ def test_background_compiles_keep_the_cuda_graph(tmp_path, monkeypatch):
     with torch.no_grad():
         for x, out in zip(xs, outs):
             torch.testing.assert_close(out, model(x), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["transformer", "resnet"])
+def test_variants_compiled_ahead_cover_the_first_call(tmp_path, monkeypatch, name):
+    """``inline`` (the default) with nothing compiled: the variants the wrapper's layouts
+    predict compile on the pool while Inductor finishes (``fused_stats.precompile``), so
+    no stats kernel compiles on the model's thread, no side takes torch ops, and the first
+    call's records equal a later call's of the same input bitwise."""
+    import threading
+
+    from triton import knobs
+
+    fused_stats, summaries = _fresh_compiles(monkeypatch)
+    monkeypatch.setattr(fused_stats, "COMPILE_BACKGROUND", False)
+    compiles = []
+
+    def seen(*, key, fn, **_):
+        if fn.module.startswith("aoti_debug"):
+            compiles.append((threading.current_thread().name, fn.name, str(key)[:160]))
+        return None
+
+    monkeypatch.setattr(knobs.runtime, "jit_cache_hook", seen)
+    model, (a, b) = _linked_model(name)
+    outs, run_dir = _run(tmp_path, f"ahead_{name}", model, [a, b, a])
+    on_model_thread = [c for c in compiles if not c[0].startswith("aoti_debug_compile")]
+    assert compiles and not on_model_thread, on_model_thread  # (mispredicted variants: their keys)
+    assert not summaries and not fused_stats._broken
+    calls = _per_call(records(run_dir), 3)
+    _same(calls[0], calls[2])
+    with torch.no_grad():
+        for x, out in zip([a, b, a], outs):
+            torch.testing.assert_close(out, model(x), atol=5e-3, rtol=5e-3)
