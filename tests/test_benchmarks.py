@@ -7,6 +7,7 @@ a 2-core machine), so the two runs take minutes: marked slow.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -107,6 +108,16 @@ def test_stats_kernel_compiles_refuses_bad_threads_and_a_machine_without_cuda():
                           env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
     assert proc.returncode == 2 and proc.stderr.strip().endswith("run it on the GPU machine"), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_first_compile_refuses_bad_rounds_and_times_the_three_configs():
+    script = os.path.join(REPO, "benchmarks", "first_compile.py")
+    proc = subprocess.run([sys.executable, script, "--rounds", "0"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip() == "first_compile.py: --rounds must be 1 or more"
+    out = subprocess.run([sys.executable, script, "--child", "stats, build at the header", "--preset", "tiny"],
+                         capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=REPO))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["first_call_s"] > 0
 
 
 def test_stats_kernel_compile_threads_refuses_bad_arguments():

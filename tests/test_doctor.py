@@ -202,3 +202,44 @@ def test_doctor_build_builds_the_runtime_an_instrumented_compile_then_finds(tmp_
     assert f"library {library}" in r.stdout, r.stdout
     assert {p: os.stat(p).st_mtime_ns for p in before} == before
     assert not [d for d in os.listdir(os.path.dirname(library)) if d.startswith("build-")]
+
+
+def test_a_compile_starts_building_the_runtime_its_header_will_name(monkeypatch):
+    """start_early: from the wrapper's creation, on a thread, once per process and target:
+    the library for a Python wrapper at a level that records tensors and for a C++ JIT
+    wrapper, AOTInductor's object of the level for a package; nothing at names in Python."""
+    from aoti_debug.codegen import native_library, native_object, prebuild
+
+    calls = []
+    monkeypatch.setattr(prebuild, "_early", set())
+    monkeypatch.setattr(native_library, "stats_library_path", lambda: calls.append("python library"))
+    monkeypatch.setattr(native_library, "library_path", lambda: calls.append("cpp library"))
+    monkeypatch.setattr(native_object, "object_path", lambda level: calls.append(f"object {level}"))
+    monkeypatch.setattr(native_object, "linkable", lambda device: None)
+    assert prebuild.start_early("names", cpp=False, aot=False) is None
+    for args in [("stats", False, False), ("save", False, False), ("stats", True, False), ("stats", True, True),
+                 ("print", True, True), ("names", True, True)]:
+        thread = prebuild.start_early(*args)
+        if thread is not None:
+            thread.join(30)
+    assert calls == ["python library", "object stats", "object names"], calls  # (one library for both wrappers)
+
+
+def test_an_instrumented_compile_builds_the_library_from_the_wrappers_creation(tmp_path, monkeypatch):
+    """A real compile at stats: the library's build is started on the build thread when
+    the wrapper is made (before its header asks for it), not on the compiling thread."""
+    import threading
+
+    import aoti_debug
+    from aoti_debug.codegen import native_library, prebuild
+
+    threads = []
+    monkeypatch.setattr(prebuild, "_early", set())
+    real = native_library.stats_library_path
+    monkeypatch.setattr(native_library, "stats_library_path",
+                        lambda: threads.append(threading.current_thread().name) or real())
+    torch._dynamo.reset()
+    with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path)):
+        torch.compile(lambda x: x.sin() + 1)(torch.randn(8))
+    torch._dynamo.reset()
+    assert threads[0] == "aoti_debug_build" and len(threads) == 2, threads

@@ -1,4 +1,5 @@
-"""What a machine's first instrumented compile builds, built ahead of it (``aoti-debug doctor --build``).
+"""What a machine's first instrumented compile builds, built ahead of it (``aoti-debug
+doctor --build``), or from the start of that compile (:func:`start_early`).
 
 An instrumented compile builds aoti_debug's C++ runtime the first time it needs it and
 keeps it in Inductor's cache (``TORCHINDUCTOR_CACHE_DIR``, else
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -120,3 +122,43 @@ def _in_cache(name: str | None) -> str | None:
 def _one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}"
+
+
+_early: set[tuple] = set()
+_early_lock = threading.Lock()
+
+
+def start_early(level: str, cpp: bool, aot: bool, device: str = "cpu") -> threading.Thread | None:
+    """Start building, on a thread of its own, what this compile's wrapper header will ask
+    for (the runtime library; AOTInductor's runtime object of ``level``), when a wrapper is
+    made: the build then runs beside Inductor's scheduling and kernel codegen instead of
+    after them, and the header's own call waits for it (``native_library.built`` holds its
+    lock while building; a failed build is not tried again and has warned once). Once per
+    process and target; None where nothing is to be built or it is there."""
+    from . import native_library, native_object
+    from .python_emitter import STATS_LEVELS
+
+    if aot:
+        if native_object.linkable(device) is not None:
+            return None  # (the package gets the runtime inline)
+        key, target = ("object", native_object.variant(level)), lambda: native_object.object_path(level)
+    elif cpp:
+        key, target = ("library",), native_library.library_path
+    elif level in STATS_LEVELS:
+        key, target = ("library",), native_library.stats_library_path
+    else:
+        return None
+    with _early_lock:
+        if key in _early:
+            return None
+        _early.add(key)
+    thread = threading.Thread(target=_quietly, args=(target,), name="aoti_debug_build", daemon=True)
+    thread.start()
+    return thread
+
+
+def _quietly(target) -> None:
+    try:
+        target()  # (a failure is warned by the target, once, and remembered)
+    except Exception:  # pragma: no cover - the header's own call builds and warns
+        pass
