@@ -239,7 +239,8 @@ def test_an_instrumented_compile_builds_the_library_from_the_wrappers_creation(t
     monkeypatch.setattr(native_library, "stats_library_path",
                         lambda: threads.append(threading.current_thread().name) or real())
     torch._dynamo.reset()
-    with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path)):
+    with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path)), \
+            torch._inductor.config.patch(fx_graph_cache=False, fx_graph_remote_cache=False):
         torch.compile(lambda x: x.sin() + 1)(torch.randn(8))
     torch._dynamo.reset()
     assert threads[0] == "aoti_debug_build" and len(threads) == 2, threads

@@ -1264,7 +1264,9 @@ def test_a_python_wrapper_hands_its_tensors_layouts_to_precompile(tmp_path, monk
 
     monkeypatch.setattr(Manager, "precompile_stats", spy)
     torch._dynamo.reset()
-    with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path)):
+    # (no cache: a graph found in Inductor's cache is not generated again)
+    with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path)), \
+            torch._inductor.config.patch(fx_graph_cache=False, fx_graph_remote_cache=False):
         torch.compile(lambda x, w: (x @ w.t()).relu() + 1)(torch.randn(8, 16), torch.randn(32, 16))
     torch._dynamo.reset()
     assert seen and ("float32", (8, 16), (16, 1), 0) in seen[0] and ("float32", (16, 32), (1, 16), 0) in seen[0]
