@@ -444,8 +444,8 @@ class Manager:
     def precompile_stats(self) -> int:
         """The stats-kernel variants the graph's tensors need, compiled on background
         threads from now (``runtime.fused_stats.precompile``) while Inductor finishes the
-        graph: a machine's first instrumented call then waits for fewer compiles. CUDA
-        graphs of the Python wrapper only; the number started."""
+        graph: a machine's first instrumented call then waits for fewer compiles. Graphs
+        on CUDA in the Python wrapper only; the number started."""
         import torch
         from torch._inductor.virtualized import V
 

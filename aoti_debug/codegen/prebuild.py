@@ -7,7 +7,7 @@ keeps it in Inductor's cache (``TORCHINDUCTOR_CACHE_DIR``, else
 ring records, the C++ wrapper's runtime), AOTInductor's two runtime objects, and on a
 CUDA machine the stats kernels' pack for its GPU with the object AOTInductor links it
 from. Each is built once per content hash, compiler and torch, and takes from seconds to
-a minute (the library: ~19 s of g++ at -O3 on this project's 2-core VM). Building them
+a minute (the library: about 20 s of g++ at -O3 on this project's 2-core VM). Building them
 here, once (an image's build step, a job's setup), takes that out of the first compile.
 
 What this does not build: the Python wrapper's Triton stats kernels on CUDA, whose

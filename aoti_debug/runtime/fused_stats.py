@@ -1252,7 +1252,7 @@ def summarize(tensors: Sequence[torch.Tensor], packed: bool = False, *, into: tu
                 _sides[side] = _Kept(launches)
     stats, sums = unpack(out) if todo or not (packed or into is not None) else (None, None)
     if todo:
-        todo.sort()  # (groups add their rows in group order: all of them is rows first.. in order)
+        todo.sort()  # (the groups add their rows group by group; the copies below go in row order)
         pairs = [device_summary(tensors[row - first]) for row in todo]
         if len(todo) == k:
             stats[first:first + k].copy_(torch.stack([s for s, _ in pairs]))
