@@ -12,6 +12,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -1303,3 +1304,28 @@ def test_the_compile_mode_is_inline_unless_background_is_asked(caplog):
     with caplog.at_level("WARNING", logger="aoti_debug"):
         assert fused_stats._compile_mode("threads") == "inline"
     assert "AOTI_DEBUG_STATS_COMPILE='threads' is not one of inline, background; using inline" in caplog.text
+
+
+def test_a_process_that_exits_drops_the_compiles_not_started(tmp_path):
+    """Exit with compiles queued on the pool: the one running finishes, the queued ones are
+    dropped (without it the process would run all of them before it ends)."""
+    from tests.conftest import REPO
+
+    script = (
+        "import time\n"
+        "from aoti_debug.runtime import fused_stats\n"
+        "fused_stats.COMPILE_THREADS = 1\n"
+        "class K:\n"
+        "    def warmup(self, *a, grid, **k):\n"
+        "        time.sleep(1.0)\n"
+        "        print('compiled', flush=True)\n"
+        "for i in range(8):\n"
+        "    fused_stats._start_compile(K(), ('v', i), fused_stats.torch.device('cpu'), 1, (), {})\n"
+        "time.sleep(0.2)\n"
+    )
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=REPO))
+    took = time.perf_counter() - t0
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("compiled") == 1 and took < 6, (r.stdout, took)

@@ -716,8 +716,34 @@ def _start_compile(kernel: Any, variant: tuple, device: torch.device, programs: 
                 caches[device.index if device.type == "cuda" else device]
             if _compile_pool is None:
                 _compile_pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="aoti_debug_compile")
+                _at_exit(_drop_queued_compiles)
             future = _compiling[variant] = _compile_pool.submit(_compile, kernel, device, programs, args, kwargs)
     return future
+
+
+def _at_exit(fn) -> None:
+    """``fn`` at the interpreter's exit, before ``concurrent.futures`` joins its workers
+    (``threading._register_atexit`` runs its hooks latest first; ``atexit`` would run after
+    the join). Without it, plain ``atexit``."""
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is not None:
+            register(fn)
+            return
+    except RuntimeError:  # (already shutting down)
+        return
+    import atexit
+
+    atexit.register(fn)
+
+
+def _drop_queued_compiles() -> None:
+    """At exit: the compiles not started yet are dropped (a process that ends right after
+    its compile would otherwise run every variant predicted and never launched); those
+    running finish, as ``concurrent.futures`` joins its workers."""
+    pool = _compile_pool
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def wait_for_compiles() -> int:
