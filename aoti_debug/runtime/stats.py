@@ -43,8 +43,10 @@ def _odd_weights(n: int, device: torch.device) -> torch.Tensor:
     if cuda and torch.cuda.is_current_stream_capturing():
         return torch.arange(n, device=device, dtype=torch.int64).mul_(2).add_(1)
     if len(_index_cache) > 64:
-        if any(k[0].startswith("cuda") for k in _index_cache):
-            torch.cuda.synchronize()  # queued kernels may still read them; private blocks are handed out again
+        from .fused_stats import _retire  # (queued kernels may still read the private blocks dropped)
+
+        for d in {t.device for t in _index_cache.values()}:
+            _retire([t for t in _index_cache.values() if t.device == d], d)
         _index_cache.clear()
     if cuda:
         from .device_ring import private_empty
