@@ -37,10 +37,6 @@ REUSE_LEVELS = ("stats", "print")
 #: ring). On the CPU the Python runtime reads every input where it is used, and in the C++
 #: runtime a weight read once a call costs what reading it where it is used costs.
 INPUTS_DEVICES = ("cuda",)
-#: Levels whose CUDA stats the Python runtime takes from the fused stats kernels
-#: (``runtime/fused_stats.py``), compiled ahead from the graph's layouts (``Manager.precompile_stats``).
-PRECOMPILE_LEVELS = ("stats", "print")
-
 #: The inputs site's kernel and op name in records (no kernel of Inductor's is so named).
 INPUTS_KERNEL = schema.INPUTS_KERNEL
 
@@ -116,8 +112,9 @@ class Manager:
         ``deferred_reads``."""
         self.layouts: set[tuple] = set()
         """``(dtype, sizes, strides, offset)`` of the static tensors the Python wrapper's
-        instrumented launches pass, at the levels whose CUDA stats take the fused kernel
-        (``PRECOMPILE_LEVELS``): their stats kernels compile ahead (``precompile_stats``)."""
+        instrumented launches pass, at the levels whose CUDA records come from the device
+        ring, summarised by the fused stats kernels (``REUSE_LEVELS``): those kernels
+        compile ahead (``precompile_stats``)."""
 
     # -- the DebugPrinterManager interface (Inductor's own call sites) ----------------
     debug_printer_level = "0"
@@ -355,7 +352,7 @@ class Manager:
         if not self.matches(launch):
             return self._pending(launch, phase, False, cpp)
         lines = self._emit(wrapper, launch, phase, cpp)
-        if phase == "after" and not cpp and self.settings.level in PRECOMPILE_LEVELS:
+        if phase == "after" and not cpp and self.settings.level in REUSE_LEVELS:
             self.layouts.update((a.dtype, *a.layout[1:]) for a in launch.args
                                 if a.kind == "tensor" and a.dtype and a.layout)
         if phase == "after" and self.reuses and launch.site >= 0:
@@ -453,8 +450,8 @@ class Manager:
             return 0
         from ..runtime import fused_stats
 
-        layouts = [(getattr(torch, d), sizes, strides, offset) for d, sizes, strides, offset in sorted(self.layouts)
-                   if isinstance(getattr(torch, d, None), torch.dtype)]
+        layouts = [(dtype, sizes, strides, offset) for d, sizes, strides, offset in sorted(self.layouts)
+                   if isinstance(dtype := getattr(torch, d, None), torch.dtype)]
         self.layouts.clear()
         return sum(fused_stats.precompile(layouts, torch.device("cuda", i))
                    for i in sorted(getattr(V.graph, "device_idxs", None) or {torch.cuda.current_device()}))

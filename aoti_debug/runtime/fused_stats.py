@@ -143,6 +143,9 @@ _KINDS: dict[torch.dtype, tuple[int, int, bool]] = {
     torch.uint64: (14, 8, False),
 }
 
+#: Kinds whose pointers go to Triton as plain bytes (bool, the float8s).
+_BYTE_CODES = (0, 3, 4)
+
 _lock = threading.Lock()
 _UNSET: Any = object()
 _kernel_obj: Any = _UNSET             # the Triton kernel, None when triton is unusable
@@ -624,7 +627,7 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
     kernel, (base_ptr, vec, values, programs) = _planned(kernel, ptrs, numels, rows, width, out.data_ptr(), block,
                                                          max_programs, min_tiles, cols, layouts)
     base = next((t for (_, t), p, n in zip(items, ptrs, numels) if n and p == base_ptr), out)
-    if code in (0, 3, 4) and base is not out:
+    if code in _BYTE_CODES and base is not out:
         base = base.view(torch.uint8)  # bool / float8 pointers: plain bytes for Triton
     if (code, vec, cols) in _broken:
         raise RuntimeError("the kernel failed before for this dtype")
@@ -639,19 +642,18 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
         if not _interpreted:
             # base_ptr is base's address (out's when every tensor is empty: plan's spare)
             addr = (base_ptr, tab.data_ptr(), part.data_ptr(), counters.data_ptr(), out.data_ptr())
-            variant = (device.index, code, vec, block, tuple([a % 16 == 0 for a in addr]), cols)
+            variant = _variant(device, code, vec, block, addr, cols)
             args = (addr[0], addr[1], len(items), addr[2], addr[3], addr[4], k_total,
                     code, width, is_float, vec, block, _TBLOCK, _RBLOCK) + tuple(extra.values())
             compiled = _compiled.get(variant)
             if compiled is not None and _direct_launch(compiled, programs, stream_key[1], args):
                 return _Launch(compiled, programs, stream_key[1], args[:5], args[7:], addr[4] % 16 == 0,
                                (tab, part, counters))
-        jit_kwargs = dict(KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block, TBLOCK=_TBLOCK,
-                          RBLOCK=_RBLOCK, num_warps=NUM_WARPS, **extra)
+        jit_kwargs = _jit_kwargs(spec, vec, block, extra)
         if not _interpreted and compiled is None and (COMPILE_BACKGROUND or variant in _compiling):
             _await_compile(kernel, variant, device, programs, static is not None,
-                           (_Ptr(addr[0], base.dtype), _Ptr(addr[1], tab.dtype), len(items), _Ptr(addr[2], part.dtype),
-                            _Ptr(addr[3], counters.dtype), _Ptr(addr[4], out.dtype), k_total), jit_kwargs)
+                           _warmup_args(addr, (base.dtype, tab.dtype, part.dtype, counters.dtype, out.dtype),
+                                        len(items), k_total), jit_kwargs)
         compiled = kernel[(programs,)](base, tab, len(items), part, counters, out, k_total, **jit_kwargs)
         if not _interpreted and _launchable(compiled):
             _compiled[variant] = compiled
@@ -662,6 +664,34 @@ def _launch(kernel, items: list[tuple[int, torch.Tensor]], spec: tuple, out: tor
             _broken.add((code, vec, cols))
         raise
     return None
+
+
+def _variant(device: torch.device, code: int, vec: int, block: int, addr: Sequence[int], cols: int) -> tuple:
+    """What decides which compiled kernel a launch takes (:data:`_compiled`,
+    :data:`_compiling`): the device, kind, vector width, tile, each pointer's 16-byte
+    alignment (base, table, partials, counters, output: Triton specialises on it) and the
+    kernel (``cols``)."""
+    return (device.index, code, vec, block, tuple([a % 16 == 0 for a in addr]), cols)
+
+
+def _jit_kwargs(spec: tuple, vec: int, block: int, extra: dict[str, int]) -> dict:
+    """The JIT call's keywords (the constexprs and warps) for a launch group of kind ``spec``;
+    ``extra``: :func:`_extra_args` of its kernel."""
+    code, width, is_float = spec
+    return dict(KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=block, TBLOCK=_TBLOCK, RBLOCK=_RBLOCK,
+                num_warps=NUM_WARPS, **extra)
+
+
+#: The dtypes of a launch's own buffers after its base pointer: table, partials, counters, output.
+_BUFFER_DTYPES = (torch.int64, torch.float64, torch.int32, torch.float64)
+
+
+def _warmup_args(addr: Sequence[int], dtypes: Sequence[torch.dtype], k: int, k_total: int) -> tuple:
+    """The positional arguments of a background compile (``warmup``): the launch's five
+    pointers as :class:`_Ptr` (address and dtype: what Triton specialises on), its tensor
+    count and row total, in the kernel's order."""
+    base, tab, part, counters, out = (_Ptr(a, d) for a, d in zip(addr, dtypes))
+    return base, tab, k, part, counters, out, k_total
 
 
 class NotCompiled(Exception):
@@ -1164,21 +1194,18 @@ def precompile(layouts: Iterable[tuple[torch.dtype, Sequence[int], Sequence[int]
     started = 0
     out = 1 << 40  # the ring's rows and the scratch: buffers of ours, 16-byte aligned
     for (spec, cols, tile), members in groups.items():
-        code, width, is_float = spec
+        code, width, _ = spec
         ptrs = [(i + 1) * (1 << 32) + shift for i, (shift, _, _) in enumerate(members)]
         kern, (base_ptr, vec, _values, programs) = _planned(
             kernel, ptrs, [n for _, n, _ in members], list(range(len(members))), width, out, tile,
             max(1, PROGRAMS_PER_SM * _sms(device)), MIN_TILES, cols, [lay for _, _, lay in members])
         addr = (base_ptr, out, out, out, out)
-        variant = (device.index, code, vec, tile, tuple([a % 16 == 0 for a in addr]), cols)
+        variant = _variant(device, code, vec, tile, addr, cols)
         if variant in _compiling or variant in _compiled or (code, vec, cols) in _broken:
             continue
-        dtype = torch.uint8 if code in (0, 3, 4) else next(d for d, s in _KINDS.items() if s == spec)
-        args = (_Ptr(base_ptr, dtype), _Ptr(out, torch.int64), len(members), _Ptr(out, torch.float64),
-                _Ptr(out, torch.int32), _Ptr(out, torch.float64), len(members))
-        kwargs = dict(KIND=code, WIDTH=width, IS_FLOAT=is_float, VEC=vec, BLOCK=tile, TBLOCK=_TBLOCK,
-                      RBLOCK=_RBLOCK, num_warps=NUM_WARPS, **_extra_args(cols))
-        _start_compile(kern, variant, device, programs, args, kwargs)
+        dtype = torch.uint8 if code in _BYTE_CODES else next(d for d, s in _KINDS.items() if s == spec)
+        args = _warmup_args(addr, (dtype, *_BUFFER_DTYPES), len(members), len(members))
+        _start_compile(kern, variant, device, programs, args, _jit_kwargs(spec, vec, tile, _extra_args(cols)))
         started += 1
     return started
 
