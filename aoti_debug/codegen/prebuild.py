@@ -77,10 +77,11 @@ def prebuild(library: bool = True, objects: tuple[str, ...] = OBJECT_VARIANTS, p
     if cap is None:
         steps.append(Step("stats kernels' pack (CUDA)", "skipped", detail="no CUDA device"))
         return steps
-    steps.append(_timed(f"stats kernels' pack for sm_{cap}", lambda: device_stats.pack_path(cap)))
+    folder = device_stats._folder(cap)  # (the pack and its objects)
+    steps.append(_timed(f"stats kernels' pack for sm_{cap}", lambda: device_stats.pack_path(cap), folder))
     if pack_object and steps[-1].state != "failed":
         steps.append(_timed(f"stats kernels' pack object for sm_{cap} (AOTInductor)",
-                            lambda: _in_cache(device_stats.object_name(cap))))
+                            lambda: _in_cache(device_stats.object_name(cap)), folder))
     return steps
 
 
@@ -99,9 +100,10 @@ def _build(what: str, spec_of) -> Step:
         return Step(what, "failed", detail=_one_line(e))
 
 
-def _timed(what: str, make) -> Step:
-    """``make()``: a path (built first where it was not there) or None (it could not be,
-    and warned why); built when it took time, else present."""
+def _timed(what: str, make, folder: str) -> Step:
+    """``make()``: a path in ``folder`` (built first where it was not there) or None (it
+    could not be, and warned why); present when the folder held it before."""
+    before = set(os.listdir(folder)) if os.path.isdir(folder) else set()
     t0 = time.perf_counter()
     try:
         path = make()
@@ -110,7 +112,7 @@ def _timed(what: str, make) -> Step:
     seconds = time.perf_counter() - t0
     if path is None:
         return Step(what, "failed", seconds, detail="the warning above says why")
-    return Step(what, "built" if seconds > 0.5 else "present", seconds, path)
+    return Step(what, "present" if os.path.basename(path) in before else "built", seconds, path)
 
 
 def _in_cache(name: str | None) -> str | None:
@@ -134,13 +136,12 @@ def start_early(level: str, cpp: bool, aot: bool, device: str = "cpu") -> thread
     made: the build then runs beside Inductor's scheduling and kernel codegen instead of
     after them, and the header's own call waits for it (``native_library.built`` holds its
     lock while building; a failed build is not tried again and has warned once). Once per
-    process and target; None where nothing is to be built or it is there."""
+    process and target (the thread returns at once where it was built before); None where
+    nothing is to be built or it was started already."""
     from . import native_library, native_object
     from .python_emitter import STATS_LEVELS
 
     if aot:
-        if native_object.linkable(device) is not None:
-            return None  # (the package gets the runtime inline)
         key, target = ("object", native_object.variant(level)), lambda: native_object.object_path(level)
     elif cpp:
         key, target = ("library",), native_library.library_path
@@ -148,6 +149,8 @@ def start_early(level: str, cpp: bool, aot: bool, device: str = "cpu") -> thread
         key, target = ("library",), native_library.stats_library_path
     else:
         return None
+    if key in _early or (aot and native_object.linkable(device) is not None):
+        return None  # (started already; an AOTInductor package that gets the runtime inline)
     with _early_lock:
         if key in _early:
             return None

@@ -157,19 +157,20 @@ def wrap_init(original):
         if context.active():
             # Mute the built-in printer: all launches are instrumented by our lines.
             self.debug_printer = _manager_of(self)
-            safe(_build_early, self.debug_printer)
+            safe(_build_early, self)
 
     return __init__
 
 
-def _build_early(manager: Manager) -> None:
-    """The runtime this wrapper's header names, built from now on (``prebuild.start_early``)."""
+def _build_early(wrapper) -> None:
+    """The runtime this wrapper's header names, built from now on (``prebuild.start_early``;
+    the device as ``cpp_emitter.ensure_header`` reads it)."""
     from torch._inductor.virtualized import V
 
     from .prebuild import start_early
 
-    device = "cuda" if "cuda" in (getattr(V.graph, "device_types", None) or ()) else "cpu"
-    start_early(manager.settings.level, is_cpp(), bool(getattr(V.graph, "aot_mode", False)), device)
+    start_early(wrapper.debug_printer.settings.level, is_cpp(), bool(getattr(V.graph, "aot_mode", False)),
+                str(getattr(wrapper, "device", "cpu") or "cpu"))
 
 
 def wrap_user_kernel_codegen(original):
