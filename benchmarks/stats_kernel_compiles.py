@@ -12,8 +12,8 @@ runs in a fresh process with fresh Inductor and Triton caches:
 * ``base``: the uninstrumented compile's first call;
 * ``stats``: level stats; every stats-kernel compile in the first call is timed (Triton's
   ``jit_cache_hook`` and ``jit_post_compile_hook``) and its specialization kept. The
-  wrapper's codegen starts the variants its layouts predict on threads
-  (``fused_stats.precompile``, since session 36) and the launches wait for them;
+  wrapper's module starts the variants its layouts predict on threads when it is
+  imported (``fused_stats.precompile``, since session 36) and the launches wait for them;
 * ``stats, no precompile``: the same without that (each variant compiled at its first
   launch, one after another, as before session 36);
 * ``preload N``: ``stats``'s variants compiled first on N threads (``JITFunction.preload``
@@ -90,7 +90,7 @@ def child(model_name: str, preset: str, config: str, variants_path: str, out_pat
     if config == "stats, no precompile":
         from aoti_debug.codegen.manager import Manager
 
-        Manager.precompile_stats = lambda self: 0
+        Manager.precompile_layouts = lambda self: None
     if config != "base":
         aoti_debug.enable("stats", dump_dir=tempfile.mkdtemp(prefix="stats_kernel_compiles_"))
     fn = torch.compile(model)

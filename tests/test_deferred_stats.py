@@ -176,7 +176,7 @@ def test_a_compiled_python_wrapper_says_it_defers_and_runs(tmp_path, monkeypatch
         out, codes = run_and_get_code(torch.compile(model), x)
     torch._dynamo.reset()
     code = codes[0]
-    assert "defers=True" in code and "protocol=6" in code
+    assert "defers=True" in code and "protocol=7" in code
     lines = [line.strip() for line in code.splitlines()]
     pendings = [i for i, line in enumerate(lines) if line.startswith("_aoti_debug.pending()")]
     assert pendings

@@ -74,7 +74,7 @@ def test_python_emitter_golden():
     assert Root.imports.lines == [
         "from aoti_debug.runtime.hooks import graph as _aoti_debug_graph",
         f"_aoti_debug = _aoti_debug_graph(globals().get('__file__'), 'save', False, info=(), native={native!r}, "
-        "protocol=6)",
+        "protocol=7)",
         f"_AD_SITE_0 = _aoti_debug.site({site})",
     ]
     odd = Launch(kernel="k'\"\\n\n", op="k", kind="cpp", args=[])

@@ -1250,52 +1250,107 @@ def test_precompile_starts_the_variants_a_side_of_those_layouts_launches(backgro
     assert fused_stats.precompile(layouts, torch.device("cpu")) == 0  # CUDA only
 
 
-def test_a_python_wrapper_hands_its_tensors_layouts_to_precompile(tmp_path, monkeypatch):
+def test_precompile_covers_sides_that_hold_part_of_a_groups_layouts(background, monkeypatch):
+    """A variant depends on the alignment of a side's base and of its tensors' offsets
+    from it: one slice a float off 16 bytes among the graph's tensors must not leave the
+    sides that hold only aligned tensors (16 bytes a vector) or mix them (an aligned base,
+    one element a vector) to compile on the model's thread."""
+    monkeypatch.setattr(fused_stats, "_kernel_obj", _FakeKernel())
+    monkeypatch.setattr(fused_stats, "enabled_for", lambda device: True)
+    monkeypatch.setattr(fused_stats, "_sms", lambda device: 4)
+    monkeypatch.setattr(fused_stats, "_compile", lambda k, device, programs, args, kwargs: None)
+    storage = torch.randn(4096)  # (one allocation: the aligned tensor is the lower address)
+    aligned, odd = storage[:1000], storage[2001:3001]
+    layouts = [(t.dtype, tuple(t.shape), t.stride(), t.storage_offset()) for t in (odd, aligned)]
+
+    def keys():
+        fused_stats.wait_for_compiles()
+        found = {v[1:] for v in fused_stats._compiling}  # (the device's index: 0 against the CPU's None)
+        fused_stats._compiling.clear()
+        return found
+
+    fused_stats.precompile(layouts, torch.device("cuda", 0))
+    ahead = keys()
+    for side in ([aligned], [odd], [aligned, odd], [odd, aligned]):
+        fused_stats.summarize(side)
+    met = keys()
+    assert len(met) == 3 and met <= ahead, sorted(met - ahead)
+
+
+def test_a_python_wrappers_module_starts_its_precompiles_at_import_also_from_the_cache(tmp_path, monkeypatch):
     """Codegen: at levels stats and print the Python wrapper's manager collects the static
-    layouts of its launches' tensors, and at the wrapper's return hands them to
-    ``precompile_stats`` (which on a CPU graph starts nothing)."""
+    layouts of its launches' tensors, and the module hands them to its handle's
+    ``precompile`` at import: a graph served by Inductor's FX graph cache, whose codegen
+    does not run, starts the same compiles (the GPU test compiles a model twice in one
+    process, and its first call compiled on the model's thread while the hook was in
+    codegen alone)."""
+    import time
+
     import aoti_debug
     from aoti_debug.codegen.manager import Manager
+    from aoti_debug.runtime.hooks import GraphHandle
 
-    seen, original = [], Manager.precompile_stats
+    collected, calls = [], []
 
-    def spy(self):
-        seen.append(set(self.layouts))
-        return original(self)
+    def as_if_cuda(self):  # (a CPU graph's layouts, handed over as a CUDA graph's would be)
+        collected.append(set(self.layouts))
+        return (tuple(sorted(self.layouts)), (0,)) if self.layouts else None
 
-    monkeypatch.setattr(Manager, "precompile_stats", spy)
+    monkeypatch.setattr(Manager, "precompile_layouts", as_if_cuda)
+    monkeypatch.setattr(GraphHandle, "precompile", lambda self, layouts, devices: calls.append((layouts, devices)) or 0)
+    scale = 1.5 + time.time() % 1  # (a graph no earlier run left in the cache)
+    for _ in range(2):
+        torch._dynamo.reset()
+        with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path)), \
+                torch._inductor.config.patch(fx_graph_cache=True):
+            torch.compile(lambda x, w: (x @ w.t()).relu() * scale)(torch.randn(8, 16), torch.randn(32, 16))
     torch._dynamo.reset()
-    # (no cache: a graph found in Inductor's cache is not generated again)
-    with torch.no_grad(), aoti_debug.enabled(level="stats", dump_dir=str(tmp_path)), \
-            torch._inductor.config.patch(fx_graph_cache=False, fx_graph_remote_cache=False):
-        torch.compile(lambda x, w: (x @ w.t()).relu() + 1)(torch.randn(8, 16), torch.randn(32, 16))
-    torch._dynamo.reset()
-    assert seen and ("float32", (8, 16), (16, 1), 0) in seen[0] and ("float32", (16, 32), (1, 16), 0) in seen[0]
+    assert len(collected) == 1, "the second compile should come from the FX graph cache"
+    assert ("float32", (8, 16), (16, 1), 0) in collected[0] and ("float32", (16, 32), (1, 16), 0) in collected[0]
+    assert calls == [(tuple(sorted(collected[0])), (0,))] * 2
 
 
-def test_precompile_stats_sends_a_cuda_graphs_layouts_to_each_of_its_devices(monkeypatch):
+def test_precompile_layouts_are_a_cuda_graphs_own(monkeypatch):
     from torch._inductor.virtualized import V
 
     from aoti_debug import config
     from aoti_debug.codegen.manager import Manager
 
-    calls = []
-    monkeypatch.setattr(fused_stats, "precompile", lambda layouts, device: calls.append((layouts, device)) or 2)
     m = Manager(config.make_compile_settings("stats"))
-    m.layouts = {("float32", (8, 16), (16, 1), 0), ("bfloat16", (4,), (1,), 2), ("no_such_dtype", (1,), (1,), 0)}
+    m.layouts = {("float32", (8, 16), (16, 1), 0), ("bfloat16", (4,), (1,), 2)}
 
     class Graph:
-        device_types, device_idxs = {"cuda"}, {0, 1}
+        device_types, device_idxs = {"cuda"}, {1, 0}
 
     with V.set_graph_handler(Graph()):
-        assert m.precompile_stats() == 4
-        assert m.precompile_stats() == 0  # (handed over once)
+        assert m.precompile_layouts() == ((("bfloat16", (4,), (1,), 2), ("float32", (8, 16), (16, 1), 0)), (0, 1))
+        Graph.device_types = {"cpu"}
+        assert m.precompile_layouts() is None
+        Graph.device_types, m.layouts = {"cuda"}, set()
+        assert m.precompile_layouts() is None
+
+
+def test_the_handles_precompile_types_the_layouts_for_each_device_and_never_raises(monkeypatch):
+    from aoti_debug.runtime import hooks, session
+
+    calls = []
+    monkeypatch.setattr(hooks, "_has_cuda", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(fused_stats, "precompile", lambda layouts, device: calls.append((layouts, device)) or 3)
+    layouts = (("bfloat16", (4,), (1,), 2), ("float32", (8, 16), (16, 1), 0), ("no_such_dtype", (1,), (1,), 0))
+    handle = hooks.GraphHandle("g.py", "stats", False)
+    assert handle.precompile(layouts, (0, 1, 5)) == 6  # (device 5: not on this machine)
     assert [d for _, d in calls] == [torch.device("cuda", 0), torch.device("cuda", 1)]
     assert calls[0][0] == [(torch.bfloat16, (4,), (1,), 2), (torch.float32, (8, 16), (16, 1), 0)]
-    Graph.device_types = {"cpu"}
-    m.layouts = {("float32", (8, 16), (16, 1), 0)}
-    with V.set_graph_handler(Graph()):
-        assert m.precompile_stats() == 0 and len(calls) == 2
+    assert hooks.GraphHandle("g.py", "save", False).precompile(layouts, (0,)) == 0 and len(calls) == 2
+
+    def broken(layouts, device):
+        raise RuntimeError("no compiler")
+
+    monkeypatch.setattr(fused_stats, "precompile", broken)
+    before = len(session.FAILURES)
+    assert handle.precompile(layouts, (0,)) == 0
+    assert "no compiler" in session.FAILURES[before][1]
 
 
 def test_the_compile_mode_is_inline_unless_background_is_asked(caplog):

@@ -114,7 +114,7 @@ class Manager:
         """``(dtype, sizes, strides, offset)`` of the static tensors the Python wrapper's
         instrumented launches pass, at the levels whose CUDA records come from the device
         ring, summarised by the fused stats kernels (``REUSE_LEVELS``): those kernels
-        compile ahead (``precompile_stats``)."""
+        compile ahead (``precompile_layouts``)."""
 
     # -- the DebugPrinterManager interface (Inductor's own call sites) ----------------
     debug_printer_level = "0"
@@ -438,23 +438,17 @@ class Manager:
         self._pending_lines(code, getattr(code, "_lines", None), "before", False)
         self._write_pending(code, False)
 
-    def precompile_stats(self) -> int:
-        """The stats-kernel variants the graph's tensors need, compiled on background
-        threads from now (``runtime.fused_stats.precompile``) while Inductor finishes the
-        graph: a machine's first instrumented call then waits for fewer compiles. Graphs
-        on CUDA in the Python wrapper only; the number started."""
-        import torch
+    def precompile_layouts(self) -> tuple[tuple, tuple] | None:
+        """What the wrapper's module hands the runtime at import to compile the stats
+        kernels its tensors need ahead (``GraphHandle.precompile``): the collected layouts,
+        sorted, and the graph's CUDA device indices; None for a graph with neither."""
         from torch._inductor.virtualized import V
 
-        if not self.layouts or "cuda" not in (getattr(V.graph, "device_types", None) or ()):
-            return 0
-        from ..runtime import fused_stats
-
-        layouts = [(dtype, sizes, strides, offset) for d, sizes, strides, offset in sorted(self.layouts)
-                   if isinstance(dtype := getattr(torch, d, None), torch.dtype)]
-        self.layouts.clear()
-        return sum(fused_stats.precompile(layouts, torch.device("cuda", i))
-                   for i in sorted(getattr(V.graph, "device_idxs", None) or {torch.cuda.current_device()}))
+        graph = V.graph
+        if not self.layouts or "cuda" not in (getattr(graph, "device_types", None) or ()):
+            return None
+        devices = tuple(sorted(getattr(graph, "device_idxs", None) or ()))
+        return tuple(sorted(self.layouts)), devices or (0,)
 
     def unknown_launch(self, code, cpp: bool) -> None:
         """A launch that could not be described (its writes unknown): pending line before it."""

@@ -16,6 +16,7 @@ from ..format.protocol import PROTOCOL_VERSION, Site, SiteArg
 from ..format.schema import INPUTS_KERNEL
 from .emit import py_literal, py_tuple
 from .launch import Launch, LaunchArg
+from .manager import REUSE_LEVELS
 
 RUNTIME_MODULE = "aoti_debug.runtime.hooks"
 HANDLE = "_aoti_debug"
@@ -74,6 +75,32 @@ def ensure_header(manager, wrapper) -> None:
         native = stats_library_path()  # built once per content hash, shared with cpp_wrapper
     for line in header_lines(level, manager.settings.sync, info, native, defers(manager, root)):
         root.imports.writeline(line)
+    if level in REUSE_LEVELS:
+        root.imports.writeline(_later_line_class()(_once(lambda: precompile_line(manager.precompile_layouts()))))
+
+
+def precompile_line(found: tuple[tuple, tuple] | None) -> str:
+    """The module's line that starts, at import, the compiles of the stats kernels its
+    launches' tensors need (``GraphHandle.precompile``), from ``Manager.precompile_layouts``
+    (made when the wrapper is written out, every launch known); "" for none. A graph
+    loaded from Inductor's cache runs it too."""
+    if found is None:
+        return ""
+    layouts, devices = found
+    return f"{HANDLE}.precompile({py_literal(layouts)}, {py_literal(devices)})"
+
+
+def _once(make):
+    """``make`` called the first time only: a later line's text, however often the
+    wrapper's buffers are read."""
+    made = []
+
+    def text() -> str:
+        if not made:
+            made.append(make())
+        return made[0]
+
+    return text
 
 
 #: Launches whose every arg is an expression of the call itself, so each exists (is

@@ -250,15 +250,13 @@ def wrap_generate_return(original):
 def wrap_python_return(original):
     """Before a Python wrapper's ``return``: the manager reads the lines after the call's
     last launch for one that may write a tensor whose stats a side deferred
-    (``Manager.pending_tail``), and, every launch known, starts the compiles of the stats
-    kernels they need (``Manager.precompile_stats``)."""
+    (``Manager.pending_tail``)."""
 
     @functools.wraps(original)
     def generate_return(self, *args, **kwargs):
         manager = getattr(self, "_aoti_debug_manager", None)
         if manager is not None and not is_cpp():
             safe(manager.pending_tail, self.wrapper_call)
-            safe(manager.precompile_stats)
         return original(self, *args, **kwargs)
 
     return generate_return

@@ -32,8 +32,9 @@ from .schema import Record, _jsonable
 #: calls the emitted code makes, change. 1: the untyped tuples (no version passed);
 #: 3 added the site's number and provenance; 4 the runtime library's path (``native=``);
 #: 5 an input's producer (:attr:`SiteArg.reuse`); 6 the handle's ``pending()`` before what
-#: may write a tensor whose stats a side deferred, and ``defers=`` (``runtime/cuda_graphs``).
-PROTOCOL_VERSION = 6
+#: may write a tensor whose stats a side deferred, and ``defers=`` (``runtime/cuda_graphs``);
+#: 7 the handle's ``precompile(layouts, devices)`` at import (the stats kernels compiled ahead).
+PROTOCOL_VERSION = 7
 
 #: The keys a manifest record may have (what ``Record.from_dict`` reads).
 RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(Record))

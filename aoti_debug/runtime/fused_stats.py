@@ -87,7 +87,7 @@ import struct
 import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 import torch
 
@@ -1160,6 +1160,20 @@ def _group_of(spec: tuple, perm: Any, block: int) -> tuple[tuple, Any]:
     return (spec, _cols(perm.inner, block), block), perm
 
 
+def _sides_of(groups: dict[tuple, list[tuple[int, int, Any]]]) -> Iterator[tuple[tuple, list]]:
+    """The sides whose variants :func:`precompile` predicts for each launch group: the
+    whole group, its aligned members first (a side that mixes them: an aligned base, one
+    element a vector), and each member alone (a side of aligned members only: 16 bytes a
+    vector; of a misaligned one: its own base). A variant's key depends on the alignment
+    of its base and of every offset from it (:func:`plan`), not on which tensors a side
+    holds, so these are every variant a side of the group's members can take."""
+    for key, members in groups.items():
+        yield key, sorted(members, key=lambda m: m[0] % 16 != 0)
+        if len(members) > 1:
+            for member in members:
+                yield key, [member]
+
+
 def precompile(layouts: Iterable[tuple[torch.dtype, Sequence[int], Sequence[int], int]],
                device: torch.device) -> int:
     """Start the background compiles of the stats-kernel variants that tensors of these
@@ -1193,7 +1207,7 @@ def precompile(layouts: Iterable[tuple[torch.dtype, Sequence[int], Sequence[int]
         groups.setdefault(key, []).append((offset * spec[1], numel, layout))
     started = 0
     out = 1 << 40  # the ring's rows and the scratch: buffers of ours, 16-byte aligned
-    for (spec, cols, tile), members in groups.items():
+    for (spec, cols, tile), members in _sides_of(groups):
         code, width, _ = spec
         ptrs = [(i + 1) * (1 << 32) + shift for i, (shift, _, _) in enumerate(members)]
         kern, (base_ptr, vec, _values, programs) = _planned(

@@ -285,6 +285,28 @@ class GraphHandle:
         except Exception as e:
             warn_once(f"hook-{type(e).__name__}", f"instrumentation of {_kernel(site)} failed: {e}")
 
+    def precompile(self, layouts: Sequence[tuple], devices: Sequence[int]) -> int:
+        """At module import: start the background compiles of the stats-kernel variants
+        that tensors of ``layouts`` (``(dtype name, sizes, strides, storage offset)``, the
+        static layouts the wrapper's launches pass) need on CUDA devices ``devices``
+        (``fused_stats.precompile``), so that the first call waits for fewer compiles. A
+        line of the module, so a graph loaded from Inductor's cache, whose codegen did not
+        run, starts them too. The number started; a failure warns once and the first
+        launches compile what they need."""
+        if self.level not in _REUSE_LEVELS or not layouts or not _has_cuda():
+            return 0
+        try:
+            typed = [(dtype, sizes, strides, offset) for name, sizes, strides, offset in layouts
+                     if isinstance(dtype := getattr(torch, str(name), None), torch.dtype)]
+            count = torch.cuda.device_count()
+            return sum(fused_stats.precompile(typed, torch.device("cuda", int(i))) for i in devices
+                       if 0 <= int(i) < count)
+        except Exception as e:
+            warn_once(f"precompile-{type(e).__name__}", f"{self.origin or 'a compiled graph'}: its stats kernels "
+                                                        f"could not be compiled ahead ({e}); its first launches "
+                                                        f"compile them")
+            return 0
+
     def pending(self) -> None:
         """Before a launch or line that may write a tensor whose stats a side of the CUDA
         graph being captured deferred: those stats are launched now (outside a capture:
@@ -1186,6 +1208,9 @@ class _Unrecorded(GraphHandle):
 
     def done(self, site: Any, values: Sequence[Any]) -> None:
         pass
+
+    def precompile(self, layouts: Sequence[tuple], devices: Sequence[int]) -> int:
+        return 0
 
 
 def graph(origin: str | None, level: str, sync: bool, wrapper: str = "python", info: tuple = (),
