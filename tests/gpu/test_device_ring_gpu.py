@@ -343,7 +343,7 @@ def test_inputs_taken_from_their_producers_equal_reading_them(tmp_path, monkeypa
 @pytest.mark.parametrize("name,level", [("transformer", "stats"), ("resnet", "stats"), ("transformer", "print")])
 def test_cpp_wrapper_inputs_taken_from_their_producers_equal_reading_them(tmp_path, name, level):
     """The C++ runtime (cpp_wrapper) gives each linked input the stats its producer's after
-    record got in this call (a ring row at stats, the summary at print: records.h) instead
+    record got in this call (a ring row: records.h) instead
     of reading it: bit for bit what a compile without links (``reuse=False``) reads, call
     by call, on the same inputs; and the links are there (more than five taken a call)."""
     model, (a, b) = _linked_model(name)
@@ -367,6 +367,40 @@ def test_cpp_wrapper_inputs_taken_from_their_producers_equal_reading_them(tmp_pa
     for with_links, reading in zip(*per_run):
         _same(with_links, reading)
     assert per_run[0][0] != per_run[0][1]
+
+
+def test_cpp_wrapper_print_lines_wait_for_the_ring(tmp_path, capfd):
+    """At level print the C++ runtime queues each CUDA side's records and print lines for
+    the device ring, as at level stats (no stream synchronisation a side), and writes the
+    lines when the values are there: stderr holds one line per tensor record with stats,
+    in record order, each what ``format.schema.print_line`` makes of the manifest's record,
+    and the records are bit for bit those of a compile under AOTI_DEBUG_SYNC, whose sides
+    are each waited for."""
+    from aoti_debug.format.schema import print_line
+
+    model, (a, b) = _linked_model("transformer")
+    per_run = []
+    for sync in (False, True):
+        root = str(tmp_path / f"cpp-print-{sync}")
+        torch._dynamo.reset()
+        capfd.readouterr()
+        with torch.no_grad(), aoti_debug.enabled(level="print", dump_dir=root, sync=sync), \
+                torch._inductor.config.patch(cpp_wrapper=True):
+            fn = torch.compile(model)
+            for x in (a, b, a):
+                fn(x)
+            torch.cuda.synchronize()
+            aoti_debug.flush()
+        recs = sorted(records(only_run(root)), key=lambda r: r["seq"])
+        assert {r["wrapper"] for r in recs} == {"cpp"}, {r["wrapper"] for r in recs}
+        printed = [line for line in capfd.readouterr().err.splitlines()
+                   if line.startswith("[aoti_debug] ") and " launch=" in line and " min=" in line]
+        want = [print_line(r) for r in recs if r["kind"] == "tensor" and r.get("stats")]
+        assert len(want) > 50 and printed == want, (sync, len(printed), len(want),
+                                                    next((p, w) for p, w in zip(printed + [""], want) if p != w))
+        per_run.append(_per_call([r for r in recs if r["kernel"] != INPUTS_KERNEL], 3))
+    for deferred, waited in zip(*per_run):
+        _same(deferred, waited)
 
 
 @pytest.mark.parametrize("name,level", [("transformer", "stats"), ("resnet", "stats"), ("resnet", "print")])

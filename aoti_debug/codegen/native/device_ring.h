@@ -1,6 +1,7 @@
-// Level stats without a stream synchronisation per side (device_stats.h launches into it):
-// the device ring of results, the queue of launch sides waiting for them, in record order,
-// and its writing (records.h queues and hands it the manifest).
+// Levels stats and print without a stream synchronisation per side (device_stats.h
+// launches into it): the device ring of results, the queue of launch sides waiting for
+// them, in record order, and its writing (records.h queues and hands it the manifest; a
+// side's print lines go to stderr when its records are written).
 #ifndef AOTI_DEBUG_PART_DEVICE_RING_H
 #define AOTI_DEBUG_PART_DEVICE_RING_H
 
@@ -81,12 +82,14 @@ struct QueuedHole {
   size_t stats_at, checksum_at, end_at;
   uint32_t row;
   bool taken = false;  // a row of the side's `taken` segment (an input's producer's), not of `segment`
+  size_t print_at = std::string::npos;  // level print: where its print line's stats go in `prints`
 };
 
-// One launch side's manifest lines, waiting for the results of `segment` (a Segment of
-// this runtime) or, when null, for earlier sides only.
+// One launch side's manifest lines (and at level print its print lines), waiting for the
+// results of `segment` (a Segment of this runtime) or, when null, for earlier sides only.
 struct QueuedSide {
   std::string lines;
+  std::string prints;
   std::vector<QueuedHole> holes;
   void* segment = nullptr;
   void* owner = nullptr;  // its DeviceStats
@@ -243,6 +246,35 @@ bool settle(Shared& S, DeviceStats& D, Segment& g, bool wait) {
   return true;
 }
 
+// The stats a hole's row holds.
+Summary hole_summary(const Segment& g, const QueuedHole& h) {
+  uint64_t checksum;
+  std::memcpy(&checksum, g.host + uint64_t{kSegmentRows} * 64 + uint64_t{h.row} * 8, sizeof(checksum));
+  return row_summary(reinterpret_cast<const double*>(g.host) + uint64_t{h.row} * 8, checksum);
+}
+
+// A queued side's print lines with the stats of its holes' rows filled in (a failed
+// segment's: none, as format.schema.print_stats writes a tensor without stats).
+std::string filled_prints(const QueuedSide& q, const Segment& own, const Segment* taken) {
+  std::string o;
+  o.reserve(q.prints.size() + q.holes.size() * 120);
+  size_t at = 0;
+  for (const QueuedHole& h : q.holes) {
+    if (h.print_at == std::string::npos) continue;
+    const Segment& g = h.taken && taken ? *taken : own;
+    o.append(q.prints, at, h.print_at - at);
+    if (g.error.empty()) {
+      const Summary sm = hole_summary(g, h);
+      append_print_stats(o, &sm);
+    } else {
+      append_print_stats(o, nullptr);
+    }
+    at = h.print_at;
+  }
+  o.append(q.prints, at, std::string::npos);
+  return o;
+}
+
 // A queued side's lines with its results filled in (or, for a failed segment, no stats
 // and the error); a hole marked `taken` from `taken`'s rows.
 std::string filled(const QueuedSide& q, const Segment& own, const Segment* taken) {
@@ -253,9 +285,7 @@ std::string filled(const QueuedSide& q, const Segment& own, const Segment* taken
     const Segment& g = h.taken && taken ? *taken : own;
     o.append(q.lines, at, h.stats_at - at);
     if (g.error.empty()) {
-      uint64_t checksum;
-      std::memcpy(&checksum, g.host + uint64_t{kSegmentRows} * 64 + uint64_t{h.row} * 8, sizeof(checksum));
-      const Summary sm = row_summary(reinterpret_cast<const double*>(g.host) + uint64_t{h.row} * 8, checksum);
+      const Summary sm = hole_summary(g, h);
       append_stats_json(o, sm);
       o.append(q.lines, h.stats_at, h.checksum_at - h.stats_at);
       o += '"';
@@ -311,7 +341,9 @@ bool drain_one(Shared& S, bool wait, std::string* batch = nullptr) {
       }
       if (!settle(S, D, *each, wait)) return false;
     }
+    std::string prints = q.prints.empty() ? std::string() : filled_prints(q, g, t);
     q.lines = filled(q, g, t);  // (std::bad_alloc: nothing changed)
+    q.prints.swap(prints);
     q.holes.clear();
     q.segment = q.taken = nullptr;
     for (Segment* each : {t, &g}) {
@@ -323,6 +355,7 @@ bool drain_one(Shared& S, bool wait, std::string* batch = nullptr) {
   } else if (Q.append) {
     Q.append(S, q.lines);
   }
+  write_prints(q.prints);
   Q.sides.pop_front();
   return true;
 }
@@ -364,7 +397,7 @@ void drain_at_exit() {
 // Rows for a side of `m` tensors whose tables take `tab_bytes`, from the segment's `used`
 // (made a multiple of 8) on: the current segment of `R` or the next one (shipping the
 // current one, waiting for the next to be free); null when none can be had (the side
-// then waits for its results as level print does).
+// then waits for its results, as a flight recorder's sides do).
 Segment* take_rows(Shared& S, DeviceStats& D, Ring& R, cu::Handle stream, const char* after, uint32_t m,
                    uint64_t tab_bytes) {
   if (m > kSegmentRows || tab_bytes > kSegmentTables) return nullptr;

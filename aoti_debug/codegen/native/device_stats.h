@@ -5,10 +5,11 @@
 // driver API (device_driver.h). All CUDA tensors of a launch side go in one launch per
 // element kind on the wrapper's stream, with the table fused_stats._launch builds, and
 // only their results come back: 9 doubles per tensor (no device-wide sync, no copy of the
-// tensors). At level stats they go into a ring on the device and the side's records wait
-// in a queue, with no synchronisation (device_ring.h); at level print and with a flight
-// recorder (which judge each side as it is made) they are copied into pinned memory and
-// waited for with one cuStreamSynchronize per side. Strided tensors of the kinds the
+// tensors). At levels stats and print they go into a ring on the device and the side's
+// records (and print lines) wait in a queue, with no synchronisation (device_ring.h);
+// with a flight recorder (which judges each side as it is made) and at level print under
+// AOTI_DEBUG_SYNC they are copied into pinned memory and waited for with one
+// cuStreamSynchronize per side. Strided tensors of the kinds the
 // pack has the strided kernel for are read in place, as the Python runtime reads them
 // (fused_stats._perm_layout, plan_permuted: a launch per kind and tile width); other
 // non-contiguous or misaligned tensors are first copied on the device (as the Python

@@ -104,13 +104,36 @@ std::string save_values(Shared& S, const Site& site, const Arg& a, const char* p
 }
 #endif
 
+// A level print line up to its stats (format.schema.print_parts).
+void append_print_head(std::string& o, const Site& site, const Arg& a, const char* phase, const TypeInfo* ti,
+                       const HostTensor& t) {
+  o += "[aoti_debug] ";
+  o += pad_phase(phase);
+  o += ' ';
+  o += site.kernel;
+  o += " launch=";
+  o += std::to_string(tl_launch);
+  o += ' ';
+  o += a.name;
+  o += " (";
+  o += a.role;
+  o += ") ";
+  o += ti ? ti->name : "?";
+  o += '[';
+  o += shape_text(t.shape);
+  o += "] ";
+  o += device_string(t.device_type, t.device_index);
+}
+
 // `on_device`: the tensor's stats computed on the device (device_stats.h), or null;
-// `hole`: they come later (level stats, device_stats.h's ring): where they go in the
-// record's text is noted there instead.
+// `hole`: they come later (levels stats and print, device_stats.h's ring): where they go
+// in the record's text (and in `prints`, its print line's) is noted there instead.
 // `made` (where given): set to the stats recorded, if any (`*have` then true).
+// `prints` (level print, where given): the print line is appended there, with its
+// newline, instead of written to stderr.
 void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase, AtenTensorHandle h,
                    const DeviceOps* dev, JsonObject& rec, const Summary* on_device, QueuedHole* hole = nullptr,
-                   Summary* made = nullptr, bool* have = nullptr) {
+                   Summary* made = nullptr, bool* have = nullptr, std::string* prints = nullptr) {
   namespace R = schema::rec;
   HostTensor t;
   std::string err;
@@ -123,6 +146,11 @@ void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase,
   if (hole && err.empty()) {
     hole->stats_at = rec.value(R::kStats).size();
     hole->checksum_at = rec.value(R::kChecksum).size();
+    if (site.level == schema::kPrint && prints) {
+      append_print_head(*prints, site, a, phase, ti, t);
+      hole->print_at = prints->size();
+      *prints += '\n';
+    }
     return;
   }
   if (err.empty() && !on_device) err = host_values(h, t, dev);
@@ -165,18 +193,20 @@ void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase,
   }
   if (!err.empty()) rec.str(R::kError, err);
   if (site.level == schema::kPrint) {
-    std::string line = "[aoti_debug] " + pad_phase(phase) + " " + site.kernel + " launch=" +
-        std::to_string(tl_launch) + " " + a.name + " (" + a.role + ") " + (ti ? ti->name : "?") + "[" +
-        shape_text(t.shape) + "] " + device_string(t.device_type, t.device_index) +
-        " min=" + (have_stats ? fmt6(sm.mn) : "-") + " max=" + (have_stats ? fmt6(sm.mx) : "-") +
-        " mean=" + (have_stats ? fmt6(sm.mean) : "-") + " std=" + (have_stats ? fmt6(sm.sd) : "-") +
-        " absmax=" + (have_stats ? fmt6(sm.absmax) : "-") + " nan=" + std::to_string(sm.nan) +
-        " inf=" + std::to_string(sm.inf);
-    emit_line(line);
+    std::string line;
+    append_print_head(line, site, a, phase, ti, t);
+    append_print_stats(line, have_stats ? &sm : nullptr);
+    if (prints) {
+      *prints += line;
+      *prints += '\n';
+    } else {
+      emit_line(line);
+    }
   }
 }
 
-void record_scalar(const Site& site, const Arg& a, const char* phase, const Value& v, JsonObject& rec) {
+void record_scalar(const Site& site, const Arg& a, const char* phase, const Value& v, JsonObject& rec,
+                   std::string* prints = nullptr) {
   namespace R = schema::rec;
   std::string value;
   const char* dtype = nullptr;
@@ -202,8 +232,14 @@ void record_scalar(const Site& site, const Arg& a, const char* phase, const Valu
         : v.kind() == Value::kDouble ? (v.as_double() != v.as_double() ? "nan" : fmt_double(v.as_double()))
         : v.kind() == Value::kNone ? "None" : value;
     if (v.kind() == Value::kDouble && std::isinf(v.as_double())) shown = v.as_double() > 0 ? "inf" : "-inf";
-    emit_line("[aoti_debug] " + pad_phase(phase) + " " + site.kernel + " launch=" +
-              std::to_string(tl_launch) + " " + a.name + " = " + shown);
+    std::string line = "[aoti_debug] " + pad_phase(phase) + " " + site.kernel + " launch=" +
+                       std::to_string(tl_launch) + " " + a.name + " = " + shown;
+    if (prints) {
+      *prints += line;
+      *prints += '\n';
+    } else {
+      emit_line(line);
+    }
   }
 }
 
@@ -251,7 +287,7 @@ const std::vector<std::string>& site_texts(Local& L, const Site& site, const cha
 // ---- inputs taken from their producers' records (Arg::reuse_site; manager.py's links)
 // What the after records of a launch got, per value, for the inputs of later launches of
 // the same graph call that codegen linked to them: its summary (computed on the host, or
-// on the device at level print) or its row of a device-ring segment (level stats), the
+// on the device for a side that was waited for) or its row of a device-ring segment, the
 // row only while that segment is in the same fill.
 struct Made {
   enum Kind : uint8_t { kNone, kSummary, kRow };
@@ -306,15 +342,19 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
   namespace R = schema::rec;
   size_t n = std::min(static_cast<size_t>(site.n), count);
   // CUDA tensors summarised on the device need no copy (save needs the values anyway).
-  // At level stats (no flight recorder: it judges each side as it is made) their results
-  // are not waited for: the side's records are queued until they are there, and so is
-  // every later side until the queue is written (device_stats.h's ring).
+  // At levels stats and print (no flight recorder: it judges each side as it is made)
+  // their results are not waited for: the side's records (and print lines) are queued
+  // until they are there, and so is every later side until the queue is written
+  // (device_stats.h's ring).
   DeviceQueue& Q = device_queue();
   if (!Q.sides.empty()) drain_queue(S, false);
   std::vector<Summary> on_device;
   std::vector<char> done;
   Deferred deferred;
-  const bool defer = site.level == schema::kStats && !lines_out;
+  // At level print too the side's lines wait for the ring, and its print lines with them
+  // (written when the values are there, in launch order: device_ring.h's drain_one),
+  // except under AOTI_DEBUG_SYNC, whose lines go out before the next launch.
+  const bool defer = (site.level == schema::kStats || (site.level == schema::kPrint && !site.sync)) && !lines_out;
   const bool before = std::strcmp(phase, "before") == 0;
   Links* links = !lines_out && site.id >= 0 && (site.level == schema::kStats || site.level == schema::kPrint)
                      ? &links_of(L) : nullptr;
@@ -374,6 +414,9 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
   thread_local std::string lines;  // its capacity kept from side to side
   lines.clear();
   if (!lines_out) lines.reserve(512 * n);
+  thread_local std::string prints;  // level print: the side's print lines, written with its records
+  prints.clear();
+  std::string* const printing = site.level == schema::kPrint ? &prints : nullptr;
   std::vector<QueuedHole> holes;
   // The rows taken from the pinned segment are the side's own segment's where it has none other.
   Segment* pinned = pin.g;
@@ -403,7 +446,7 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
       Summary kept;
       bool have = false;
       record_tensor(S, site, a, phase, v[i].handle(), dev, rec, sm, later || from_row ? &hole : nullptr,
-                    made ? &kept : nullptr, &have);
+                    made ? &kept : nullptr, &have, printing);
       if (made && later && hole.stats_at != std::string::npos) {
         made->values[i] = Made{Made::kRow, deferred.rows[i], deferred.segment, deferred.segment->fills,
                                deferred.owner, Summary()};
@@ -418,7 +461,7 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
         holes.push_back(hole);
       }
     } else {
-      record_scalar(site, a, phase, v[i], rec);
+      record_scalar(site, a, phase, v[i], rec, printing);
     }
     if (lines_out) {
       lines_out->push_back(rec.close());
@@ -427,6 +470,7 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
     rec.close_into(lines);
     lines += '\n';
   }
+  if (lines_out || (holes.empty() && Q.sides.empty())) write_prints(prints);
   if (lines_out) return;
   if (holes.empty() && Q.sides.empty()) {
     if (L.ends_calls && !site.sync) {
@@ -438,6 +482,7 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
   }
   QueuedSide q;
   q.lines = lines;
+  q.prints = prints;
   if (!holes.empty()) {
     q.holes = std::move(holes);
     q.segment = own;

@@ -43,6 +43,13 @@ void emit_line(const std::string& line) {
   write_fd(2, s.data(), s.size());
 }
 
+// Whole lines, each with its newline, to stderr in one write (a side's print lines).
+void write_prints(const std::string& lines) {
+  if (lines.empty()) return;
+  std::fflush(stderr);
+  write_fd(2, lines.data(), lines.size());
+}
+
 std::string errno_text(int e) {
   char buf[256];
   buf[0] = 0;
