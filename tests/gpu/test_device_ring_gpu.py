@@ -340,6 +340,22 @@ def test_inputs_taken_from_their_producers_equal_reading_them(tmp_path, monkeypa
     assert calls[0] != calls[1]
 
 
+def _cpp_calls(root, model, inputs, **settings):
+    """``model`` compiled once with ``cpp_wrapper=True`` under ``settings`` and called on
+    each input; the run's records (all the C++ runtime's), in record order."""
+    torch._dynamo.reset()
+    with torch.no_grad(), aoti_debug.enabled(dump_dir=str(root), **settings), \
+            torch._inductor.config.patch(cpp_wrapper=True):
+        fn = torch.compile(model)
+        for x in inputs:
+            fn(x)
+        torch.cuda.synchronize()
+        aoti_debug.flush()
+    recs = sorted(records(only_run(str(root))), key=lambda r: r["seq"])
+    assert {r["wrapper"] for r in recs} == {"cpp"}, {r["wrapper"] for r in recs}
+    return recs
+
+
 @pytest.mark.parametrize("name,level", [("transformer", "stats"), ("resnet", "stats"), ("transformer", "print")])
 def test_cpp_wrapper_inputs_taken_from_their_producers_equal_reading_them(tmp_path, name, level):
     """The C++ runtime (cpp_wrapper) gives each linked input the stats its producer's after
@@ -349,17 +365,7 @@ def test_cpp_wrapper_inputs_taken_from_their_producers_equal_reading_them(tmp_pa
     model, (a, b) = _linked_model(name)
     per_run, taken = [], []
     for reuse in (True, False):
-        root = str(tmp_path / f"cpp-{name}-{level}-{reuse}")
-        torch._dynamo.reset()
-        with torch.no_grad(), aoti_debug.enabled(level=level, dump_dir=root, reuse=reuse), \
-                torch._inductor.config.patch(cpp_wrapper=True):
-            fn = torch.compile(model)
-            for x in (a, b, a):
-                fn(x)
-        torch.cuda.synchronize()
-        aoti_debug.flush()
-        recs = records(only_run(root))
-        assert {r["wrapper"] for r in recs} == {"cpp"}, {r["wrapper"] for r in recs}
+        recs = _cpp_calls(tmp_path / f"cpp-{name}-{level}-{reuse}", model, (a, b, a), level=level, reuse=reuse)
         assert any(r["kernel"] == INPUTS_KERNEL for r in recs) == reuse  # (weights read once a call: taken)
         per_run.append(_per_call([r for r in recs if r["kernel"] != INPUTS_KERNEL], 3))
         taken.append(sum(1 for r in recs if r.get("reused") is not None))
@@ -381,23 +387,13 @@ def test_cpp_wrapper_print_lines_wait_for_the_ring(tmp_path, capfd):
     model, (a, b) = _linked_model("transformer")
     per_run = []
     for sync in (False, True):
-        root = str(tmp_path / f"cpp-print-{sync}")
-        torch._dynamo.reset()
         capfd.readouterr()
-        with torch.no_grad(), aoti_debug.enabled(level="print", dump_dir=root, sync=sync), \
-                torch._inductor.config.patch(cpp_wrapper=True):
-            fn = torch.compile(model)
-            for x in (a, b, a):
-                fn(x)
-            torch.cuda.synchronize()
-            aoti_debug.flush()
-        recs = sorted(records(only_run(root)), key=lambda r: r["seq"])
-        assert {r["wrapper"] for r in recs} == {"cpp"}, {r["wrapper"] for r in recs}
+        recs = _cpp_calls(tmp_path / f"cpp-print-{sync}", model, (a, b, a), level="print", sync=sync)
         printed = [line for line in capfd.readouterr().err.splitlines()
                    if line.startswith("[aoti_debug] ") and " launch=" in line and " min=" in line]
         want = [print_line(r) for r in recs if r["kind"] == "tensor" and r.get("stats")]
         assert len(want) > 50 and printed == want, (sync, len(printed), len(want),
-                                                    next((p, w) for p, w in zip(printed + [""], want) if p != w))
+                                                    next(((p, w) for p, w in zip(printed, want) if p != w), None))
         per_run.append(_per_call([r for r in recs if r["kernel"] != INPUTS_KERNEL], 3))
     for deferred, waited in zip(*per_run):
         _same(deferred, waited)
