@@ -33,7 +33,12 @@ A step ends when its records are written (device synchronised, ``aoti_debug.flus
 for the Python runtime's writer thread; the C++ runtimes and the built-in write in the
 model thread), and gets a new input, so that content dedup cannot skip the writes.
 ``steady x base`` times the same steps back to back with one such wait at the end, as a
-long job runs (records are written while the next steps run).
+long job runs (records are written while the next steps run). With ``--paired ROUNDS``
+each row of ours but save also compiles the model uninstrumented in its process (after
+its timed compile) and times ROUNDS blocks of both in turn: its ratios are to that base,
+not to the base row's, whose process may run the same steps faster or slower by more
+than a cheap level costs (a GPU host: 1.19 against 1.41 ms for ResNet-18's base in two
+calls).
 Progress goes to stderr row by row; the table to stdout. A row that fails prints its
 one-line error in the table and the run goes on; ``--time-limit`` stops starting rows
 in time to print the table.
@@ -255,12 +260,23 @@ def table_rows(results: list[dict], disk: float | None) -> list[list[str]]:
         if r["ours"] not in (None, "off", "names") and not r["records"]:
             notes.append("recorded nothing")
         notes += _how_it_compiled(r)
+        if "base_step" in r:
+            notes.append(f"paired: base {r['base_step'] * 1e3:.3f} ms in its process")
+        step_base, steady_base = _bases(r, base)
         out.append(cells + [
-            f"{r['step'] * 1e3:.3f}", _num(r["step"] / base["step"] if base else None, ".2f"),
-            _num(r["steady"] / base["steady"] if base else None, ".2f"),
+            f"{r['step'] * 1e3:.3f}", _num(r["step"] / step_base if step_base else None, ".2f"),
+            _num(r["steady"] / steady_base if steady_base else None, ".2f"),
             f"{r['compile']:.1f}", _num(r["compile"] / base["compile"] if base else None, ".2f"),
             _num(r["records"], ".0f"), f"{r['bytes'] / 1e6:.2f}", "; ".join(notes)])
     return out
+
+
+def _bases(r: dict, base: dict | None) -> tuple[float | None, float | None]:
+    """What a row's step and steady step are divided by: the base timed in its own process
+    in turn with it (``--paired``), else the base row's."""
+    if "base_step" in r:
+        return r["base_step"], r["base_steady"]
+    return (base["step"], base["steady"]) if base else (None, None)
 
 
 def _how_it_compiled(r: dict) -> list[str]:
@@ -305,6 +321,7 @@ def save_json(path: str, results: list[dict], disk: float | None, command: str, 
             model=extra["model_key"], wrapper=r["wrapper"], mode=r["mode"],
             level=saved_runs.level_of(r["ours"], r["builtin"]), step_s=r["step"], steady_s=r["steady"],
             compile_s=r["compile"], bytes_per_step=r["bytes"], records=r["records"],
+            base_step_s=r.get("base_step"), base_steady_s=r.get("base_steady"),
             notes="; ".join(n for n in notes if n)))
     saved_runs.write(path, tool="overhead.py", command=command, machine=machine, torch_version=torch_version,
                        rows=rows, disk_bytes_per_s=disk, extra={**extra, "not_run": not_run})
@@ -335,6 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, metavar="PATH",
                     help="also write the run (command, machine, a row per config) to PATH as JSON: "
                          "what benchmarks/readme_table.py builds the README's table from")
+    ap.add_argument("--paired", type=int, default=0, metavar="ROUNDS",
+                    help="each row of ours but save also compiles the model uninstrumented in its own "
+                         "process and times ROUNDS blocks of steps of both in turn: its ratios are to "
+                         "that base (the base row's process is another, whose step may differ by more "
+                         "than a cheap level costs); default 0: ratios to the base row")
     ap.add_argument("--triton-cache", default=None, metavar="DIR",
                     help="a Triton cache shared by all rows, filled first by untimed rows (the model's "
                          "and aoti_debug's stats kernels), as on a machine that has compiled them "
@@ -356,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--only: unknown {sorted(unknown)}; configs are: {', '.join(r[0] for r in ROWS)}")
     steps = args.steps or (20 if device == "cuda" else 3)
     rows = rows_for(wrappers, args.cudagraphs, only)
-    spec = dict(model=args.model, preset=args.preset, device=device, steps=steps)
+    if args.paired < 0:
+        ap.error("--paired: a number of rounds, 0 for none")
+    spec = dict(model=args.model, preset=args.preset, device=device, steps=steps, paired=args.paired)
 
     workdir = args.workdir or tempfile.mkdtemp(prefix="aoti_debug_bench_")
     os.makedirs(workdir, exist_ok=True)

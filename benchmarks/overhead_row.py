@@ -4,7 +4,11 @@ Started by ``overhead.py`` as ``python benchmarks/overhead_row.py SPEC RESULT`` 
 working directory with a fresh Inductor cache and ``AOTI_DEBUG_DIR`` set; writes the
 row's numbers (or its one-line error, the traceback going to its log) to RESULT as JSON.
 SPEC: model, preset, device, steps, wrapper (python|cpp|aoti), mode (default|
-reduce-overhead), ours (a level or null), builtin (the built-in's level or null).
+reduce-overhead), ours (a level or null), builtin (the built-in's level or null), and
+``paired`` (rounds): a row of ours at a level other than save also compiles the model
+uninstrumented in its own process, after its timed compile, and times blocks of steps of
+both in turn, so that its ratio is to a base of the same process (a GPU host's step moves
+from process to process by more than the cheap levels cost).
 """
 
 from __future__ import annotations
@@ -172,36 +176,47 @@ def measure(spec: dict, work: str) -> dict:
 
                 background = fused_stats.wait_for_compiles()
             background_s = time.perf_counter() - t0
-            for _ in range(3 if cudagraphs else 1):  # CUDA graphs: a warm-up run, the recording, a replay
+            warm = 3 if cudagraphs else 1  # CUDA graphs: a warm-up run, the recording, a replay
+            for _ in range(warm):
                 call(x)
             sync()
+            # (save and the built-in printer cost tens of steps or more: a base of their own
+            # process would move their ratio by less than the disk does, for a compile more)
+            rounds = int(spec.get("paired") or 0) if spec["ours"] not in (None, "off", "save") else 0
+            base_call = None
+            if rounds:
+                base_call = paired_base(model, x, wrapper, cudagraphs, work, warm)
+                sync()
             dump = os.getcwd()
             files, records = file_sizes(dump), manifest_records(dump)
             # A fresh input each step: values that repeat across steps would flatter a
             # dump that stores identical tensors once.
             inputs = [torch.randn_like(x) for _ in range(steps)]
             sync()
-            times = []
+            times, base_times, steadies, base_steadies = [], [], [], []
+            written = after = None
             with quiet():
-                for xi in inputs:
-                    t0 = time.perf_counter()
-                    call(xi)
-                    sync()
-                    times.append(time.perf_counter() - t0)
-            written = bytes_per_step(files, file_sizes(dump), steps)
-            after = manifest_records(dump)
-            # Steady state, as a long job runs: the same steps back to back, one wait for the
-            # device and the records at the end (the writer's work overlaps the next steps).
-            with quiet():
-                t0 = time.perf_counter()
-                for xi in inputs:
-                    call(xi)
-                sync()
-                steady = (time.perf_counter() - t0) / steps
+                for _ in range(max(rounds, 1)):
+                    if base_call is not None:
+                        base_times += lockstep(base_call, inputs, sync)
+                    times += lockstep(call, inputs, sync)
+                    if written is None:
+                        written = bytes_per_step(files, file_sizes(dump), steps)
+                        after = manifest_records(dump)
+                    # Steady state, as a long job runs: the same steps back to back, one wait
+                    # for the device and the records at the end (the writer's work overlaps
+                    # the next steps).
+                    if base_call is not None:
+                        base_steadies.append(back_to_back(base_call, inputs, sync))
+                    steadies.append(back_to_back(call, inputs, sync))
+    steady = statistics.median(steadies)
     step = statistics.median(times)
     # The first call ran the model once as well (at save: wrote a step's tensors); what it
     # took beyond a timed step is the compile's.
+    paired = {"base_step": statistics.median(base_times), "base_steady": statistics.median(base_steadies),
+              "rounds": rounds} if base_times else {}
     return {
+        **paired,
         "step": step, "steady": steady, "compile": max(compile_s - step, 0.0), "first_call": compile_s,
         "background_compiles": background, "background_s": background_s if background else 0.0,
         "bytes": written,
@@ -210,6 +225,73 @@ def measure(spec: dict, work: str) -> dict:
         "model": source, "device": torch.cuda.get_device_name() if device == "cuda" else "CPU",
         "torch": torch.__version__, "triton": getattr(sys.modules.get("triton"), "__version__", None),
     }
+
+
+def lockstep(call, inputs, sync) -> list[float]:
+    """Seconds of each step, each ended by ``sync``."""
+    times = []
+    for xi in inputs:
+        t0 = time.perf_counter()
+        call(xi)
+        sync()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def back_to_back(call, inputs, sync) -> float:
+    """Seconds a step of the steps run back to back, one ``sync`` at the end."""
+    t0 = time.perf_counter()
+    for xi in inputs:
+        call(xi)
+    sync()
+    return (time.perf_counter() - t0) / len(inputs)
+
+
+def paired_base(model, x, wrapper: str, cudagraphs: bool, work: str, warm: int):
+    """``model`` compiled again without instrumentation, in this process, for steps timed
+    in turn with the instrumented ones: aoti_debug's codegen is taken out without Dynamo's
+    reset (which would drop the instrumented compile) while it compiles (its first call),
+    and the model is called through a subclass whose ``forward`` is a code object of its
+    own, so that Dynamo does not hand back the instrumented frame. Called ``warm`` times
+    more after its compile."""
+    import copy
+
+    import torch
+    import torch._inductor.config as iconfig
+
+    from aoti_debug.codegen import inductor
+
+    settings = inductor.active_settings()
+    inductor.uninstall()
+    try:
+        with iconfig.patch({"cpp_wrapper": wrapper == "cpp", "aot_inductor.debug_intermediate_value_printer": "0"}):
+            if wrapper == "aoti":
+                ep = torch.export.export(model, (x,))
+                fn = torch._inductor.aoti_load_package(
+                    torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(work, "base.pt2")))
+            else:
+                parent = type(model)
+
+                class PairedBase(parent):
+                    def forward(self, *args, **kwargs):
+                        return parent.forward(self, *args, **kwargs)
+
+                twin = copy.copy(model)  # (the same parameters and buffers)
+                twin.__class__ = PairedBase
+                fn = torch.compile(twin, mode=CUDAGRAPHS if cudagraphs else None)
+
+            def call(xi):
+                if cudagraphs:
+                    torch.compiler.cudagraph_mark_step_begin()
+                fn(xi)
+
+            call(x)  # Dynamo and Inductor compile here, at the first call
+    finally:
+        if settings is not None:
+            inductor.install(settings)
+    for _ in range(warm):
+        call(x)
+    return call
 
 
 def one_line(e: BaseException) -> str:

@@ -26,6 +26,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from benchmarks import overhead_row  # noqa: E402
 from benchmarks.overhead_row import MODELS, build_model, quiet  # noqa: E402
 
 
@@ -150,13 +151,7 @@ def main() -> int:
     inputs = [torch.randn_like(x) for _ in range(args.steps)]
 
     def lockstep(fn) -> list[float]:
-        times = []
-        for xi in inputs:
-            t0 = time.perf_counter()
-            fn(xi)
-            sync()
-            times.append(time.perf_counter() - t0)
-        return times
+        return overhead_row.lockstep(fn, inputs, sync)
 
     def breakdown(fn) -> tuple[float, float, float]:
         """Median ms of each part of a lockstep step: issue, device lag, flush after it."""

@@ -55,6 +55,8 @@ def _ratio(value: float | None, base: float | None) -> float | None:
 def _cell(r: dict | None, base: dict | None, steady: bool, disk: float | None) -> str:
     if r is None or base is None:
         return "–"
+    if "base_step_s" in r:  # timed in turn with a base of its own process (overhead.py --paired)
+        base = {"step_s": r["base_step_s"], "steady_s": r.get("base_steady_s")}
     x = _ratio(r.get("steady_s"), base.get("steady_s")) if steady else _ratio(r["step_s"], base["step_s"])
     if x is None:
         return "–"

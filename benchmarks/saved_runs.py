@@ -34,13 +34,19 @@ def level_of(ours: str | None, builtin: str | None) -> str:
 
 def row(*, model: str, wrapper: str, mode: str, level: str, step_s: float, steady_s: float | None = None,
         compile_s: float | None = None, bytes_per_step: float | None = None, records: float | None = None,
-        notes: str = "") -> dict[str, Any]:
+        base_step_s: float | None = None, base_steady_s: float | None = None, notes: str = "") -> dict[str, Any]:
     """One configuration's numbers: median step and back-to-back step (seconds), compile
-    time (the first call less a step), bytes written and manifest records per step."""
+    time (the first call less a step), bytes written and manifest records per step; and
+    where the row timed an uninstrumented compile in its own process in turn with it
+    (``overhead.py --paired``), that base's step and back-to-back step, which its ratios
+    are to."""
     if level not in LEVELS:
         raise ValueError(f"unknown level {level!r}")
-    return dict(model=model, wrapper=wrapper, mode=mode, level=level, step_s=step_s, steady_s=steady_s,
-                compile_s=compile_s, bytes_per_step=bytes_per_step, records=records, notes=notes)
+    out = dict(model=model, wrapper=wrapper, mode=mode, level=level, step_s=step_s, steady_s=steady_s,
+               compile_s=compile_s, bytes_per_step=bytes_per_step, records=records, notes=notes)
+    if base_step_s is not None:
+        out.update(base_step_s=base_step_s, base_steady_s=base_steady_s)
+    return out
 
 
 def commit() -> str:

@@ -71,9 +71,23 @@ def test_resnet18_python_wrapper(tmp_path):
 
 
 @pytest.mark.slow
-def test_transformer_cpp_wrapper():
-    rows = overhead("--model", "transformer", "--wrapper", "cpp", "--only", "ours 4 stats")
+def test_transformer_cpp_wrapper_paired(tmp_path):
+    """``--paired``: the stats row also times an uninstrumented compile in its own process,
+    in turn with its steps, and its ratios are to that base (named in its notes and saved)."""
+    saved = str(tmp_path / "run.json")
+    rows = overhead("--model", "transformer", "--wrapper", "cpp", "--only", "ours 4 stats", "--paired", "1",
+                    json_path=saved)
     check(rows, "cpp", "transformer")
+    stats = rows["cpp", "default", "ours 4 stats"]
+    paired = [n for n in stats["notes"].split("; ") if n.startswith("paired: base ")]
+    assert paired, stats
+    base_ms = float(paired[0].split()[2])
+    assert base_ms > 0 and abs(float(stats["ms/step"]) / base_ms - float(stats["x base"])) < 0.01, stats
+    by_level = {r["level"]: r for r in _load("saved_runs").read(saved)["rows"]}
+    assert f"{by_level['stats']['base_step_s'] * 1e3:.3f}" == f"{base_ms:.3f}" and "base_step_s" not in by_level["base"]
+    # The uninstrumented compile recorded nothing: the records a step are the stats row's own.
+    single = overhead("--model", "transformer", "--wrapper", "cpp", "--only", "ours 4 stats")
+    assert single["cpp", "default", "ours 4 stats"]["records/step"] == stats["records/step"]
 
 
 def test_bad_arguments_are_refused_before_any_compile():
@@ -239,6 +253,9 @@ def _saved_runs(tmp_path) -> list[str]:
                compile_s=4.0, bytes_per_step=150_000, records=311),
            row(model="resnet18", wrapper="python", mode="default", level="save", step_s=0.4, steady_s=0.5,
                bytes_per_step=400e6, records=311),
+           # (timed in turn with a base of its own process, overhead.py --paired: its ratio is to that)
+           row(model="resnet18", wrapper="python", mode="default", level="names", step_s=0.00099,
+               base_step_s=0.0009, base_steady_s=0.002),
            row(model="resnet18", wrapper="python", mode="reduce-overhead", level="base", step_s=0.001, steady_s=0.001),
            row(model="resnet18", wrapper="python", mode="reduce-overhead", level="stats", step_s=0.0019,
                steady_s=0.0017),
@@ -263,7 +280,7 @@ def test_readme_table_is_made_from_saved_runs(tmp_path):
     assert lines[1].startswith("| machine [run] | model | wrapper | names | stats | stats, steady | print | save |")
     rows = [line for line in lines if line.startswith("| NVIDIA") or line.startswith("| CPU")]
     assert rows == [
-        "| NVIDIA H200 [1] | ResNet-18 b32, channels_last | Python | – | 2.50 | 1.50 | – | 400 (2.00× the disk floor) | – | – |",
+        "| NVIDIA H200 [1] | ResNet-18 b32, channels_last | Python | 1.10 | 2.50 | 1.50 | – | 400 (2.00× the disk floor) | – | – |",
         "| NVIDIA H200 [1] | ResNet-18 b32, channels_last | Python, CUDA graphs | 1.20 (no CUDA graph) | 1.90 | 1.70 | – | – "
         "| – | – |",
         "| CPU [2] | GPT-2 2 layers (transformers) | `cpp_wrapper=True` | – | 1.75 | – | – | – | 27.00 | – |",

@@ -22,5 +22,7 @@ case $wrapper in
   aoti)   extra=(--steps 10 --only "ours 3 names,ours 4 stats") ;;
   *) echo "readme_runs.sh: unknown wrapper in chunk '$chunk'" >&2; exit 2 ;;
 esac
-python3 benchmarks/overhead.py --model "$model" --wrapper "$wrapper" "${extra[@]}" \
+# --paired 1: the cheap levels' ratios to a base timed in turn in their own process (the
+# host's step moves from process to process by more than they cost).
+python3 benchmarks/overhead.py --model "$model" --wrapper "$wrapper" "${extra[@]}" --paired 1 \
   --time-limit 540 --row-timeout 150 --format markdown --json "${OUT:-/tmp}/$chunk.json"
