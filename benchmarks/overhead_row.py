@@ -198,7 +198,10 @@ def measure(spec: dict, work: str) -> dict:
             with quiet():
                 for _ in range(max(rounds, 1)):
                     if base_call is not None:
+                        before = manifest_records(dump)
                         base_times += lockstep(base_call, inputs, sync)
+                        if manifest_records(dump) != before:
+                            raise RuntimeError("the paired base wrote records: it was compiled instrumented")
                     times += lockstep(call, inputs, sync)
                     if written is None:
                         written = bytes_per_step(files, file_sizes(dump), steps)

@@ -85,9 +85,7 @@ def test_transformer_cpp_wrapper_paired(tmp_path):
     assert base_ms > 0 and abs(float(stats["ms/step"]) / base_ms - float(stats["x base"])) < 0.01, stats
     by_level = {r["level"]: r for r in _load("saved_runs").read(saved)["rows"]}
     assert f"{by_level['stats']['base_step_s'] * 1e3:.3f}" == f"{base_ms:.3f}" and "base_step_s" not in by_level["base"]
-    # The uninstrumented compile recorded nothing: the records a step are the stats row's own.
-    single = overhead("--model", "transformer", "--wrapper", "cpp", "--only", "ours 4 stats")
-    assert single["cpp", "default", "ours 4 stats"]["records/step"] == stats["records/step"]
+    # (a paired base that writes records fails its row: overhead_row.py checks it)
 
 
 def test_bad_arguments_are_refused_before_any_compile():
