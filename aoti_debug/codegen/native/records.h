@@ -104,6 +104,14 @@ std::string save_values(Shared& S, const Site& site, const Arg& a, const char* p
 }
 #endif
 
+// A level print line: into its side's `prints` where given (written with the side's
+// records), else to stderr now.
+void put_print_line(std::string* prints, const std::string& line) {
+  if (!prints) return emit_line(line);
+  *prints += line;
+  *prints += '\n';
+}
+
 // A level print line up to its stats (format.schema.print_parts).
 void append_print_head(std::string& o, const Site& site, const Arg& a, const char* phase, const TypeInfo* ti,
                        const HostTensor& t) {
@@ -196,12 +204,7 @@ void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase,
     std::string line;
     append_print_head(line, site, a, phase, ti, t);
     append_print_stats(line, have_stats ? &sm : nullptr);
-    if (prints) {
-      *prints += line;
-      *prints += '\n';
-    } else {
-      emit_line(line);
-    }
+    put_print_line(prints, line);
   }
 }
 
@@ -234,12 +237,7 @@ void record_scalar(const Site& site, const Arg& a, const char* phase, const Valu
     if (v.kind() == Value::kDouble && std::isinf(v.as_double())) shown = v.as_double() > 0 ? "inf" : "-inf";
     std::string line = "[aoti_debug] " + pad_phase(phase) + " " + site.kernel + " launch=" +
                        std::to_string(tl_launch) + " " + a.name + " = " + shown;
-    if (prints) {
-      *prints += line;
-      *prints += '\n';
-    } else {
-      emit_line(line);
-    }
+    put_print_line(prints, line);
   }
 }
 
