@@ -92,7 +92,8 @@ def test_bad_arguments_are_refused_before_any_compile():
     script = os.path.join(REPO, "benchmarks", "overhead.py")
     for args, message in [(["--only", "ours 9 nothing"], "--only: unknown"),
                           (["--wrapper", "python,jit"], "--wrapper"),
-                          (["--device", "cpu", "--cudagraphs"], "--cudagraphs needs")]:
+                          (["--device", "cpu", "--cudagraphs"], "--cudagraphs needs"),
+                          (["--device", "cpu", "--paired", "-1"], "--paired: a number of rounds")]:
         proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
 
