@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from aoti_debug.codegen import cpp_runtime, device_stats
+from aoti_debug.format.schema import print_line
 from aoti_debug.runtime import fused_stats
 from tests.conftest import REPO, STATS_SCRATCH, fake_stats_images, only_run, records
 
@@ -284,10 +285,22 @@ def test_device_records_equal_the_host_path_and_copy_only_results(built, tmp_pat
     assert [(int(f["k_total"]), r["row"]) for f, rows in found for r in rows
             if r["n"] == 3_000_000] == [(2048, 10), (2034, 10)] * 2
     assert sum(1 for x in calls if x.startswith("load ")) == len(loaded) == len(kinds_vec) + 1  # once, reused
-    # Level print waits for each side (its lines are printed as the side is recorded).
-    printed, pcalls, _c, _e = run_harness(built, tmp_path, "print", pack, level="print")
+    # Level print: the sides wait for the ring as at level stats (no synchronisation a side),
+    # and each side's print lines go to stderr with its records, in record order: each
+    # what format.schema.print_line makes of its record, as the host path prints them.
+    printed, pcalls, _c, perr = run_harness(built, tmp_path, "print", pack, level="print")
     pdtoh = [int(x.split()[1]) for x in pcalls if x.startswith("dtoh ")]
-    assert pdtoh == [9 * 8 * m for m in (12, 13, 12, 13)] and pcalls.count("sync") >= 4
+    assert pdtoh == [29 * 64, 29 * 8] * 2 and pcalls.count("sync") == 2, pdtoh
+    host_printed, _h, _c, host_err = run_harness(built, tmp_path, "print-host", pack, level="print",
+                                                 AOTI_DEBUG_FUSED_STATS="0")
+    assert printed == host_printed
+
+    def lines(err):
+        return [x for x in err.splitlines() if x.startswith(("[aoti_debug] before", "[aoti_debug] after"))]
+
+    tensor_lines = [print_line(r) for r in printed if r["kind"] == "tensor" and not r.get("uninitialised")]
+    assert lines(perr) == lines(host_err) and len(tensor_lines) > 40
+    assert [x for x in lines(perr) if " min=" in x] == tensor_lines
 
 
 def test_a_side_whose_tensors_stay_put_copies_its_table_once(built, tmp_path):
