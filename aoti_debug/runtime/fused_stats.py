@@ -1164,9 +1164,10 @@ def _sides_of(groups: dict[tuple, list[tuple[int, int, Any]]]) -> Iterator[tuple
     """The sides whose variants :func:`precompile` predicts for each launch group: the
     whole group, its aligned members first (a side that mixes them: an aligned base, one
     element a vector), and each member alone (a side of aligned members only: 16 bytes a
-    vector; of a misaligned one: its own base). A variant's key depends on the alignment
-    of its base and of every offset from it (:func:`plan`), not on which tensors a side
-    holds, so these are every variant a side of the group's members can take."""
+    vector; of a misaligned one: its own base). A contiguous group's variant depends on
+    the alignment of its base and of every offset from it (:func:`plan`), not on which
+    tensors a side holds, so these cover every side of its members; the strided and dense
+    kernels' vectors depend on each layout as well, which the members alone cover."""
     for key, members in groups.items():
         yield key, sorted(members, key=lambda m: m[0] % 16 != 0)
         if len(members) > 1:
