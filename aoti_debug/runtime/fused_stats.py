@@ -1166,8 +1166,9 @@ def _sides_of(groups: dict[tuple, list[tuple[int, int, Any]]]) -> Iterator[tuple
     element a vector), and each member alone (a side of aligned members only: 16 bytes a
     vector; of a misaligned one: its own base). A contiguous group's variant depends on
     the alignment of its base and of every offset from it (:func:`plan`), not on which
-    tensors a side holds, so these cover every side of its members; the strided and dense
-    kernels' vectors depend on each layout as well, which the members alone cover."""
+    tensors a side holds, so these cover every side of its members. The strided and dense
+    kernels' vectors depend on each layout too: for them these are the likely sides, not
+    every one (a variant missed compiles at its first launch, as without precompile)."""
     for key, members in groups.items():
         yield key, sorted(members, key=lambda m: m[0] % 16 != 0)
         if len(members) > 1:
