@@ -298,8 +298,9 @@ def test_device_records_equal_the_host_path_and_copy_only_results(built, tmp_pat
     def lines(err):
         return [x for x in err.splitlines() if x.startswith(("[aoti_debug] before", "[aoti_debug] after"))]
 
-    tensor_lines = [print_line(r) for r in printed if r["kind"] == "tensor" and not r.get("uninitialised")]
+    tensor_lines = [print_line(r) for r in printed if r["kind"] == "tensor"]
     assert lines(perr) == lines(host_err) and len(tensor_lines) > 40
+    assert any(r.get("uninitialised") for r in printed)  # (printed without stats, as Python prints it)
     assert [x for x in lines(perr) if " min=" in x] == tensor_lines
 
 

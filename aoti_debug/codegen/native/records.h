@@ -147,8 +147,15 @@ void record_tensor(Shared& S, const Site& site, const Arg& a, const char* phase,
   std::string err;
   const TypeInfo* ti = record_metadata(h, t, err, rec);
   if (a.uninitialised && std::strcmp(phase, "before") == 0) {
-    // Memory no launch had written yet: what it holds is not data (no stats, no file).
+    // Memory no launch had written yet: what it holds is not data (no stats, no file; at
+    // level print a line without stats, as format.schema.print_line writes its record).
     rec.boolean(R::kUninitialised, true);
+    if (site.level == schema::kPrint) {
+      std::string line;
+      append_print_head(line, site, a, phase, ti, t);
+      append_print_stats(line, nullptr);
+      put_print_line(prints, line);
+    }
     return;
   }
   if (hole && err.empty()) {
