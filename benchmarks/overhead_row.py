@@ -151,18 +151,7 @@ def measure(spec: dict, work: str) -> dict:
     skips_before = counters["inductor"]["cudagraph_skips"]
     with iconfig.patch(patches):
         t0 = time.perf_counter()
-        if wrapper == "aoti":
-            ep = torch.export.export(model, (x,))
-            package = torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(work, "model.pt2"))
-            fn = torch._inductor.aoti_load_package(package)
-        else:
-            fn = torch.compile(model, mode=CUDAGRAPHS if cudagraphs else None)
-
-        def call(xi):
-            if cudagraphs:
-                torch.compiler.cudagraph_mark_step_begin()  # each step a new generation of the tree
-            fn(xi)
-
+        call = compiled(model, x, wrapper, cudagraphs, os.path.join(work, "model.pt2"))
         with torch.no_grad():
             call(x)
             sync()
@@ -250,6 +239,26 @@ def back_to_back(call, inputs, sync) -> float:
     return (time.perf_counter() - t0) / len(inputs)
 
 
+def compiled(model, x, wrapper: str, cudagraphs: bool, package: str):
+    """``model`` compiled by ``wrapper`` (AOTInductor: exported, packaged at ``package`` and
+    loaded; the JIT wrappers compile at the first call): a function of one input, under
+    ``cudagraphs`` a new generation of the CUDA-graph tree each call."""
+    import torch
+
+    if wrapper == "aoti":
+        ep = torch.export.export(model, (x,))
+        fn = torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(ep, package_path=package))
+    else:
+        fn = torch.compile(model, mode=CUDAGRAPHS if cudagraphs else None)
+
+    def call(xi):
+        if cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()  # each step a new generation of the tree
+        fn(xi)
+
+    return call
+
+
 def paired_base(model, x, wrapper: str, cudagraphs: bool, work: str, warm: int):
     """``model`` compiled again without instrumentation, in this process, for steps timed
     in turn with the instrumented ones: aoti_debug's codegen is taken out without Dynamo's
@@ -259,36 +268,26 @@ def paired_base(model, x, wrapper: str, cudagraphs: bool, work: str, warm: int):
     more after its compile."""
     import copy
 
-    import torch
     import torch._inductor.config as iconfig
 
     from aoti_debug.codegen import inductor
 
+    twin = model
+    if wrapper != "aoti":  # (AOTInductor: a second package, nothing of Dynamo's)
+        parent = type(model)
+
+        class PairedBase(parent):
+            def forward(self, *args, **kwargs):
+                return parent.forward(self, *args, **kwargs)
+
+        twin = copy.copy(model)  # (the same parameters and buffers)
+        twin.__class__ = PairedBase
     settings = inductor.active_settings()
     inductor.uninstall()
     try:
         with iconfig.patch({"cpp_wrapper": wrapper == "cpp", "aot_inductor.debug_intermediate_value_printer": "0"}):
-            if wrapper == "aoti":
-                ep = torch.export.export(model, (x,))
-                fn = torch._inductor.aoti_load_package(
-                    torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(work, "base.pt2")))
-            else:
-                parent = type(model)
-
-                class PairedBase(parent):
-                    def forward(self, *args, **kwargs):
-                        return parent.forward(self, *args, **kwargs)
-
-                twin = copy.copy(model)  # (the same parameters and buffers)
-                twin.__class__ = PairedBase
-                fn = torch.compile(twin, mode=CUDAGRAPHS if cudagraphs else None)
-
-            def call(xi):
-                if cudagraphs:
-                    torch.compiler.cudagraph_mark_step_begin()
-                fn(xi)
-
-            call(x)  # Dynamo and Inductor compile here, at the first call
+            call = compiled(twin, x, wrapper, cudagraphs, os.path.join(work, "base.pt2"))
+            call(x)  # a JIT wrapper compiles here, at the first call
     finally:
         if settings is not None:
             inductor.install(settings)

@@ -12,6 +12,8 @@ The trailing comment names the kernel (``repr``) so that a reader of the wrapper
 
 from __future__ import annotations
 
+import functools
+
 from ..format.protocol import PROTOCOL_VERSION, Site, SiteArg
 from ..format.schema import INPUTS_KERNEL
 from .emit import py_literal, py_tuple
@@ -76,7 +78,8 @@ def ensure_header(manager, wrapper) -> None:
     for line in header_lines(level, manager.settings.sync, info, native, defers(manager, root)):
         root.imports.writeline(line)
     if level in REUSE_LEVELS:
-        root.imports.writeline(_later_line_class()(_once(lambda: precompile_line(manager.precompile_layouts()))))
+        made_once = functools.cache(lambda: precompile_line(manager.precompile_layouts()))  # (buffers read again)
+        root.imports.writeline(_later_line_class()(made_once))
 
 
 def precompile_line(found: tuple[tuple, tuple] | None) -> str:
@@ -88,19 +91,6 @@ def precompile_line(found: tuple[tuple, tuple] | None) -> str:
         return ""
     layouts, devices = found
     return f"{HANDLE}.precompile({py_literal(layouts)}, {py_literal(devices)})"
-
-
-def _once(make):
-    """``make`` called the first time only: a later line's text, however often the
-    wrapper's buffers are read."""
-    made = []
-
-    def text() -> str:
-        if not made:
-            made.append(make())
-        return made[0]
-
-    return text
 
 
 #: Launches whose every arg is an expression of the call itself, so each exists (is

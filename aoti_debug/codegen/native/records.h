@@ -112,9 +112,9 @@ void put_print_line(std::string* prints, const std::string& line) {
   *prints += '\n';
 }
 
-// A level print line up to its stats (format.schema.print_parts).
-void append_print_head(std::string& o, const Site& site, const Arg& a, const char* phase, const TypeInfo* ti,
-                       const HostTensor& t) {
+// A level print line up to its value's name, a tensor's or a scalar's
+// (format.schema.print_parts).
+void append_print_start(std::string& o, const Site& site, const Arg& a, const char* phase) {
   o += "[aoti_debug] ";
   o += pad_phase(phase);
   o += ' ';
@@ -123,6 +123,12 @@ void append_print_head(std::string& o, const Site& site, const Arg& a, const cha
   o += std::to_string(tl_launch);
   o += ' ';
   o += a.name;
+}
+
+// A tensor's level print line up to its stats.
+void append_print_head(std::string& o, const Site& site, const Arg& a, const char* phase, const TypeInfo* ti,
+                       const HostTensor& t) {
+  append_print_start(o, site, a, phase);
   o += " (";
   o += a.role;
   o += ") ";
@@ -242,8 +248,10 @@ void record_scalar(const Site& site, const Arg& a, const char* phase, const Valu
         : v.kind() == Value::kDouble ? (v.as_double() != v.as_double() ? "nan" : fmt_double(v.as_double()))
         : v.kind() == Value::kNone ? "None" : value;
     if (v.kind() == Value::kDouble && std::isinf(v.as_double())) shown = v.as_double() > 0 ? "inf" : "-inf";
-    std::string line = "[aoti_debug] " + pad_phase(phase) + " " + site.kernel + " launch=" +
-                       std::to_string(tl_launch) + " " + a.name + " = " + shown;
+    std::string line;
+    append_print_start(line, site, a, phase);
+    line += " = ";
+    line += shown;
     put_print_line(prints, line);
   }
 }
@@ -475,9 +483,12 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
     rec.close_into(lines);
     lines += '\n';
   }
-  if (lines_out || (holes.empty() && Q.sides.empty())) write_prints(prints);
-  if (lines_out) return;
+  if (lines_out) {
+    write_prints(prints);
+    return;
+  }
   if (holes.empty() && Q.sides.empty()) {
+    write_prints(prints);
     if (L.ends_calls && !site.sync) {
       hold_lines(S, lines);
     } else {

@@ -36,19 +36,14 @@ int write_all(int fd, const char* p, size_t n) {
 void write_fd(int fd, const char* p, size_t n) { write_all(fd, p, n); }
 
 // One write per line: a line is never interleaved and is out before the next kernel runs.
-void emit_line(const std::string& line) {
-  std::string s = line;
-  s.push_back('\n');
-  std::fflush(stderr);
-  write_fd(2, s.data(), s.size());
-}
-
 // Whole lines, each with its newline, to stderr in one write (a side's print lines).
 void write_prints(const std::string& lines) {
   if (lines.empty()) return;
   std::fflush(stderr);
   write_fd(2, lines.data(), lines.size());
 }
+
+void emit_line(const std::string& line) { write_prints(line + "\n"); }
 
 std::string errno_text(int e) {
   char buf[256];
