@@ -367,9 +367,9 @@ constexpr size_t kDrainBatch = size_t{4} << 20;
 
 void drain_queue(Shared& S, bool wait) {
   DeviceQueue& Q = device_queue();
-  if (Q.pid != static_cast<long>(::getpid())) {  // a forked child: the parent's sides are the parent's
+  if (Q.pid != this_pid()) {  // a forked child: the parent's sides are the parent's
     Q.sides.clear();
-    Q.pid = static_cast<long>(::getpid());
+    Q.pid = this_pid();
     return;
   }
   std::string batch;

@@ -125,8 +125,8 @@ void entry_launch(Graph* graph, Token* token, const Site* site_ptr, const Value*
   try {
     if (!level_built_in(S, site)) return;
     if (site.level == schema::kNames) {
-      if (S.pid != static_cast<long>(::getpid())) {  // a forked child counts afresh
-        S.pid = static_cast<long>(::getpid());
+      if (S.pid != this_pid()) {  // a forked child counts afresh
+        S.pid = this_pid();
         S.launch = 0;
         S.warned.clear();
       }

@@ -87,7 +87,7 @@ void manifest_failed(Shared& S, int e) {
 bool write_held(Shared& S) {
   Held& H = held();
   if (H.used.load() == 0) return true;
-  if (H.pid.load() != static_cast<long>(::getpid())) {
+  if (H.pid.load() != this_pid()) {
     H.used.store(0);
     return true;
   }
@@ -108,7 +108,7 @@ bool append_manifest(Shared& S, const std::string& lines) {
   if (S.manifest_fd < 0) return false;
   Held& H = held();
   size_t used = H.used.load();
-  if (used && H.pid.load() == static_cast<long>(::getpid()) && H.fd.load() == S.manifest_fd &&
+  if (used && H.pid.load() == this_pid() && H.fd.load() == S.manifest_fd &&
       used + lines.size() <= kHeldBytes) {
     std::memcpy(H.buf + used, lines.data(), lines.size());
     if (H.used.compare_exchange_strong(used, used + lines.size())) return write_held(S);
@@ -147,7 +147,7 @@ void pass_signal(const struct sigaction& prev, int sig, siginfo_t* info, void* c
 void held_on_signal(int sig, siginfo_t* info, void* ctx) {
   int saved = errno;
   Held& H = held();
-  if (H.pid.load() == static_cast<long>(::getpid()) && !H.writing.exchange(1)) {
+  if (H.pid.load() == this_pid() && !H.writing.exchange(1)) {
     size_t n = H.used.exchange(0);
     if (n) (void)write_all(H.fd.load(), H.buf, n);  // (async-signal-safe: write(2) and errno only)
     H.writing.store(0);

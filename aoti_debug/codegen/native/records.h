@@ -511,7 +511,7 @@ void record_side(Shared& S, Local& L, const Site& site, const Value* v, size_t c
   }
   Q.append = &append_manifest;
   Q.drain = &drain_queue;
-  Q.pid = static_cast<long>(::getpid());
+  Q.pid = this_pid();
   Q.sides.push_back(std::move(q));
   if (!Q.exit_hook) {
     Q.exit_hook = true;

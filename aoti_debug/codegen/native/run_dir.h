@@ -205,7 +205,7 @@ bool claim_run(Shared& S, const std::string& root, const std::string& id, std::s
 // Caller holds S.mu. Starts a new run when this is a new process (fork) or the
 // dump directory / run id in the environment changed since the last record.
 void ensure_run(Shared& S, const Site& site, const DeviceOps* dev) {
-  long pid = static_cast<long>(::getpid());
+  long pid = this_pid();
   const char* env_dir = std::getenv(schema::env::kDir);
   const char* env_rid = std::getenv(schema::env::kRunId);
   if (!env_dir || !*env_dir) env_dir = schema::kDefaultDumpDir;

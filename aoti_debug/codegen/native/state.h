@@ -8,7 +8,11 @@
 #ifndef AOTI_DEBUG_PART_STATE_H
 #define AOTI_DEBUG_PART_STATE_H
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -99,6 +103,26 @@ extern "C" __attribute__((visibility("default"), used)) inline size_t aoti_debug
 #endif
 
 namespace {
+
+// This process's id, without a system call at every launch (glibc caches none since
+// 2.25, and the runtime asks at each launch whether it is still the process that opened
+// its run): read once, and again in a forked child before any of the child's code runs
+// (the pthread_atfork handler, which glibc drops when this library is unloaded). Where
+// the handler cannot be registered, each call asks the kernel. Async-signal-safe.
+std::atomic<long> pid_seen{0};
+
+void pid_forked() { pid_seen.store(static_cast<long>(::getpid()), std::memory_order_relaxed); }
+
+long this_pid() {
+  static const bool tracked = pthread_atfork(nullptr, nullptr, &pid_forked) == 0;
+  if (!tracked) return static_cast<long>(::getpid());
+  long p = pid_seen.load(std::memory_order_relaxed);
+  if (p == 0) {
+    p = static_cast<long>(::getpid());
+    pid_seen.store(p, std::memory_order_relaxed);
+  }
+  return p;
+}
 
 // The launch being instrumented on this thread (set by the entry points).
 thread_local int64_t tl_launch = 0;
