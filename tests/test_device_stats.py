@@ -458,6 +458,51 @@ def test_linked_inputs_take_their_producers_stats_across_segments(built, tmp_pat
         assert rows == 3 * (6 * 3 - 5), rows
 
 
+@pytest.mark.parametrize("harness", ["harness", *(f"harness-ring{r}x{n}" for r, n in SMALL_RINGS)])
+def test_sides_that_wait_go_as_one_launch_and_equal_a_launch_each(built, tmp_path, harness):
+    """A wrapper that calls pending() (Site::defers): at level stats its sides' stats
+    launches wait and go as one where it says (entry_pending), at the call's end
+    (entry_call_end) or before their segment is shipped. The linked chain's records equal
+    those of a launch a side and of the host path, in record order; with the default ring
+    a graph call is one stats launch (13 rows: 6 weights, the input, 6 outputs) instead of
+    12; in rings smaller than a call the waiting sides go before each segment is shipped."""
+    pack = fake_pack(tmp_path / "pack.bin")
+    each, each_calls, _c, _e = run_harness(built, tmp_path, "each", pack, args=("chain",), harness=harness,
+                                           FAKE_CU_EVENT_DELAY="3")
+    host, _h, _c, _e = run_harness(built, tmp_path, "host", pack, args=("chain",), AOTI_DEBUG_FUSED_STATS="0")
+    recs, calls, _c, err = run_harness(built, tmp_path, "waits", pack, args=("chain-waits",), harness=harness,
+                                       FAKE_CU_EVENT_DELAY="3")
+    assert "warning" not in err, err
+    assert recs == each == host and _manifest_order(recs)
+    merged, single = launches(calls), launches(each_calls)
+    assert sum(len(rows) for _f, rows in merged) == sum(len(rows) for _f, rows in single) == 3 * 13
+    if harness == "harness":
+        assert len(single) == 3 * 12 and len(merged) == 3, [f for f, _r in merged]
+        assert all(len(rows) == 13 for _f, rows in merged)
+    elif harness != "harness-ring8x2":
+        assert len(merged) < len(single), (len(merged), len(single))
+    # a run's launch precedes its segment's copy back: no row is read before it is written
+    ships = [i for i, x in enumerate(calls) if x.startswith("dtoh ")]
+    assert ships and all(any(x.startswith("launch ") for x in calls[:i]) for i in ships)
+
+
+@pytest.mark.parametrize("variant, equal", [("chain-waits-overwrite", True),
+                                            ("chain-waits-overwrite-unguarded", False)])
+def test_a_pending_call_launches_what_waits_before_a_launch_overwrites_it(built, tmp_path, variant, equal):
+    """Launch 3 of each call writes the weight its before side (and the sides before it)
+    read. With entry_pending before it, as codegen writes one there, the waiting sides
+    read the weight before it changes: records equal those of a launch a side. Without,
+    the merged launch reads the new weight: the records differ (what the pending line is for)."""
+    pack = fake_pack(tmp_path / "pack.bin")
+    each, _calls, _c, _e = run_harness(built, tmp_path, "each", pack, args=("chain-overwrite",))
+    recs, calls, _c, err = run_harness(built, tmp_path, "waits", pack, args=(variant,))
+    assert "warning" not in err, err
+    weights = [(r["kernel_call"], r["checksum"]) for r in recs if r["arg"] == "w"]
+    assert len({c for _k, c in weights}) == 2 * 3 if equal else True  # the old and the new weight, each call
+    assert (recs == each) is equal
+    assert len(launches(calls)) == 3 * 2  # a call's sides in two launches: before launch 3 writes, and at its end
+
+
 def test_a_cuda_error_at_a_shipped_segment_is_named_and_its_records_say_so(built, tmp_path):
     """The event of a shipped segment reports the fault: one warning naming the launch after
     which its kernels were queued, the records of every side queued until then without

@@ -234,7 +234,11 @@ int bench(int calls) {
 // launch s reads buf[s] (from launch s-1, unchanged: linked where `links`) and a weight,
 // and writes buf[s+1] (filled between its two sides, as a kernel would). Three graph
 // calls, each with new values, each ended by entry_call_end.
-int chain(const DeviceOps* device, schema::Level level, bool links) {
+//   waits (Site::defers): the sides' stats launches wait for entry_pending / entry_call_end;
+//   overwrite: launch 3 rewrites the weight after its before side read it (in place, as an
+//   inout arg), with entry_pending before it where `pending` (what codegen writes there).
+int chain(const DeviceOps* device, schema::Level level, bool links, bool waits = false, bool overwrite = false,
+          bool pending = true) {
   constexpr int kChain = 6;
   std::vector<AtenTensorHandle> bufs;
   for (int i = 0; i <= kChain; ++i) bufs.push_back(make(kF32, kDeviceCuda, {4, 100}, {100, 1}));
@@ -250,7 +254,7 @@ int chain(const DeviceOps* device, schema::Level level, bool links) {
              {"w", "input", "tensor", "w", 1, 0, ""}};
     out[s] = {{"y", "output", "tensor", "y", 2, 0, ""}};
     before[s] = {"", names[s].c_str(), names[s].c_str(), level, 0, 2, 2, in[s].data(), "", "before,after", __FILE__,
-                 __LINE__, "", "inference", "", s, ""};
+                 __LINE__, "", "inference", "", s, "", waits ? 1 : 0};
     after[s] = before[s];
     after[s].n = 1;
     after[s].args = out[s].data();
@@ -259,9 +263,14 @@ int chain(const DeviceOps* device, schema::Level level, bool links) {
   Token token = {0, 0};
   for (int call = 0; call < 3; ++call) {
     fill(bufs[0], 1000 + call);
+    fill(w, 99);
     for (int s = 0; s < kChain; ++s) {
       Value bv[2] = {Value(bufs[s]), Value(w)};
       entry_launch(&graph, &token, &before[s], bv, 2);
+      if (overwrite && s == 3) {
+        if (pending) entry_pending(&graph);
+        fill(w, 500 + call);  // the launch writes the weight it read
+      }
       fill(bufs[s + 1], 100 * call + s);  // what the kernel writes
       Value av[1] = {Value(bufs[s + 1])};
       entry_done(&graph, &token, &after[s], av, 1);
@@ -299,6 +308,10 @@ int main(int argc, char** argv) {
   bool steady = moved || variant == "steady";
   schema::Level lv = level == "print" ? schema::kPrint : level == "save" ? schema::kSave : schema::kStats;
   if (variant == "chain" || variant == "chain-unlinked") return chain(ops(mode, pack), lv, variant == "chain");
+  if (variant == "chain-waits") return chain(ops(mode, pack), lv, true, true);
+  if (variant == "chain-overwrite") return chain(ops(mode, pack), lv, true, false, true);
+  if (variant == "chain-waits-overwrite") return chain(ops(mode, pack), lv, true, true, true);
+  if (variant == "chain-waits-overwrite-unguarded") return chain(ops(mode, pack), lv, true, true, true, false);
   const int cuda = kDeviceCuda, cpu = kDeviceCpu;
   std::vector<AtenTensorHandle> ts = {
       make(kF32, cuda, {3, 1000}, {1000, 1}),     // 0

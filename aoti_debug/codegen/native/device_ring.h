@@ -65,7 +65,13 @@ struct Segment {
   uint64_t fills = 0;   // how often it was taken to be filled: a row is the same row only in one fill
   std::string after;    // the kernel after which its first stats kernel was queued
   std::string error;    // kDone: why its results are not there ("" when they are)
+  // Sides with rows here whose stats launch waits (Site::defers): device_stats.h's
+  // PendingRun, launched as one before the segment is shipped; null when none waits.
+  void* run = nullptr;
 };
+
+// Launches `g`'s waiting sides (device_stats.h sets it; Caller holds S.mu).
+void (*launch_waiting)(Shared& S, DeviceStats& D, Segment& g) = nullptr;
 
 struct Ring {
   cu::DevPtr counters = 0;  // one per row (the kernels leave them at zero), shared by the segments
@@ -171,6 +177,7 @@ Ring* ring_of(Shared& S, DeviceStats& D, DeviceState& ds, cu::Handle stream, con
 
 // Its results go to the host: its used rows copied into the pinned twin, then its event. Caller holds S.mu.
 void ship(Shared& S, DeviceStats& D, Segment& g) {
+  if (g.run && launch_waiting) launch_waiting(S, D, g);  // (its rows' stats before its copies)
   if (g.state != Segment::kFilling) return;
   // The used rows only, 72 bytes a tensor: their stats (8 doubles a row), then their checksums.
   const char* call = "cuMemcpyDtoHAsync";

@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -431,31 +432,11 @@ bool kept_slot(DeviceStats& D, DeviceState& ds, KeptTable& k, uint64_t bytes) {
   return true;
 }
 
-// The device's summaries of `items` (all on the current context's device), launched on
-// `stream` as fused_stats._launch launches them; "" or the failing call. Items whose
-// kind the pack has no kernel for are left out (`launched` says which were done).
-// With a ring (`R`, level stats), the results go to rows of its current segment, which
-// `seg` then names, `items`' rows are those rows, and nothing is waited for; without one
-// (or when no segment has room for the side), into the side's own buffer, copied and
-// waited for here, and `results` holds them.
-// With `kept` (the side's table as last copied, KeptTable), a table equal to it is not
-// copied again.
-std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& ds, cu::Handle stream,
-                        const char* after, std::vector<DeviceItem>& items, std::vector<Summary>& results,
-                        std::vector<char>& launched, Ring* R, Segment*& seg, KeptTable* kept) {
-  seg = nullptr;
-  const Pack& pk = lp.pack;
-  const int64_t m = static_cast<int64_t>(items.size());
-  const int64_t block = pk.block;
-  const int64_t max_programs = std::max<int64_t>(1, static_cast<int64_t>(pk.per_sm) * ds.sms);
-  const int64_t min_tiles = pk.min_tiles;
-  // One group per kind and tile width or dense tile (0, 0: contiguous tensors), in order
-  // of first appearance.
-  std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> kinds;
-  for (const DeviceItem& it : items) {
-    const std::tuple<uint32_t, uint32_t, uint32_t> key(it.kind, it.perm.cols, it.dense.block);
-    if (std::find(kinds.begin(), kinds.end(), key) == kinds.end()) kinds.push_back(key);
-  }
+// How `items` (all on the current context's device) are read, as fused_stats._launch
+// plans them: one group per kind and tile width or dense tile, in order of first
+// appearance, each with its kernel, base, programs and rows of `table`. Items whose kind
+// the pack has no kernel for are in no group (the host path); "" or a kernel's load fault.
+struct Plan {
   struct Group {
     size_t kernel;
     uint64_t base;
@@ -468,8 +449,23 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
   std::vector<int64_t> table;
   uint64_t tab_bytes = 0;
   int64_t max_group_programs = 0;
+  bool widest = true;  // every group reads 16-byte vectors where its kind has them (a run may take it)
+};
+
+std::string plan_items(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& ds, const std::vector<DeviceItem>& items,
+                       Plan& plan) {
+  const Pack& pk = lp.pack;
+  const int64_t block = pk.block;
+  const int64_t max_programs = std::max<int64_t>(1, static_cast<int64_t>(pk.per_sm) * ds.sms);
+  const int64_t min_tiles = pk.min_tiles;
+  std::vector<std::tuple<uint32_t, uint32_t, uint32_t>> kinds;
+  for (const DeviceItem& it : items) {
+    const std::tuple<uint32_t, uint32_t, uint32_t> key(it.kind, it.perm.cols, it.dense.block);
+    if (std::find(kinds.begin(), kinds.end(), key) == kinds.end()) kinds.push_back(key);
+  }
+  std::vector<int64_t>& table = plan.table;
   for (const auto& [kind, cols, dense] : kinds) {
-    Group g;
+    Plan::Group g;
     for (size_t j = 0; j < items.size(); ++j) {
       if (items[j].kind == kind && items[j].perm.cols == cols && items[j].dense.block == dense) g.members.push_back(j);
     }
@@ -512,6 +508,7 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
     size_t kernel = find(vec);
     if (kernel == pk.kernels.size() && vec > 1) kernel = find(vec = 1);  // (a pack without the vector form)
     if (kernel == pk.kernels.size()) continue;
+    plan.widest = plan.widest && (aligned || 16 / width == 1);
     std::string fault;
     cu::Handle fn = kernel_function(S, D, lp, ds, kernel, fault);
     if (!fault.empty()) return fault;
@@ -520,7 +517,7 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
     g.kernel = kernel;
     g.base = base;
     g.programs = 0;
-    g.tab_at = tab_bytes;
+    g.tab_at = plan.tab_bytes;
     g.tw = cols ? kPermTableWidth : dense ? kDenseTableWidth : 6;
     for (size_t j : g.members) {
       const DeviceItem& it = items[j];
@@ -563,37 +560,47 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
       g.programs += nprog;
     }
     table.resize(round_up(table.size() * 8) / 8, 0);  // the next group's table 256-byte aligned
-    tab_bytes = table.size() * 8;
-    max_group_programs = std::max(max_group_programs, g.programs);
-    groups.push_back(std::move(g));
+    plan.tab_bytes = table.size() * 8;
+    plan.max_group_programs = std::max(plan.max_group_programs, g.programs);
+    plan.groups.push_back(std::move(g));
   }
-  if (groups.empty()) return "";
-  if (R) seg = take_rows(S, D, *R, stream, after, static_cast<uint32_t>(m), tab_bytes);
-  if (D.broken) return "";  // a wait for a segment failed (warned): the host path
-  // The table's rows count from the side's first: a segment's rows from `first` (a
-  // multiple of 8, take_rows) are rows from 0 of `out` moved by `first` rows, whose
-  // checksums (at out + 8 * k_total + row) stay in place with k_total less 7/8 of `first`.
-  const uint32_t first = seg ? seg->used : 0;
-  if (seg) {
-    for (DeviceItem& it : items) it.row += first;
-  }
+  return "";
+}
+
+// Launches `plan`'s groups over `items` on `stream`. With `seg`, into its rows from
+// `first` (the table's rows count from it: a segment's rows from `first`, a multiple of 8,
+// are rows from 0 of `out` moved by `first` rows, whose checksums, at out + 8 * k_total +
+// row, stay in place with k_total less 7/8 of `first`); without, into the side's own buffer, copied and waited for here into
+// `results`. The table is staged at `staged` of the segment's pinned twin (a waiting
+// run's room), or where the segment's staging is used up to (null). With `kept` (the
+// side's table as last copied, KeptTable), a table equal to it is not copied again. ""
+// or the failing call.
+std::string launch_plan(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& ds, cu::Handle stream,
+                        const char* after, Plan& plan, const std::vector<DeviceItem>& items, Segment* seg,
+                        uint32_t first, unsigned char* staged, cu::DevPtr counters, KeptTable* kept,
+                        std::vector<Summary>* results) {
+  const Pack& pk = lp.pack;
+  const int64_t m = static_cast<int64_t>(items.size());
+  const uint64_t tab_bytes = plan.tab_bytes;
   const uint64_t out_bytes = seg ? 0 : static_cast<uint64_t>(9 * m) * 8;
   // Growing the buffers frees the old ones: queued kernels of earlier sides may still read them.
-  if (R && (static_cast<uint64_t>(max_group_programs) * 72 > ds.part_bytes || tab_bytes > ds.tab_bytes) && ds.buf) {
+  if (seg && (static_cast<uint64_t>(plan.max_group_programs) * 72 > ds.part_bytes || tab_bytes > ds.tab_bytes) &&
+      ds.buf) {
     if (cu::Result r = wait_stream(S, D, stream, after); r != 0) return cu_error(D, "cuStreamSynchronize", r);
   }
-  std::string err = reserve(S, D, ds, stream, after, out_bytes, static_cast<uint64_t>(max_group_programs) * 9 * 8,
-                            tab_bytes, seg ? 0 : static_cast<uint64_t>(m) * 4);
+  std::string err = reserve(S, D, ds, stream, after, out_bytes,
+                            static_cast<uint64_t>(plan.max_group_programs) * 9 * 8, tab_bytes,
+                            seg ? 0 : static_cast<uint64_t>(m) * 4);
   if (!err.empty()) return err;
   // An all-empty group's base was chosen before the buffer may have moved: it stands on the new one.
   cu::DevPtr d_out = ds.buf, d_part = ds.buf + ds.out_bytes, d_tab = d_part + ds.part_bytes,
              d_counters = d_tab + ds.tab_bytes;
   if (seg) {
     d_out = seg->dev + uint64_t{first} * 64;
-    d_counters = R->counters;
+    d_counters = counters;
   }
   const size_t tab_count = static_cast<size_t>(tab_bytes / 8);
-  if (kept && kept->table.size() == tab_count && std::memcmp(kept->table.data(), table.data(), tab_bytes) == 0) {
+  if (kept && kept->table.size() == tab_count && std::memcmp(kept->table.data(), plan.table.data(), tab_bytes) == 0) {
     d_tab = kept->dev;  // on the device already
   } else {
     if (kept && kept_slot(D, ds, *kept, tab_bytes)) {
@@ -601,18 +608,20 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
       kept->table.clear();  // valid again once the copy is queued
     }
     // The table is staged in pinned memory that no later side writes before the copy ran:
-    // the segment's (reused after its event), else the side's own (waited for below).
-    unsigned char* staged = seg ? seg->host + kSegmentResults + seg->tab_used : D.host;
-    std::memcpy(staged, table.data(), static_cast<size_t>(tab_bytes));
+    // the segment's (reused after its event; a run's room was taken with its sides),
+    // else the side's own (waited for below).
+    const bool own_room = seg && !staged;
+    if (own_room) staged = seg->host + kSegmentResults + seg->tab_used;
+    if (!seg) staged = D.host;
+    std::memcpy(staged, plan.table.data(), static_cast<size_t>(tab_bytes));
     cu::Result r = D.api.copy_htod_async(d_tab, staged, static_cast<size_t>(tab_bytes), stream);
     if (r != 0) return cu_error(D, "cuMemcpyHtoDAsync", r);
-    if (seg) seg->tab_used += tab_bytes;
-    if (kept && d_tab == kept->dev) kept->table.assign(table.begin(), table.begin() + tab_count);
+    if (own_room) seg->tab_used += tab_bytes;
+    if (kept && d_tab == kept->dev) kept->table.assign(plan.table.begin(), plan.table.begin() + tab_count);
   }
-  if (seg) seg->used += static_cast<uint32_t>(m);
   int32_t k_total = static_cast<int32_t>(seg ? kSegmentRows - first / 8 * 7 : m);
   cu::DevPtr scratch[kMaxScratch] = {0, 0, 0, 0};
-  for (Group& g : groups) {
+  for (Plan::Group& g : plan.groups) {
     bool empty = true;
     for (size_t j : g.members) empty = empty && items[j].numel == 0;
     cu::DevPtr base = empty ? d_out : g.base;
@@ -631,24 +640,154 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
                                        32 * pkk.num_warps, 1, 1, pkk.shared, stream, params, nullptr);
     if (r != 0) return cu_error(D, "cuLaunchKernel", r);
   }
-  if (seg) {  // the results come with the segment's
-    for (const Group& g : groups) {
-      for (size_t j : g.members) launched[items[j].index] = 1;
-    }
-    return "";
-  }
+  if (seg) return "";  // the results come with the segment's
   cu::Result r = D.api.copy_dtoh_async(D.host, d_out, static_cast<size_t>(out_bytes), stream);
   if (r != 0) return cu_error(D, "cuMemcpyDtoHAsync", r);
   r = wait_stream(S, D, stream, after);
   if (r != 0) return cu_error(D, "cuStreamSynchronize", r);
   const double* o = reinterpret_cast<const double*>(D.host);
-  for (const Group& g : groups) {
+  for (const Plan::Group& g : plan.groups) {
     for (size_t j : g.members) {
       uint64_t checksum;
       std::memcpy(&checksum, o + 8 * m + items[j].row, sizeof(checksum));
-      results[items[j].index] = row_summary(o + items[j].row * 8, checksum);
-      launched[items[j].index] = 1;
+      (*results)[items[j].index] = row_summary(o + items[j].row * 8, checksum);
     }
+  }
+  return "";
+}
+
+// Sides whose stats launch waits in a segment (Site::defers, level stats): their items,
+// rows counted from the run's first side's first row, go as one launch per kind and
+// layout (launch_waiting) where the wrapper says that what follows may write one of their
+// tensors (entry_pending), at the graph call's end (entry_call_end), or before the
+// segment is shipped. Their rows and table bytes are taken when each side is made, so
+// its records are queued with their rows as a launched side's are.
+struct PendingRun {
+  LoadedPack* lp = nullptr;
+  DeviceState* ds = nullptr;
+  cu::Handle stream = nullptr;
+  cu::DevPtr counters = 0;
+  uint32_t first = 0;   // the first side's first row
+  uint64_t tab_at = 0;  // where its table bytes start in the segment's staging
+  KeptKey kept;         // the first side's: the run's table is kept in its slot
+  std::string after;    // the last side's kernel
+  std::vector<DeviceItem> items;
+};
+
+// The segments with a waiting run (this runtime's), in the order the runs began.
+std::vector<Segment*>& waiting_segments() {
+  static std::vector<Segment*> v;
+  return v;
+}
+
+void launch_run(Shared& S, DeviceStats& D, Segment& g) {
+  std::unique_ptr<PendingRun> run(static_cast<PendingRun*>(g.run));
+  g.run = nullptr;
+  auto& waiting = waiting_segments();
+  waiting.erase(std::remove(waiting.begin(), waiting.end(), &g), waiting.end());
+  if (!run || run->items.empty()) return;
+  std::string err;
+  if (D.broken) {
+    err = "not launched: the device path failed before";
+  } else {
+    try {
+      Plan plan;
+      err = plan_items(S, D, *run->lp, *run->ds, run->items, plan);
+      size_t planned = 0;
+      for (const Plan::Group& pg : plan.groups) planned += pg.members.size();
+      if (err.empty() && planned != run->items.size()) err = "a waiting side's kernel went missing";
+      if (err.empty() && run->tab_at + plan.tab_bytes > kSegmentTables) err = "a waiting run's table outgrew its room";
+      if (err.empty()) {
+        KeptTable& kept = run->ds->kept[run->kept];
+        err = launch_plan(S, D, *run->lp, *run->ds, run->stream, run->after.c_str(), plan, run->items, &g, run->first,
+                          g.host + kSegmentResults + run->tab_at, run->counters, &kept, nullptr);
+      }
+    } catch (...) {  // std::bad_alloc
+      err = "out of host memory for a waiting run";
+    }
+  }
+  if (!err.empty()) {  // its rows hold nothing: every record of the segment says why
+    g.error = err;
+    if (!D.broken) device_failed(S, D, run->after, err);
+  }
+}
+
+// Every waiting run of this runtime launched (entry_pending, entry_call_end). Caller holds S.mu.
+void launch_waiting_runs(Shared& S) {
+  auto& waiting = waiting_segments();
+  if (waiting.empty()) return;
+  DeviceStats& D = device_stats();
+  while (!waiting.empty()) launch_run(S, D, *waiting.front());
+}
+
+// The device's summaries of `items` (all on the current context's device), launched on
+// `stream` as fused_stats._launch launches them; "" or the failing call. Items whose
+// kind the pack has no kernel for are left out (`launched` says which were done).
+// With a ring (`R`, level stats), the results go to rows of its current segment, which
+// `seg` then names, `items`' rows are those rows, and nothing is waited for; with `wait`
+// too (Site::defers) and every tensor read in 16-byte vectors where its kind has them,
+// the side joins the segment's waiting run instead of launching (PendingRun). Without a
+// ring (or when no segment has room for the side), into the side's own buffer, copied
+// and waited for here, and `results` holds them.
+std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& ds, cu::Handle stream,
+                        const char* after, std::vector<DeviceItem>& items, std::vector<Summary>& results,
+                        std::vector<char>& launched, Ring* R, Segment*& seg, const KeptKey& key, bool wait) {
+  seg = nullptr;
+  const int64_t m = static_cast<int64_t>(items.size());
+  Plan plan;
+  std::string err = plan_items(S, D, lp, ds, items, plan);
+  if (!err.empty()) return err;
+  if (plan.groups.empty()) return "";
+  if (R) seg = take_rows(S, D, *R, stream, after, static_cast<uint32_t>(m), plan.tab_bytes);
+  if (D.broken) return "";  // a wait for a segment failed (warned): the host path
+  const uint32_t first = seg ? seg->used : 0;
+  if (seg) {
+    for (DeviceItem& it : items) it.row += first;
+  }
+  bool copied = false;
+  for (const DeviceItem& it : items) copied = copied || it.copy;
+  if (seg && wait && plan.widest && !copied) {
+    // Rows and table bytes taken now; the launch waits (a side with a device copy does
+    // not: the copy is freed with the side).
+    PendingRun* run = static_cast<PendingRun*>(seg->run);
+    if (run && (run->stream != stream || run->lp != &lp || run->ds != &ds)) {
+      launch_run(S, D, *seg);  // (one stream, pack and device a run)
+      run = nullptr;
+    }
+    if (!run) {
+      auto fresh = std::make_unique<PendingRun>();
+      fresh->lp = &lp;
+      fresh->ds = &ds;
+      fresh->stream = stream;
+      fresh->counters = R->counters;
+      fresh->first = first;
+      fresh->tab_at = seg->tab_used;
+      fresh->kept = key;
+      waiting_segments().push_back(seg);
+      launch_waiting = &launch_run;
+      run = fresh.release();
+      seg->run = run;
+    }
+    run->after = after;
+    for (const Plan::Group& g : plan.groups) {
+      for (size_t j : g.members) {
+        DeviceItem it = items[j];
+        it.row -= run->first;
+        run->items.push_back(it);
+        launched[it.index] = 1;
+      }
+    }
+    seg->tab_used += plan.tab_bytes;
+    seg->used += static_cast<uint32_t>(m);
+    return "";
+  }
+  KeptTable& kept = ds.kept[key];
+  if (seg) seg->used += static_cast<uint32_t>(m);
+  err = launch_plan(S, D, lp, ds, stream, after, plan, items, seg, first, nullptr, R ? R->counters : 0, &kept,
+                    &results);
+  if (!err.empty()) return err;
+  for (const Plan::Group& g : plan.groups) {
+    for (size_t j : g.members) launched[items[j].index] = 1;
   }
   return "";
 }
@@ -762,8 +901,9 @@ void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, con
         out.assign(n, Summary());
         done.assign(n, 0);
         Segment* seg = nullptr;
-        KeptTable& kept = ds->kept[KeptKey(&site, before, stream)];
-        err = launch_side(S, D, *lp, *ds, stream, site.kernel, items, out, done, R, seg, &kept);
+        const bool wait = site.defers && site.level == schema::kStats && !site.sync;
+        err = launch_side(S, D, *lp, *ds, stream, site.kernel, items, out, done, R, seg,
+                          KeptKey(&site, before, stream), wait);
         if (err.empty() && seg) {
           deferred.segment = seg;
           deferred.owner = &D;

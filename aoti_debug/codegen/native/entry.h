@@ -199,6 +199,9 @@ void entry_call_end(Graph* graph) noexcept {
   Shared& S = shared();
   std::lock_guard<std::mutex> guard(S.mu);
   try {
+#if AOTI_DEBUG_WITH_RECORDS
+    launch_waiting_runs(S);  // what the caller does with the outputs may write them
+#endif
     Local& L = graph_local(*graph);
     L.ends_calls = true;
 #if AOTI_DEBUG_WITH_RECORDS
@@ -207,6 +210,18 @@ void entry_call_end(Graph* graph) noexcept {
 #endif
   } catch (...) {  // std::bad_alloc making the graph's state: its sides write at once
   }
+}
+
+// The wrapper's next line may write a tensor that a side of this call read (Site::defers;
+// codegen's Manager._pending): the stats launches that wait for it go now
+// (device_stats.h's PendingRun). Never throws.
+void entry_pending(Graph* graph) noexcept {
+  (void)graph;
+#if AOTI_DEBUG_WITH_RECORDS
+  Shared& S = shared();
+  std::lock_guard<std::mutex> guard(S.mu);
+  launch_waiting_runs(S);
+#endif
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ AOTI_DEBUG_GLUE_FN void done(const Site&, std::initializer_list<Value> values) A
   Value::release(values.begin(), values.size());
 }
 AOTI_DEBUG_GLUE_FN void call_end() noexcept {}
+AOTI_DEBUG_GLUE_FN void pending() noexcept {}
 #else
 Graph this_graph = {nullptr, kWrapperDevice};
 thread_local Token this_token = {0, 0};
@@ -44,6 +45,8 @@ AOTI_DEBUG_GLUE_FN void done(const Site& site, std::initializer_list<Value> valu
 }
 
 AOTI_DEBUG_GLUE_FN void call_end() noexcept { entry_call_end(&this_graph); }
+
+AOTI_DEBUG_GLUE_FN void pending() noexcept { entry_pending(&this_graph); }
 #endif
 
 }  // namespace

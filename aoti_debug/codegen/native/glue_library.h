@@ -29,10 +29,11 @@ struct Library {
   EntryFn launch;
   EntryFn done;
   void (*call_end)(Graph*);
+  void (*pending)(Graph*);
 };
 
 __attribute__((cold, noinline)) Library load_library() {
-  Library lib = {nullptr, nullptr, nullptr};
+  Library lib = {nullptr, nullptr, nullptr, nullptr};
   const char* path = AOTI_DEBUG_LIBRARY;
   const char* why = nullptr;
 #ifdef _WIN32
@@ -48,8 +49,10 @@ __attribute__((cold, noinline)) Library load_library() {
     lib.launch = reinterpret_cast<EntryFn>(::dlsym(h, "aoti_debug_rt_launch"));
     lib.done = reinterpret_cast<EntryFn>(::dlsym(h, "aoti_debug_rt_done"));
     lib.call_end = reinterpret_cast<void (*)(Graph*)>(::dlsym(h, "aoti_debug_rt_call_end"));
-    if (!abi || !lib.launch || !lib.done || !lib.call_end || std::strcmp(abi(), AOTI_DEBUG_NS_NAME) != 0) {
-      lib = {nullptr, nullptr, nullptr};
+    lib.pending = reinterpret_cast<void (*)(Graph*)>(::dlsym(h, "aoti_debug_rt_pending"));
+    if (!abi || !lib.launch || !lib.done || !lib.call_end || !lib.pending ||
+        std::strcmp(abi(), AOTI_DEBUG_NS_NAME) != 0) {
+      lib = {nullptr, nullptr, nullptr, nullptr};
       why = "it is not the aoti_debug runtime this model was compiled for";
     }
   }
@@ -93,6 +96,11 @@ AOTI_DEBUG_GLUE_FN void done(const Site& site, std::initializer_list<Value> valu
 AOTI_DEBUG_GLUE_FN void call_end() noexcept {
   const Library& lib = library();
   if (lib.call_end) lib.call_end(&this_graph);
+}
+
+AOTI_DEBUG_GLUE_FN void pending() noexcept {
+  const Library& lib = library();
+  if (lib.pending) lib.pending(&this_graph);
 }
 
 }  // namespace

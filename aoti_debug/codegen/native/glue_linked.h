@@ -27,6 +27,7 @@ AOTI_DEBUG_HIDDEN void linked_launch(Graph* graph, Token* token, const Site* sit
 AOTI_DEBUG_HIDDEN void linked_done(Graph* graph, Token* token, const Site* site, const Value* values,
                                    size_t n) noexcept;
 AOTI_DEBUG_HIDDEN void linked_call_end(Graph* graph) noexcept;
+AOTI_DEBUG_HIDDEN void linked_pending(Graph* graph) noexcept;
 
 #ifndef AOTI_DEBUG_OBJECT_SOURCE  // the wrapper's side
 namespace {
@@ -44,6 +45,8 @@ AOTI_DEBUG_GLUE_FN void done(const Site& site, std::initializer_list<Value> valu
 }
 
 AOTI_DEBUG_GLUE_FN void call_end() noexcept { linked_call_end(&this_graph); }
+
+AOTI_DEBUG_GLUE_FN void pending() noexcept { linked_pending(&this_graph); }
 
 }  // namespace
 #endif  // AOTI_DEBUG_OBJECT_SOURCE

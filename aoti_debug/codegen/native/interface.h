@@ -51,6 +51,10 @@ struct Site {
   const char* compile_id;  // Dynamo's compile id of the graph ("" under AOTInductor export)
   int id;                  // the site's number in this wrapper (record "site"; -1: none)
   const char* provenance;  // format.provenance.Provenance as JSON ("" if unknown): sites.jsonl
+  // 1: the wrapper calls pending() before whatever may write a tensor this side read (and
+  // call_end() at the call's end), so at level stats its stats launch may wait and go with
+  // the sides after it as one (device_stats.h's PendingRun). 0 (older wrappers, tests): never.
+  int defers = 0;
 };
 
 // c10::ScalarType values (stable ABI: the same numbers aoti_torch_dtype_*() return).

@@ -39,6 +39,8 @@ AOTI_DEBUG_EXPORT void aoti_debug_rt_done(AOTI_DEBUG_NS::Graph* graph, AOTI_DEBU
 
 AOTI_DEBUG_EXPORT void aoti_debug_rt_call_end(AOTI_DEBUG_NS::Graph* graph) { AOTI_DEBUG_NS::entry_call_end(graph); }
 
+AOTI_DEBUG_EXPORT void aoti_debug_rt_pending(AOTI_DEBUG_NS::Graph* graph) { AOTI_DEBUG_NS::entry_pending(graph); }
+
 // Stats and checksum of CPU tensors for the Python runtime (runtime/native_stats.py);
 // the layout of `spec`, `stats` and `checksums`: cpu_summary.h. Never throws.
 AOTI_DEBUG_EXPORT int aoti_debug_rt_cpu_summaries(const int64_t* spec, size_t spec_len, size_t count, double* stats,

@@ -20,4 +20,6 @@ void linked_done(Graph* graph, Token* token, const Site* site, const Value* valu
 
 void linked_call_end(Graph* graph) noexcept { entry_call_end(graph); }
 
+void linked_pending(Graph* graph) noexcept { entry_pending(graph); }
+
 }  // namespace AOTI_DEBUG_NS
