@@ -44,8 +44,7 @@ def _wrapper(steps: list, level: str = "stats", kernels: str | None = None, sync
             code.writeline(step)
         else:
             _emit_launch(m, root, code, step, cpp, open_inputs=True)
-    if not cpp:
-        m.pending_tail(code)
+    m.pending_tail(code, cpp=cpp)
     return [str(line) for line in code._lines if isinstance(line, str)]
 
 
@@ -157,8 +156,42 @@ def test_an_uninstrumented_launch_writing_a_deferred_storage_still_summarises_fi
 
 def test_no_pending_lines_where_nothing_defers():
     steps = [("k0", ["arg0_1"], ["buf0"]), ("k1", [], [], ["buf0"])]
-    for kw in ({"level": "print"}, {"level": "save"}, {"level": "names"}, {"sync": True}, {"cpp": True}):
-        assert not any(PENDING_LINE in line for line in _wrapper(steps, **kw)), kw
+    for kw in ({"level": "print"}, {"level": "save"}, {"level": "names"}, {"sync": True}):
+        for cpp in (False, True):
+            lines = _wrapper(steps, cpp=cpp, **kw)
+            assert not any(PENDING_LINE in line or CPP_PENDING in line for line in lines), (kw, cpp)
+            assert all(", 0};" in line for line in lines if "aoti_debug_site =" in line), lines  # Site::defers 0
+
+
+# C++ wrappers (cpp_wrapper, AOTInductor): the same analysis, the runtime's pending() call
+# (native/device_stats.h's PendingRun, which holds a new handle of each waiting tensor, so
+# a freed buffer's memory goes to no other while its stats wait); the call's end is
+# call_end(), which launches what still waits, so no pending call closes the call.
+CPP_PENDING = "::aoti_debug_rt_1::pending();"
+
+
+def test_cpp_wrappers_call_pending_where_python_wrappers_have_their_line():
+    lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), ("k1", [], [], ["buf0"])], cpp=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith("k1.run("))
+    assert lines[at - 1] == CPP_PENDING and "::launch(aoti_debug_site" in lines[at - 2], lines
+    assert lines.count(CPP_PENDING) == 1  # (the call's end is call_end's)
+    sites = [line for line in lines if "aoti_debug_site =" in line]
+    assert sites and all(", 1};" in line for line in sites), sites  # Site::defers 1
+    chain = _wrapper([("k0", ["arg0_1"], ["buf0"]), ("k1", ["buf0"], ["buf1"]), ("k2", ["buf1"], ["buf2"])],
+                     cpp=True)
+    assert CPP_PENDING not in chain  # no launch writes what a side read: one stats launch a call
+
+
+def test_a_cpp_line_writing_a_waiting_storage_is_preceded_by_pending_and_a_free_is_not():
+    lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), ("k1", ["buf0"], ["buf1"]), "buf0.reset();",
+                      "buf1.zero_();", ("k2", ["buf1"], ["buf2"])], cpp=True)
+    # (where the last launch's lines ended, as in a Python wrapper: before the lines after it)
+    assert lines.count(CPP_PENDING) == 1 and lines.index("buf1.zero_();") - 2 == lines.index(CPP_PENDING), lines
+    quiet = _wrapper([("k0", ["arg0_1"], ["buf0"]), ("k1", ["buf0"], ["buf1"]), "buf0.reset();",
+                      ("k2", ["buf1"], ["buf2"])], cpp=True)
+    assert CPP_PENDING not in quiet  # a free: the runtime holds what waits
+    tail = _wrapper([("k0", ["arg0_1"], ["buf0"]), "aoti_torch_copy_(arg0_1, buf0, 0);"], cpp=True)
+    assert tail[tail.index("aoti_torch_copy_(arg0_1, buf0, 0);") - 1] == CPP_PENDING  # after the last launch too
 
 
 def test_a_compiled_python_wrapper_says_it_defers_and_runs(tmp_path, monkeypatch):
@@ -349,3 +382,31 @@ def test_the_handle_summarises_pending_sides_only_inside_a_capture(monkeypatch):
     monkeypatch.setattr(cuda_graphs._tls, "capture", cap, raising=False)
     handle.pending()
     assert len(calls) == 1 and not cap.deferred
+
+
+def test_a_compiled_cpp_wrapper_calls_pending_before_its_in_place_kernels(tmp_path):
+    """A real ``cpp_wrapper`` compile at level stats (CPU, where no stats launch waits):
+    its sites say they defer, an in-place kernel's launch is preceded by the runtime's
+    pending call (after the launch's before hook), the call still ends with one
+    ``call_end()``, and the model's values and records are eager's."""
+    from tests.conftest import dump_dir_restored, only_run, records
+    from tests.test_cpp_wrapper import compile_cpp
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8), torch.nn.GELU()).eval()
+    x = torch.randn(4, 16)
+    with dump_dir_restored(), torch.no_grad():
+        _fn, out, code = compile_cpp(model, x, level="stats", root=str(tmp_path))
+        torch.testing.assert_close(out, model(x))
+    torch._dynamo.reset()
+    lines = [line.strip() for line in code.splitlines()]
+    sites = [line for line in lines if "aoti_debug_site =" in line]
+    assert sites and all(", 1}; ::aoti_debug_rt_1::" in line for line in sites), sites[:2]
+    pendings = [i for i, line in enumerate(lines) if line == CPP_PENDING]
+    assert pendings, "an in-place kernel (the ReLU into its addmm's buffer) writes what its before side read"
+    for i in pendings:
+        assert "::aoti_debug_rt_1::launch(aoti_debug_site" in lines[i - 1] and lines[i + 1].startswith("cpp_fused_"), \
+            lines[i - 1:i + 2]
+    assert code.count("::aoti_debug_rt_1::call_end();") == 1
+    recs = records(only_run(str(tmp_path)))
+    assert recs and all(r["stats"] and r["checksum"] for r in recs if r["kind"] == "tensor")

@@ -97,6 +97,14 @@ def call_end_line(wrapper) -> str | None:
     return f"::{cpp_runtime.NAMESPACE}::call_end();"
 
 
+def pending_line() -> str:
+    """What a C++ wrapper calls before a line that may write a tensor whose stats wait
+    (``Manager._pending``; ``native/entry.h``'s ``entry_pending``)."""
+    from .manager import CPP_PENDING_CALL
+
+    return f"::{cpp_runtime.NAMESPACE}{CPP_PENDING_CALL}"
+
+
 def _arg_literal(a: LaunchArg, index: int, phase: str) -> str:
     fields = [*(cpp_string(x) for x in (a.name, a.role, a.kind, a.expr)), str(index),
               "1" if a.uninitialised else "0", cpp_string(a.volatile_reason(a.name) or "")]
@@ -190,6 +198,7 @@ def site_line(manager, launch: Launch, phase: str, wrapper=None, values: list[st
         cpp_string(graph_info.get("compile_id", "")),
         str(site_number(wrapper, launch)),
         cpp_string(launch.provenance),
+        "1" if manager.defers else "0",  # Site::defers: the pending lines are written (Manager._pending)
     ]
     parts.append(f"static constexpr {ns}::Site aoti_debug_site = {{{', '.join(fields)}}};")
     call = "launch" if phase == "before" else "done"

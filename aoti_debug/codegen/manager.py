@@ -22,11 +22,15 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: (``runtime/cuda_graphs``: inside a CUDA graph, level stats, sides' stats launches wait
 #: and go as one launch here).
 PENDING_LINE = "_aoti_debug.pending()  # what follows may write a tensor whose stats are deferred"
+#: The C++ wrapper's (``cpp_emitter.pending_line``): level stats' sides of a ``cpp_wrapper``
+#: or AOTInductor model wait there too (``native/device_stats.h``'s ``PendingRun``).
+CPP_PENDING_CALL = "::pending();"
 #: Wrapper lines that only name buffers (comments, deletions, checks of an input's layout,
 #: our pending line, the reuse and alias lines whose storage the manager follows), in
 #: Python and in C++ (``buf3.reset();``, ``auto buf5 = std::move(buf2);  // reuse``): no
 #: write between a producer and its reader.
 _NAMES_ONLY = ("#", "del ", "//", "assert_size_stride(", "assert_alignment(", PENDING_LINE.split("#")[0].strip())
+_NAMES_ONLY_CPP_END = (CPP_PENDING_CALL,)
 _NAMES_ONLY_END = ("# reuse", "# alias", "// reuse", "// alias")
 _RESET = re.compile(r"[A-Za-z_]\w*\.reset\(\);")
 #: The levels whose records of CUDA tensors come from the device ring, where an input's
@@ -383,7 +387,7 @@ class Manager:
     def _pending(self, launch: Launch, phase: str, matched: bool, cpp: bool) -> list[str]:
         """The pending line after a launch's before lines, where the launch writes a
         storage a deferred side read (its own before side's included: an in-place arg)."""
-        if cpp or not self.defers:
+        if not self.defers:
             return []
         summarised = matched and phase in self.settings.phases
         if phase == "after":
@@ -394,7 +398,7 @@ class Manager:
             self.deferred_reads |= self._tensor_roots(launch, after=False)
         if self.deferred_reads and not self.deferred_reads.isdisjoint(self._tensor_roots(launch, after=True)):
             self._summarised()
-            return [PENDING_LINE]
+            return [_pending_line(cpp)]
         return []
 
     def _summarised(self) -> None:
@@ -405,7 +409,7 @@ class Manager:
         """After a launch: remember where its lines end. Before one (and before the call
         returns: ``pending_tail``): where a line written since names a storage a deferred
         side read, a pending line goes where the last launch's lines ended, before it."""
-        if not self.defers or cpp:
+        if not self.defers:
             return
         if lines is None:  # (no lines to read back: nothing stays deferred past a launch)
             self._write_pending(code, cpp)
@@ -426,17 +430,19 @@ class Manager:
         start, prefix = mark
         for names in _names_written(lines, start):
             if any(self.root(name) in self.deferred_reads for name in names):
-                lines.insert(start, prefix + PENDING_LINE)
+                lines.insert(start, prefix + _pending_line(cpp))
                 self._summarised()
                 return
 
-    def pending_tail(self, code) -> None:
+    def pending_tail(self, code, cpp: bool = False) -> None:
         """Before the call returns (``generate_return``): its lines after the last launch,
         then a pending line if any side may still be deferred. Nothing stays deferred past
         a graph call: what runs after it (eager code or another graph inside the same
-        CUDA graph capture) may write anything it returns or was given."""
-        self._pending_lines(code, getattr(code, "_lines", None), "before", False)
-        self._write_pending(code, False)
+        CUDA graph capture) may write anything it returns or was given. (A C++ wrapper's
+        ``call_end()``, written next, launches what still waits.)"""
+        self._pending_lines(code, getattr(code, "_lines", None), "before", cpp)
+        if not cpp:
+            self._write_pending(code, False)
 
     def precompile_layouts(self) -> tuple[tuple, tuple] | None:
         """What the wrapper's module hands the runtime at import to compile the stats
@@ -456,8 +462,8 @@ class Manager:
 
     def _write_pending(self, code, cpp: bool) -> None:
         """A pending line here, where a side may still be deferred."""
-        if self.defers and not cpp and self.deferred_reads:
-            code.writeline(PENDING_LINE)
+        if self.defers and self.deferred_reads:
+            code.writeline(_pending_line(cpp))
             self._summarised()
 
     def _emit(self, wrapper, launch: Launch, phase: str, cpp: bool) -> list[str]:
@@ -473,14 +479,26 @@ class Manager:
 def _names_written(lines: list, start: int):
     """The names of each line of ``lines[start:]`` that may write what it names: not a
     comment, a deletion, a layout check, or a reuse or alias line (whose storage the
-    manager follows)."""
+    manager follows). A deletion frees nothing a waiting side reads: the runtimes hold
+    its tensors until its stats launch (``runtime/cuda_graphs``; the C++ runtime's
+    ``PendingRun`` a new handle of each)."""
     for line in lines[start:]:
         if not isinstance(line, str) and not hasattr(line, "line"):
             continue  # (a LineContext: where the lines came from, no code)
         text = str(getattr(line, "line", line)).strip()
-        if text.startswith(_NAMES_ONLY) or text.endswith(_NAMES_ONLY_END) or _RESET.fullmatch(text):
+        if (text.startswith(_NAMES_ONLY) or text.endswith(_NAMES_ONLY_END) or text.endswith(_NAMES_ONLY_CPP_END)
+                or _RESET.fullmatch(text)):
             continue
         yield _NAME.findall(text)
+
+
+def _pending_line(cpp: bool) -> str:
+    """The wrapper's pending line (``PENDING_LINE``; C++: ``cpp_emitter.pending_line``)."""
+    if not cpp:
+        return PENDING_LINE
+    from . import cpp_emitter
+
+    return cpp_emitter.pending_line()
 
 
 def _indent(code, lines: list) -> str:

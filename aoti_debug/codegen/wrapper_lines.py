@@ -267,6 +267,9 @@ def _write_call_end(wrapper) -> None:
 
     line = call_end_line(wrapper)
     if line is not None:
+        manager = getattr(wrapper, "_aoti_debug_manager", None)
+        if manager is not None:  # a line after the last launch that writes what a side's stats wait for
+            manager.pending_tail(wrapper.wrapper_call, cpp=True)
         wrapper.wrapper_call.writeline(line)
 
 

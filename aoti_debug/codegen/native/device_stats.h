@@ -672,6 +672,13 @@ struct PendingRun {
   KeptKey kept;         // the first side's: the run's table is kept in its slot
   std::string after;    // the last side's kernel
   std::vector<DeviceItem> items;
+  // A new handle of each waiting tensor: its memory goes to no other buffer before the
+  // launch is queued (a wrapper frees a buffer after its last use; codegen's pending
+  // lines come only before what writes one), as the Python runtime's references hold.
+  std::vector<AtenTensorHandle> held;
+  ~PendingRun() {
+    for (AtenTensorHandle h : held) aoti_torch_delete_tensor_object(h);
+  }
 };
 
 // The segments with a waiting run (this runtime's), in the order the runs began.
@@ -730,8 +737,9 @@ void launch_waiting_runs(Shared& S) {
 // ring (or when no segment has room for the side), into the side's own buffer, copied
 // and waited for here, and `results` holds them.
 std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& ds, cu::Handle stream,
-                        const char* after, std::vector<DeviceItem>& items, std::vector<Summary>& results,
-                        std::vector<char>& launched, Ring* R, Segment*& seg, const KeptKey& key, bool wait) {
+                        const char* after, const Value* v, std::vector<DeviceItem>& items,
+                        std::vector<Summary>& results, std::vector<char>& launched, Ring* R, Segment*& seg,
+                        const KeptKey& key, bool wait) {
   seg = nullptr;
   const int64_t m = static_cast<int64_t>(items.size());
   Plan plan;
@@ -746,6 +754,24 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
   }
   bool copied = false;
   for (const DeviceItem& it : items) copied = copied || it.copy;
+  std::vector<AtenTensorHandle> held;
+  if (seg && wait && plan.widest && !copied) {
+    for (const Plan::Group& g : plan.groups) {
+      for (size_t j : g.members) {
+        AtenTensorHandle h = nullptr;
+        if (aoti_torch_new_tensor_handle(v[items[j].index].handle(), &h) != 0 || !h) {
+          wait = false;  // (then this side launches now)
+          break;
+        }
+        held.push_back(h);
+      }
+      if (!wait) break;
+    }
+    if (!wait) {
+      for (AtenTensorHandle h : held) aoti_torch_delete_tensor_object(h);
+      held.clear();
+    }
+  }
   if (seg && wait && plan.widest && !copied) {
     // Rows and table bytes taken now; the launch waits (a side with a device copy does
     // not: the copy is freed with the side).
@@ -769,6 +795,7 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
       seg->run = run;
     }
     run->after = after;
+    run->held.insert(run->held.end(), held.begin(), held.end());
     for (const Plan::Group& g : plan.groups) {
       for (size_t j : g.members) {
         DeviceItem it = items[j];
@@ -902,7 +929,7 @@ void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, con
         done.assign(n, 0);
         Segment* seg = nullptr;
         const bool wait = site.defers && site.level == schema::kStats && !site.sync;
-        err = launch_side(S, D, *lp, *ds, stream, site.kernel, items, out, done, R, seg,
+        err = launch_side(S, D, *lp, *ds, stream, site.kernel, v, items, out, done, R, seg,
                           KeptKey(&site, before, stream), wait);
         if (err.empty() && seg) {
           deferred.segment = seg;
