@@ -36,7 +36,7 @@ GOLDEN_BEFORE = (
     f'{{"buf0", "inout", "tensor", "{VIEW}", 1, 0, ""}}, '
     f'{{"s0", "input", "symint", "s0", 2, 0, ""}}}}; '
     f'static constexpr {NS}::Site aoti_debug_site = {{"", "cpp_fused_add_0", "cpp_fused_add_0", '
-    f'{NS}::schema::kStats, 0, 3, 3, aoti_debug_args, "", "before,after", __FILE__, __LINE__, "add", "", "", 0, ""}}; '
+    f'{NS}::schema::kStats, 0, 3, 3, aoti_debug_args, "", "before,after", __FILE__, __LINE__, "add", "", "", 0, "", 1}}; '
     f'{NS}::launch(aoti_debug_site, {{arg0_1, {NS}::view(buf1, 2, int_array_0, int_array_1, 0L), s0}}); }}'
 )
 GOLDEN_AFTER = (
@@ -44,7 +44,7 @@ GOLDEN_AFTER = (
     f'{{"buf0", "inout", "tensor", "{VIEW}", 0, 0, ""}}, '
     f'{{"buf2", "output", "tensor", "buf2", 1, 0, "rng seed"}}}}; '
     f'static constexpr {NS}::Site aoti_debug_site = {{"", "cpp_fused_add_0", "cpp_fused_add_0", '
-    f'{NS}::schema::kStats, 0, 3, 2, aoti_debug_args, "", "before,after", __FILE__, __LINE__, "add", "", "", 0, ""}}; '
+    f'{NS}::schema::kStats, 0, 3, 2, aoti_debug_args, "", "before,after", __FILE__, __LINE__, "add", "", "", 0, "", 1}}; '
     f'{NS}::done(aoti_debug_site, {{{NS}::view(buf1, 2, int_array_0, int_array_1, 0L), buf2}}); }}'
 )
 
@@ -61,7 +61,8 @@ def _lines(level: str) -> tuple[str, str]:
 
 def test_cpp_emitter_golden():
     """One line per phase (so that ``__LINE__`` is the launch's line), the level as the
-    generated enum names it, a view passed as plain data, inputs before and outputs after."""
+    generated enum names it, a view passed as plain data, inputs before and outputs after,
+    and ``Site::defers`` last (level stats: the wrapper calls ``pending()``)."""
     before, after = _lines("stats")
     assert before == GOLDEN_BEFORE
     assert after == GOLDEN_AFTER

@@ -1383,4 +1383,6 @@ def test_a_process_that_exits_drops_the_compiles_not_started(tmp_path):
                        env=dict(os.environ, PYTHONPATH=REPO))
     took = time.perf_counter() - t0
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.count("compiled") == 1 and took < 6, (r.stdout, took)
+    # (each queued compile prints when it runs: one line, not eight; the time is a hang
+    # guard only, the interpreter's import alone takes seconds on a loaded 2-core machine)
+    assert r.stdout.count("compiled") == 1 and took < 60, (r.stdout, took)

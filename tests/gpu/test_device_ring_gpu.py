@@ -399,6 +399,39 @@ def test_cpp_wrapper_print_lines_wait_for_the_ring(tmp_path, capfd):
         _same(deferred, waited)
 
 
+@pytest.mark.parametrize("name", ["transformer", "resnet"])
+def test_cpp_wrapper_sides_that_wait_go_as_fewer_launches_with_the_same_records(tmp_path, name):
+    """At level stats a cpp_wrapper model's sides wait for the wrapper's next pending()
+    call (codegen's pending lines: before what writes a tensor a side read) or the call's
+    end, and go as one stats launch per kind and layout (device_stats.h's PendingRun):
+    bit for bit the records of a compile under AOTI_DEBUG_SYNC (a launch a side, each
+    waited for), call by call, in fewer stats launches (counted by the profiler in the
+    third call)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model, (a, b) = _linked_model(name)
+    per_run, launches = [], []
+    for sync in (False, True):
+        root = tmp_path / f"cpp-wait-{name}-{sync}"
+        torch._dynamo.reset()
+        with torch.no_grad(), aoti_debug.enabled(dump_dir=str(root), level="stats", sync=sync), \
+                torch._inductor.config.patch(cpp_wrapper=True):
+            fn = torch.compile(model)
+            fn(a)
+            fn(b)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fn(a)
+                torch.cuda.synchronize()
+            aoti_debug.flush()
+        launches.append(sum(1 for e in prof.events() if e.name.startswith("_stats_kernel")))
+        recs = sorted(records(only_run(str(root))), key=lambda r: r["seq"])
+        per_run.append(_per_call([r for r in recs if r["kernel"] != INPUTS_KERNEL], 3))
+    for waited, each in zip(*per_run):
+        _same(waited, each)
+    assert 0 < launches[0] < launches[1], launches
+
+
 @pytest.mark.parametrize("name,level", [("transformer", "stats"), ("resnet", "stats"), ("resnet", "print")])
 def test_graph_inputs_read_once_a_call_equal_reading_them_where_used(tmp_path, monkeypatch, name, level):
     """The Python wrapper reads the graph's inputs and weights once a call, before its
