@@ -164,7 +164,7 @@ def test_no_pending_lines_where_nothing_defers():
 
 
 # C++ wrappers (cpp_wrapper, AOTInductor): the same analysis, the runtime's pending() call
-# (native/device_stats.h's PendingRun, which holds a new handle of each waiting tensor, so
+# (native/device_launch.h's PendingRun, which holds a new handle of each waiting tensor, so
 # a freed buffer's memory goes to no other while its stats wait); the call's end is
 # call_end(), which launches what still waits, so no pending call closes the call.
 CPP_PENDING = "::aoti_debug_rt_1::pending();"

@@ -309,7 +309,8 @@ def test_library_exports_its_entry_points_and_shares_state(library):
     lib = ctypes.CDLL(library, mode=os.RTLD_LOCAL)
     lib.aoti_debug_rt_abi.restype = ctypes.c_char_p
     assert lib.aoti_debug_rt_abi().decode() == cpp_runtime.abi_namespace()
-    for name in ("aoti_debug_rt_launch", "aoti_debug_rt_done", "aoti_debug_rt_call_end", "aoti_debug_runtime_warnings",
+    for name in ("aoti_debug_rt_launch", "aoti_debug_rt_done", "aoti_debug_rt_call_end", "aoti_debug_rt_pending",
+                 "aoti_debug_runtime_warnings",
                  "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush", "aoti_debug_rt_cpu_summaries",
                  "aoti_debug_rt_cpu_records", "aoti_debug_rt_ring_records", "aoti_debug_rt_dtype_name",
                  "aoti_debug_rt_kept_launches", "aoti_debug_rt_write_pt"):
@@ -326,7 +327,7 @@ def test_library_exports_its_entry_points_and_shares_state(library):
         assert native_library._python_flags()
         assert c_names == ["aoti_debug_rt_abi", "aoti_debug_rt_call_end", "aoti_debug_rt_cpu_records", "aoti_debug_rt_cpu_summaries",
                            "aoti_debug_rt_cpu_values_function", "aoti_debug_rt_done", "aoti_debug_rt_dtype_name", "aoti_debug_rt_kept_launches",
-                           "aoti_debug_rt_launch", "aoti_debug_rt_ring_express_function", "aoti_debug_rt_ring_records",
+                           "aoti_debug_rt_launch", "aoti_debug_rt_pending", "aoti_debug_rt_ring_express_function", "aoti_debug_rt_ring_records",
                            "aoti_debug_rt_ring_side_function", "aoti_debug_rt_write_pt",
                            "aoti_debug_runtime_exit_reason", "aoti_debug_runtime_flush",
                            "aoti_debug_runtime_warnings"]

@@ -23,7 +23,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: and go as one launch here).
 PENDING_LINE = "_aoti_debug.pending()  # what follows may write a tensor whose stats are deferred"
 #: The C++ wrapper's (``cpp_emitter.pending_line``): level stats' sides of a ``cpp_wrapper``
-#: or AOTInductor model wait there too (``native/device_stats.h``'s ``PendingRun``).
+#: or AOTInductor model wait there too (``native/device_launch.h``'s ``PendingRun``).
 CPP_PENDING_CALL = "::pending();"
 #: Wrapper lines that only name buffers (comments, deletions, checks of an input's layout,
 #: our pending line, the reuse and alias lines whose storage the manager follows), in

@@ -403,7 +403,7 @@ def test_cpp_wrapper_print_lines_wait_for_the_ring(tmp_path, capfd):
 def test_cpp_wrapper_sides_that_wait_go_as_fewer_launches_with_the_same_records(tmp_path, name):
     """At level stats a cpp_wrapper model's sides wait for the wrapper's next pending()
     call (codegen's pending lines: before what writes a tensor a side read) or the call's
-    end, and go as one stats launch per kind and layout (device_stats.h's PendingRun):
+    end, and go as one stats launch per kind and layout (device_launch.h's PendingRun):
     bit for bit the records of a compile under AOTI_DEBUG_SYNC (a launch a side, each
     waited for), call by call, in fewer stats launches (counted by the profiler in the
     third call)."""

@@ -65,12 +65,12 @@ struct Segment {
   uint64_t fills = 0;   // how often it was taken to be filled: a row is the same row only in one fill
   std::string after;    // the kernel after which its first stats kernel was queued
   std::string error;    // kDone: why its results are not there ("" when they are)
-  // Sides with rows here whose stats launch waits (Site::defers): device_stats.h's
+  // Sides with rows here whose stats launch waits (Site::defers): device_launch.h's
   // PendingRun, launched as one before the segment is shipped; null when none waits.
   void* run = nullptr;
 };
 
-// Launches `g`'s waiting sides (device_stats.h sets it; Caller holds S.mu).
+// Launches `g`'s waiting sides (device_launch.h sets it; caller holds S.mu).
 void (*launch_waiting)(Shared& S, DeviceStats& D, Segment& g) = nullptr;
 
 struct Ring {

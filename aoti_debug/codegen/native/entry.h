@@ -214,7 +214,7 @@ void entry_call_end(Graph* graph) noexcept {
 
 // The wrapper's next line may write a tensor that a side of this call read (Site::defers;
 // codegen's Manager._pending): the stats launches that wait for it go now
-// (device_stats.h's PendingRun). Never throws.
+// (device_launch.h's PendingRun). Never throws.
 void entry_pending(Graph* graph) noexcept {
   (void)graph;
 #if AOTI_DEBUG_WITH_RECORDS

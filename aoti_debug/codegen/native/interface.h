@@ -53,7 +53,7 @@ struct Site {
   const char* provenance;  // format.provenance.Provenance as JSON ("" if unknown): sites.jsonl
   // 1: the wrapper calls pending() before whatever may write a tensor this side read (and
   // call_end() at the call's end), so at level stats its stats launch may wait and go with
-  // the sides after it as one (device_stats.h's PendingRun). 0 (older wrappers, tests): never.
+  // the sides after it as one (device_launch.h's PendingRun). 0 (older wrappers, tests): never.
   int defers = 0;
 };
 

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "constants.h"
-#include "device_stats.h"
+#include "device_launch.h"
 #include "dtypes.h"
 #include "env.h"
 #include "graph.h"
