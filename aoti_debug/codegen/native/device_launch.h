@@ -407,6 +407,10 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
     seg->used += static_cast<uint32_t>(m);
     return "";
   }
+  // A run waiting in this segment stages its table in the room its sides took, from
+  // its first side's: it goes first, before this side's table is staged after that room.
+  if (seg && seg->run) launch_run(S, D, *seg);
+  if (D.broken) return "";
   KeptTable& kept = ds.kept[key];
   if (seg) seg->used += static_cast<uint32_t>(m);
   err = launch_plan(S, D, lp, ds, stream, after, plan, items, seg, first, nullptr, R ? R->counters : 0, &kept,
