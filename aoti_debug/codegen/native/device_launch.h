@@ -326,6 +326,23 @@ void launch_waiting_runs(Shared& S) {
   while (!waiting.empty()) launch_run(S, D, *waiting.front());
 }
 
+// New handles of the planned items' tensors into `held` (PendingRun::held); false, and
+// none kept, where one cannot be made (the side then launches at once).
+bool hold(const Value* v, const std::vector<DeviceItem>& items, const Plan& plan, std::vector<AtenTensorHandle>& held) {
+  for (const Plan::Group& g : plan.groups) {
+    for (size_t j : g.members) {
+      AtenTensorHandle h = nullptr;
+      if (aoti_torch_new_tensor_handle(v[items[j].index].handle(), &h) != 0 || !h) {
+        for (AtenTensorHandle each : held) aoti_torch_delete_tensor_object(each);
+        held.clear();
+        return false;
+      }
+      held.push_back(h);
+    }
+  }
+  return true;
+}
+
 // The device's summaries of `items` (all on the current context's device), launched on
 // `stream` as fused_stats._launch launches them; "" or the failing call. Items whose
 // kind the pack has no kernel for are left out (`launched` says which were done).
@@ -354,24 +371,7 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
   bool copied = false;
   for (const DeviceItem& it : items) copied = copied || it.copy;
   std::vector<AtenTensorHandle> held;
-  if (seg && wait && plan.widest && !copied) {
-    for (const Plan::Group& g : plan.groups) {
-      for (size_t j : g.members) {
-        AtenTensorHandle h = nullptr;
-        if (aoti_torch_new_tensor_handle(v[items[j].index].handle(), &h) != 0 || !h) {
-          wait = false;  // (then this side launches now)
-          break;
-        }
-        held.push_back(h);
-      }
-      if (!wait) break;
-    }
-    if (!wait) {
-      for (AtenTensorHandle h : held) aoti_torch_delete_tensor_object(h);
-      held.clear();
-    }
-  }
-  if (seg && wait && plan.widest && !copied) {
+  if (seg && wait && plan.widest && !copied && hold(v, items, plan, held)) {
     // Rows and table bytes taken now; the launch waits (a side with a device copy does
     // not: the copy is freed with the side).
     PendingRun* run = static_cast<PendingRun*>(seg->run);
