@@ -30,8 +30,7 @@ CPP_PENDING_CALL = "::pending();"
 #: Python and in C++ (``buf3.reset();``, ``auto buf5 = std::move(buf2);  // reuse``): no
 #: write between a producer and its reader.
 _NAMES_ONLY = ("#", "del ", "//", "assert_size_stride(", "assert_alignment(", PENDING_LINE.split("#")[0].strip())
-_NAMES_ONLY_CPP_END = (CPP_PENDING_CALL,)
-_NAMES_ONLY_END = ("# reuse", "# alias", "// reuse", "// alias")
+_NAMES_ONLY_END = ("# reuse", "# alias", "// reuse", "// alias", CPP_PENDING_CALL)
 _RESET = re.compile(r"[A-Za-z_]\w*\.reset\(\);")
 #: The levels whose records of CUDA tensors come from the device ring, where an input's
 #: record may take its producer's stats (``SiteArg.reuse``).
@@ -363,11 +362,12 @@ class Manager:
             self._produced(launch)
         return lines + self._pending(launch, phase, True, cpp)
 
-    # -- deferred stats inside CUDA graphs (PENDING_LINE) ----------------------------------
-    # Inside a CUDA graph, level stats, a side's stats launch waits (``runtime/cuda_graphs``)
-    # and goes with the sides after it as one launch, where a pending line or the capture's
-    # end comes; the side's tensors are held until then, so the allocator hands none of
-    # their memory out again meanwhile. What can still overwrite them is a launch that
+    # -- deferred stats (PENDING_LINE, CPP_PENDING_CALL) ---------------------------------
+    # At level stats a side's stats launch waits and goes with the sides after it as one
+    # launch, where a pending line or the call's end comes: inside a CUDA graph in the
+    # Python wrapper (``runtime/cuda_graphs``), always in C++ wrappers (the runtime's
+    # ``PendingRun``). The side's tensors are held until then, so the allocator hands none
+    # of their memory out again meanwhile. What can still overwrite them is a launch that
     # writes their storage (in place, or into a buffer that reuses it: ``bufB = bufA  #
     # reuse``) or a line between launches that names it: such a launch or line is preceded
     # by a pending line, decided here from the storages each side reads.
@@ -486,8 +486,7 @@ def _names_written(lines: list, start: int):
         if not isinstance(line, str) and not hasattr(line, "line"):
             continue  # (a LineContext: where the lines came from, no code)
         text = str(getattr(line, "line", line)).strip()
-        if (text.startswith(_NAMES_ONLY) or text.endswith(_NAMES_ONLY_END) or text.endswith(_NAMES_ONLY_CPP_END)
-                or _RESET.fullmatch(text)):
+        if text.startswith(_NAMES_ONLY) or text.endswith(_NAMES_ONLY_END) or _RESET.fullmatch(text):
             continue
         yield _NAME.findall(text)
 
