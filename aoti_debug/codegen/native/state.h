@@ -108,7 +108,9 @@ namespace {
 // 2.25, and the runtime asks at each launch whether it is still the process that opened
 // its run): read once, and again in a forked child before any of the child's code runs
 // (the pthread_atfork handler, which glibc drops when this library is unloaded). Where
-// the handler cannot be registered, each call asks the kernel. Async-signal-safe.
+// the handler cannot be registered, each call asks the kernel. Async-signal-safe once
+// called outside a handler (its first call registers the handler): the runtime's first
+// launch calls it, before any line is held for a signal handler to write.
 std::atomic<long> pid_seen{0};
 
 void pid_forked() { pid_seen.store(static_cast<long>(::getpid()), std::memory_order_relaxed); }

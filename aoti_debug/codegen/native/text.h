@@ -35,7 +35,6 @@ int write_all(int fd, const char* p, size_t n) {
 
 void write_fd(int fd, const char* p, size_t n) { write_all(fd, p, n); }
 
-// One write per line: a line is never interleaved and is out before the next kernel runs.
 // Whole lines, each with its newline, to stderr in one write (a side's print lines).
 void write_prints(const std::string& lines) {
   if (lines.empty()) return;
@@ -43,6 +42,7 @@ void write_prints(const std::string& lines) {
   write_fd(2, lines.data(), lines.size());
 }
 
+// One write per line: a line is never interleaved and is out before the next kernel runs.
 void emit_line(const std::string& line) { write_prints(line + "\n"); }
 
 std::string errno_text(int e) {
