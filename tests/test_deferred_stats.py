@@ -12,6 +12,7 @@ checks a replay's records against the eager warm-up's on ResNet-18 and GPT-2.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from aoti_debug import config
@@ -155,9 +156,13 @@ def test_an_uninstrumented_launch_writing_a_deferred_storage_still_summarises_fi
 
 
 def test_no_pending_lines_where_nothing_defers():
+    """Levels save and names, anything under sync, and level print in the Python wrapper
+    (whose print opts out of CUDA graphs, where alone its sides wait)."""
     steps = [("k0", ["arg0_1"], ["buf0"]), ("k1", [], [], ["buf0"])]
-    for kw in ({"level": "print"}, {"level": "save"}, {"level": "names"}, {"sync": True}):
-        for cpp in (False, True):
+    for kw, cpps in (({"level": "print"}, (False,)), ({"level": "save"}, (False, True)),
+                     ({"level": "names"}, (False, True)), ({"sync": True}, (False, True)),
+                     ({"level": "print", "sync": True}, (False, True))):
+        for cpp in cpps:
             lines = _wrapper(steps, cpp=cpp, **kw)
             assert not any(PENDING_LINE in line or CPP_PENDING in line for line in lines), (kw, cpp)
             assert all(", 0};" in line for line in lines if "aoti_debug_site =" in line), lines  # Site::defers 0
@@ -170,8 +175,10 @@ def test_no_pending_lines_where_nothing_defers():
 CPP_PENDING = "::aoti_debug_rt_1::pending();"
 
 
-def test_cpp_wrappers_call_pending_where_python_wrappers_have_their_line():
-    lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), ("k1", [], [], ["buf0"])], cpp=True)
+@pytest.mark.parametrize("level", ["stats", "print"])
+def test_cpp_wrappers_call_pending_where_python_wrappers_have_their_line(level):
+    """At level stats, and at print, whose lines in C++ wait for the device ring anyway."""
+    lines = _wrapper([("k0", ["arg0_1"], ["buf0"]), ("k1", [], [], ["buf0"])], level=level, cpp=True)
     at = next(i for i, line in enumerate(lines) if line.startswith("k1.run("))
     assert lines[at - 1] == CPP_PENDING and "::launch(aoti_debug_site" in lines[at - 2], lines
     assert lines.count(CPP_PENDING) == 1  # (the call's end is call_end's)
@@ -384,8 +391,9 @@ def test_the_handle_summarises_pending_sides_only_inside_a_capture(monkeypatch):
     assert len(calls) == 1 and not cap.deferred
 
 
-def test_a_compiled_cpp_wrapper_calls_pending_before_its_in_place_kernels(tmp_path):
-    """A real ``cpp_wrapper`` compile at level stats (CPU, where no stats launch waits):
+@pytest.mark.parametrize("level", ["stats", "print"])
+def test_a_compiled_cpp_wrapper_calls_pending_before_its_in_place_kernels(tmp_path, level):
+    """A real ``cpp_wrapper`` compile at level stats or print (CPU, where no stats launch waits):
     its sites say they defer, an in-place kernel's launch is preceded by the runtime's
     pending call (after the launch's before hook), the call still ends with one
     ``call_end()``, and the model's values and records are eager's."""
@@ -396,7 +404,7 @@ def test_a_compiled_cpp_wrapper_calls_pending_before_its_in_place_kernels(tmp_pa
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8), torch.nn.GELU()).eval()
     x = torch.randn(4, 16)
     with dump_dir_restored(), torch.no_grad():
-        _fn, out, code = compile_cpp(model, x, level="stats", root=str(tmp_path))
+        _fn, out, code = compile_cpp(model, x, level=level, root=str(tmp_path))
         torch.testing.assert_close(out, model(x))
     torch._dynamo.reset()
     lines = [line.strip() for line in code.splitlines()]

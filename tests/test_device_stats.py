@@ -458,22 +458,31 @@ def test_linked_inputs_take_their_producers_stats_across_segments(built, tmp_pat
         assert rows == 3 * (6 * 3 - 5), rows
 
 
-@pytest.mark.parametrize("harness", ["harness", *(f"harness-ring{r}x{n}" for r, n in SMALL_RINGS)])
-def test_sides_that_wait_go_as_one_launch_and_equal_a_launch_each(built, tmp_path, harness):
-    """A wrapper that calls pending() (Site::defers): at level stats its sides' stats
-    launches wait and go as one where it says (entry_pending), at the call's end
-    (entry_call_end) or before their segment is shipped. The linked chain's records equal
-    those of a launch a side and of the host path, in record order; with the default ring
-    a graph call is one stats launch (13 rows: 6 weights, the input, 6 outputs) instead of
-    12; in rings smaller than a call the waiting sides go before each segment is shipped."""
+@pytest.mark.parametrize("harness,level", [("harness", "stats"), ("harness", "print"),
+                                           *((f"harness-ring{r}x{n}", "stats") for r, n in SMALL_RINGS)])
+def test_sides_that_wait_go_as_one_launch_and_equal_a_launch_each(built, tmp_path, harness, level):
+    """A wrapper that calls pending() (Site::defers): at levels stats and print its sides'
+    stats launches wait and go as one where it says (entry_pending), at the call's end
+    (entry_call_end) or before their segment is shipped. The linked chain's records (and
+    at print its lines) equal those of a launch a side and of the host path, in record
+    order; with the default ring a graph call is one stats launch (13 rows: 6 weights, the
+    input, 6 outputs) instead of 12; in rings smaller than a call the waiting sides go
+    before each segment is shipped."""
     pack = fake_pack(tmp_path / "pack.bin")
-    each, each_calls, _c, _e = run_harness(built, tmp_path, "each", pack, args=("chain",), harness=harness,
-                                           FAKE_CU_EVENT_DELAY="3")
-    host, _h, _c, _e = run_harness(built, tmp_path, "host", pack, args=("chain",), AOTI_DEBUG_FUSED_STATS="0")
-    recs, calls, _c, err = run_harness(built, tmp_path, "waits", pack, args=("chain-waits",), harness=harness,
-                                       FAKE_CU_EVENT_DELAY="3")
+    each, each_calls, _c, each_err = run_harness(built, tmp_path, "each", pack, level=level, args=("chain",),
+                                                 harness=harness, FAKE_CU_EVENT_DELAY="3")
+    host, _h, _c, host_err = run_harness(built, tmp_path, "host", pack, level=level, args=("chain",),
+                                         AOTI_DEBUG_FUSED_STATS="0")
+    recs, calls, _c, err = run_harness(built, tmp_path, "waits", pack, level=level, args=("chain-waits",),
+                                       harness=harness, FAKE_CU_EVENT_DELAY="3")
     assert "warning" not in err, err
     assert recs == each == host and _manifest_order(recs)
+    if level == "print":
+        def lines(text):
+            return [x for x in text.splitlines() if x.startswith(("[aoti_debug] before", "[aoti_debug] after"))]
+
+        assert len(lines(err)) == len(recs) and lines(err) == lines(each_err) == lines(host_err)
+        assert [x for x in lines(err) if " min=" in x] == [print_line(r) for r in recs if r["kind"] == "tensor"]
     merged, single = launches(calls), launches(each_calls)
     assert sum(len(rows) for _f, rows in merged) == sum(len(rows) for _f, rows in single) == 3 * 13
     if harness == "harness":

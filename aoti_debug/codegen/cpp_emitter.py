@@ -198,7 +198,7 @@ def site_line(manager, launch: Launch, phase: str, wrapper=None, values: list[st
         cpp_string(graph_info.get("compile_id", "")),
         str(site_number(wrapper, launch)),
         cpp_string(launch.provenance),
-        "1" if manager.defers else "0",  # Site::defers: the pending lines are written (Manager._pending)
+        "1" if manager.defers(True) else "0",  # Site::defers: the pending lines are written (Manager._pending)
     ]
     parts.append(f"static constexpr {ns}::Site aoti_debug_site = {{{', '.join(fields)}}};")
     call = "launch" if phase == "before" else "done"

@@ -363,18 +363,20 @@ class Manager:
         return lines + self._pending(launch, phase, True, cpp)
 
     # -- deferred stats (PENDING_LINE, CPP_PENDING_CALL) ---------------------------------
-    # At level stats a side's stats launch waits and goes with the sides after it as one
-    # launch, where a pending line or the call's end comes: inside a CUDA graph in the
-    # Python wrapper (``runtime/cuda_graphs``), always in C++ wrappers (the runtime's
-    # ``PendingRun``). The side's tensors are held until then, so the allocator hands none
+    # At level stats (and print, in C++) a side's stats launch waits and goes with the
+    # sides after it as one launch, where a pending line or the call's end comes: inside a
+    # CUDA graph in the Python wrapper (``runtime/cuda_graphs``), always in C++ wrappers
+    # (the runtime's ``PendingRun``). The side's tensors are held until then, so the allocator hands none
     # of their memory out again meanwhile. What can still overwrite them is a launch that
     # writes their storage (in place, or into a buffer that reuses it: ``bufB = bufA  #
     # reuse``) or a line between launches that names it: such a launch or line is preceded
     # by a pending line, decided here from the storages each side reads.
-    @property
-    def defers(self) -> bool:
+    def defers(self, cpp: bool) -> bool:
+        """Whether the sides wait: level stats in both wrappers, and level print in C++
+        ones, whose print lines already wait for the device ring (the Python wrapper's
+        print opts out of CUDA graphs, where alone its sides wait); never under sync."""
         s = self.settings
-        return s.level == "stats" and not s.sync
+        return (s.level == "stats" or (cpp and s.level == "print")) and not s.sync
 
     def _tensor_roots(self, launch: Launch, after: bool) -> set[str]:
         out = set()
@@ -387,7 +389,7 @@ class Manager:
     def _pending(self, launch: Launch, phase: str, matched: bool, cpp: bool) -> list[str]:
         """The pending line after a launch's before lines, where the launch writes a
         storage a deferred side read (its own before side's included: an in-place arg)."""
-        if not self.defers:
+        if not self.defers(cpp):
             return []
         summarised = matched and phase in self.settings.phases
         if phase == "after":
@@ -409,7 +411,7 @@ class Manager:
         """After a launch: remember where its lines end. Before one (and before the call
         returns: ``pending_tail``): where a line written since names a storage a deferred
         side read, a pending line goes where the last launch's lines ended, before it."""
-        if not self.defers:
+        if not self.defers(cpp):
             return
         if lines is None:  # (no lines to read back: nothing stays deferred past a launch)
             self._write_pending(code, cpp)
@@ -462,7 +464,7 @@ class Manager:
 
     def _write_pending(self, code, cpp: bool) -> None:
         """A pending line here, where a side may still be deferred."""
-        if self.defers and self.deferred_reads:
+        if self.defers(cpp) and self.deferred_reads:
             code.writeline(_pending_line(cpp))
             self._summarised()
 

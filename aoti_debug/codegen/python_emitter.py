@@ -52,7 +52,7 @@ def defers(manager, wrapper) -> bool:
     a side read: level stats, and its ``generate_return`` ours
     (``wrapper_lines.wrap_python_return``: the lines after the last launch are read too)."""
     returns = getattr(type(wrapper), "generate_return", None)
-    return manager.defers and getattr(returns, "__aoti_debug_original__", None) is not None
+    return manager.defers(False) and getattr(returns, "__aoti_debug_original__", None) is not None
 
 
 def _root(wrapper):

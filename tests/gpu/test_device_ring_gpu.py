@@ -399,11 +399,11 @@ def test_cpp_wrapper_print_lines_wait_for_the_ring(tmp_path, capfd):
         _same(deferred, waited)
 
 
-@pytest.mark.parametrize("name", ["transformer", "resnet"])
-def test_cpp_wrapper_sides_that_wait_go_as_fewer_launches_with_the_same_records(tmp_path, name):
-    """At level stats a cpp_wrapper model's sides wait for the wrapper's next pending()
-    call (codegen's pending lines: before what writes a tensor a side read) or the call's
-    end, and go as one stats launch per kind and layout (device_launch.h's PendingRun):
+@pytest.mark.parametrize("name,level", [("transformer", "stats"), ("resnet", "stats"), ("resnet", "print")])
+def test_cpp_wrapper_sides_that_wait_go_as_fewer_launches_with_the_same_records(tmp_path, name, level):
+    """At levels stats and print a cpp_wrapper model's sides wait for the wrapper's next
+    pending() call (codegen's pending lines: before what writes a tensor a side read) or
+    the call's end, and go as one stats launch per kind and layout (device_launch.h's PendingRun):
     bit for bit the records of a compile under AOTI_DEBUG_SYNC (a launch a side, each
     waited for), call by call, in fewer stats launches (counted by the profiler in the
     third call)."""
@@ -412,9 +412,9 @@ def test_cpp_wrapper_sides_that_wait_go_as_fewer_launches_with_the_same_records(
     model, (a, b) = _linked_model(name)
     per_run, launches = [], []
     for sync in (False, True):
-        root = tmp_path / f"cpp-wait-{name}-{sync}"
+        root = tmp_path / f"cpp-wait-{name}-{level}-{sync}"
         torch._dynamo.reset()
-        with torch.no_grad(), aoti_debug.enabled(dump_dir=str(root), level="stats", sync=sync), \
+        with torch.no_grad(), aoti_debug.enabled(dump_dir=str(root), level=level, sync=sync), \
                 torch._inductor.config.patch(cpp_wrapper=True):
             fn = torch.compile(model)
             fn(a)

@@ -2,7 +2,7 @@
 // layouts and buffers): planned as fused_stats._launch plans them (one launch per element
 // kind and tile width or dense tile), launched on the wrapper's stream into the ring's
 // rows (level stats and print) or into the side's own buffer, waited for (a flight
-// recorder, print under AOTI_DEBUG_SYNC). At level stats the sides of a wrapper that
+// recorder, print under AOTI_DEBUG_SYNC). At levels stats and print the sides of a wrapper that
 // calls pending() (Site::defers) wait instead and go as one launch (PendingRun).
 #ifndef AOTI_DEBUG_PART_DEVICE_LAUNCH_H
 #define AOTI_DEBUG_PART_DEVICE_LAUNCH_H
@@ -255,7 +255,7 @@ std::string launch_plan(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
   return "";
 }
 
-// Sides whose stats launch waits in a segment (Site::defers, level stats): their items,
+// Sides whose stats launch waits in a segment (Site::defers, levels stats and print): their items,
 // rows counted from the run's first side's first row, go as one launch per kind and
 // layout (launch_waiting) where the wrapper says that what follows may write one of their
 // tensors (entry_pending), at the graph call's end (entry_call_end), or before the
@@ -531,7 +531,7 @@ void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, con
         out.assign(n, Summary());
         done.assign(n, 0);
         Segment* seg = nullptr;
-        const bool wait = site.defers && site.level == schema::kStats && !site.sync;
+        const bool wait = site.defers && (site.level == schema::kStats || site.level == schema::kPrint) && !site.sync;
         err = launch_side(S, D, *lp, *ds, stream, site.kernel, v, items, out, done, R, seg,
                           KeptKey(&site, before, stream), wait);
         if (err.empty() && seg) {

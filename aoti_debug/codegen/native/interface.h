@@ -52,7 +52,7 @@ struct Site {
   int id;                  // the site's number in this wrapper (record "site"; -1: none)
   const char* provenance;  // format.provenance.Provenance as JSON ("" if unknown): sites.jsonl
   // 1: the wrapper calls pending() before whatever may write a tensor this side read (and
-  // call_end() at the call's end), so at level stats its stats launch may wait and go with
+  // call_end() at the call's end), so at level stats and print its stats launch may wait and go with
   // the sides after it as one (device_launch.h's PendingRun). 0 (older wrappers, tests): never.
   int defers = 0;
 };
