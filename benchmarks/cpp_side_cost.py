@@ -1,13 +1,15 @@
 """The C++ runtime's host time per CUDA launch side at level stats, without a GPU.
 
-    python benchmarks/cpp_side_cost.py [--calls 500] [--rounds 5] [--checkout DIR]
+    python benchmarks/cpp_side_cost.py [--calls 500] [--rounds 5] [--waits] [--checkout DIR]
 
 Builds the runtime (``cpp_runtime.runtime_source``, every part inlined) into the test
 harness of ``tests/fake_cuda`` with ``-O2``, against the stand-in ``libcuda.so.1`` (its
 "device" memory is host memory, its kernel launch computes the stats on the CPU), and
 runs the harness's ``bench`` mode: a graph call of 40 launches of a small float32 kernel
 (an input the previous launch wrote, a weight, transposed at every fourth; one output),
-``--calls`` times, records on disk. Prints the median microseconds per side over
+``--calls`` times, records on disk (``--waits``: the sites defer, as codegen writes them at
+level stats, and each call ends with ``call_end()``, where what waits goes as one launch).
+Prints the median microseconds per side over
 ``--rounds`` processes. The stand-in's launch is part of it (about a third on the 2-core
 CPU machine), and the real driver's calls are not (on the H100 host a side costs more:
 ``cpp_step.py``'s issue time). For comparing the runtime's host work between checkouts
@@ -58,11 +60,11 @@ print(fake_pack(pathlib.Path({out!r}, "pack.bin")))
     return pack
 
 
-def once(out: str, pack: str, calls: int) -> float:
+def once(out: str, pack: str, calls: int, waits: bool = False) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AOTI_DEBUG_", "FAKE_CU_"))}
     with tempfile.TemporaryDirectory(prefix="aoti_debug_side_cost_") as dump:
         env.update(LD_LIBRARY_PATH=os.path.join(out, "lib"), AOTI_DEBUG_DIR=dump, AOTI_DEBUG_RUN_ID="run")
-        proc = subprocess.run([os.path.join(out, "harness"), pack, "bench", str(calls)], capture_output=True,
+        proc = subprocess.run([os.path.join(out, "harness"), pack, "bench", str(calls), *(["waits"] if waits else [])], capture_output=True,
                               text=True, env=env, check=True)
     return float(re.search(r"us_per_side=([\d.]+)", proc.stdout).group(1))
 
@@ -71,6 +73,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=500)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--waits", action="store_true", help="sites that defer, a call_end() a call (level stats' sides now)")
     p.add_argument("--checkout", default=None, help="another checkout to compare with, alternating")
     args = p.parse_args()
     if args.calls < 1 or args.rounds < 1:
@@ -90,7 +93,7 @@ def main() -> int:
         times: dict[str, list[float]] = {name: [] for name, _ in checkouts}
         for _ in range(args.rounds):
             for name, (out, pack) in built.items():
-                times[name].append(once(out, pack, args.calls))
+                times[name].append(once(out, pack, args.calls, args.waits))
     for name, path in checkouts:
         ts = times[name]
         print(f"{name} ({path}): {statistics.median(ts):.2f} us/side median of {len(ts)} "

@@ -17,7 +17,7 @@
 //   previous one's output (linked to it: Arg::reuse_site; or not) and a weight, three calls
 //   with new values each; the records; "copied=<bytes> unsynced=<copies>"
 //   harness PACK parse                                    -> parse_pack's verdict
-//   harness PACK bench [CALLS]                            -> "us_per_side=" (benchmarks/cpp_side_cost.py)
+//   harness PACK bench [CALLS] [waits]                    -> "us_per_side=" (benchmarks/cpp_side_cost.py)
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 
 #include <chrono>
@@ -193,8 +193,10 @@ const DeviceOps* ops(const std::string& mode, const unsigned char* pack) {
 
 // benchmarks/cpp_side_cost.py: the runtime's host time per launch side at level stats,
 // a graph call of 40 launches of a small float32 kernel (an input its previous launch
-// wrote, a weight, transposed at every fourth; one output), `calls` times.
-int bench(int calls) {
+// wrote, a weight, transposed at every fourth; one output), `calls` times. `waits`: the
+// sites defer (Site::defers, as codegen writes them at stats) and each call ends with
+// entry_call_end, where what waits is launched.
+int bench(int calls, bool waits) {
   constexpr int kSites = 40;
   std::vector<AtenTensorHandle> bufs;
   for (int i = 0; i <= kSites; ++i) bufs.push_back(make(kF32, kDeviceCuda, {8, 128}, {128, 1}));
@@ -209,7 +211,7 @@ int bench(int calls) {
   std::vector<Site> before(kSites), after(kSites);
   for (int s = 0; s < kSites; ++s) {
     before[s] = {"", names[s].c_str(), names[s].c_str(), schema::kStats, 0, 2, 2, in, "", "before,after", __FILE__,
-                 __LINE__, "", "inference", "", s, ""};
+                 __LINE__, "", "inference", "", s, "", waits ? 1 : 0};
     after[s] = before[s];
     after[s].n = 1;
     after[s].args = out;
@@ -224,6 +226,7 @@ int bench(int calls) {
       Value av[1] = {Value(bufs[s + 1])};
       entry_done(&graph, &token, &after[s], av, 1);
     }
+    if (waits) entry_call_end(&graph);
   }
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   std::printf("sides=%d us_per_side=%.3f\n", 2 * kSites * calls, us / (2.0 * kSites * calls));
@@ -298,7 +301,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (mode == "bench") return bench(argc > 3 ? std::atoi(argv[3]) : 200);
+  if (mode == "bench") return bench(argc > 3 ? std::atoi(argv[3]) : 200, argc > 4 && std::string(argv[4]) == "waits");
   std::string level = argc > 3 ? argv[3] : "stats";
   const std::string variant = argc > 4 ? argv[4] : "";
   bool finite_inputs = variant == "finite-inputs";
