@@ -16,7 +16,9 @@
 // runtime's .contiguous()). What the pack
 // does not cover (other dtypes, other devices) keeps the host path (host_tensor.h); so
 // does everything once the device path failed (one warning), and everything under
-// AOTI_DEBUG_FUSED_STATS=0.
+// AOTI_DEBUG_FUSED_STATS=0. This part holds the pack, the layouts and the work buffers;
+// how a side's tensors are planned and launched, and the sides that wait for one launch
+// (Site::defers), are device_launch.h's.
 #ifndef AOTI_DEBUG_PART_DEVICE_STATS_H
 #define AOTI_DEBUG_PART_DEVICE_STATS_H
 
