@@ -1,6 +1,7 @@
 """A cpp_wrapper step on the GPU and its device time by kind of kernel, one configuration per process.
 
     python benchmarks/cpp_step.py --model transformer --mode base|stats [--no-reuse] [--blocks 6] [--steps 10]
+    python benchmarks/cpp_step.py --model resnet18 --launches     # what each stats launch of a call reads
 
 Compiles the model (``benchmarks/overhead_row.build_model``) with ``cpp_wrapper=True``,
 uninstrumented (``base``) or at level ``stats`` (``--no-reuse``: every input read, none
@@ -15,6 +16,12 @@ step: the call's return (the host's issue time), the wait for the device, the fl
 process per configuration: Dynamo would recompile a base model once aoti_debug is
 enabled. Compare checkouts by alternating their processes in one call of the device tool
 (absolute times only from the GPU).
+
+``--launches`` (level stats, no timing): the C++ runtime's device trace
+(``AOTI_DEBUG_TRACE_DEVICE=1``) over one graph call after three warm-up calls, a line per
+stats launch: the pack kernel's form (contiguous, dense and its tile, strided and its
+tile width; vectorised or not), its tensors and programs, and the launch side after which
+it went (where a waiting run went: the last side that joined it).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -52,7 +60,11 @@ def main() -> int:
     p.add_argument("--blocks", type=int, default=6)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--no-reuse", action="store_true", help="read every input, none taken from its producer")
+    p.add_argument("--launches", action="store_true",
+                   help="level stats: list one call's stats launches (kernel form, tensors, side) instead of timing")
     args = p.parse_args()
+    if args.launches:
+        os.environ["AOTI_DEBUG_TRACE_DEVICE"] = "1"  # (read at the runtime's first device launch)
 
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -84,9 +96,11 @@ def main() -> int:
         return statistics.median(times) * 1e3
 
     with torch.no_grad(), torch._inductor.config.patch(cpp_wrapper=True):
-        if args.mode == "stats":
+        if args.mode == "stats" or args.launches:
             aoti_debug.enable("stats", reuse=not args.no_reuse)
         fn = torch.compile(model)
+        if args.launches:
+            return launches(fn, x, source)
         for _ in range(3):
             fn(x)
         torch.cuda.synchronize()
@@ -110,6 +124,69 @@ def main() -> int:
             entry[1] += 1
     for kind, (us, n) in sorted(per_kind.items(), key=lambda kv: -kv[1][0]):
         print(f"  {us / 10:9.1f} us/step {n / 10:6.1f} launches/step  {kind}")
+    return 0
+
+
+_LAUNCH = re.compile(r"launch kernel (\d+) after (\S+): grid (\d+), block \d+, shared \d+, k (\d+)")
+
+
+def _form(kernel: dict) -> str:
+    vec = f"vec {kernel['vec']}"
+    if kernel["cols"]:
+        return f"strided, tile width {kernel['cols']}, {vec}"
+    if kernel["dense"]:
+        return f"dense, tile {kernel['dense']}, {vec}"
+    return f"contiguous, {vec}"
+
+
+def launches(fn, x, source: str) -> int:
+    """``--launches``: the trace of one call after three, read back from fd 2."""
+    import torch
+
+    import aoti_debug
+    from aoti_debug.codegen import device_stats
+
+    capability = device_stats.capability()
+    pack = device_stats.pack_path(capability) if capability else None
+    if pack is None:
+        print("cpp_step.py: no stats pack for this GPU (see the warning above)", file=sys.stderr)
+        return 2
+    with open(pack, "rb") as f:
+        kernels = device_stats.read_pack(f.read())["kernels"]
+    with tempfile.TemporaryFile(mode="w+b") as log:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(log.fileno(), 2)
+        try:
+            for _ in range(3):
+                fn(x)
+            torch.cuda.synchronize()
+            aoti_debug.flush()
+            os.write(2, b"@@ the call\n")
+            fn(x)
+            torch.cuda.synchronize()
+            aoti_debug.flush()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        log.seek(0)
+        text = log.read().decode(errors="replace")
+    lines = text.split("@@ the call\n", 1)[-1].splitlines()
+    found = [m for m in map(_LAUNCH.search, lines) if m]
+    if not found:
+        print(f"cpp_step.py: the call made no stats launch ({len(lines)} trace lines after the warm-up)",
+              file=sys.stderr)
+        return 1
+    print(f"{source}, cpp_wrapper, stats: {len(found)} stats launches in one call")
+    per_form: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
+    for m in found:
+        index, after, grid, k = int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))
+        form = _form(kernels[index]) if index < len(kernels) else f"pack kernel {index}"
+        per_form[form][0] += 1
+        per_form[form][1] += k
+        print(f"  {form:32s} tensors {k:4d}  programs {grid:5d}  after {after}")
+    print("  by form: " + "; ".join(f"{form}: {n} launches, {k} tensors" for form, (n, k) in per_form.items()))
     return 0
 
 

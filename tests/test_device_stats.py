@@ -616,6 +616,28 @@ def test_the_device_trace_names_each_driver_call(built, tmp_path):
     assert quiet == host and "[aoti_debug device]" not in err2
 
 
+def test_cpp_step_reads_the_launches_of_the_device_trace(built, tmp_path):
+    """benchmarks/cpp_step.py --launches parses the runtime's trace lines: one per stats
+    launch the stand-in driver logged, each with its tensors and the pack kernel's form
+    (the strided harness variant: contiguous and strided kernels)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_cpp_step", os.path.join(REPO, "benchmarks", "cpp_step.py"))
+    cpp_step = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cpp_step)
+    pack = fake_pack(tmp_path / "pack.bin")
+    kernels = device_stats.read_pack(open(pack, "rb").read())["kernels"]
+    _recs, calls, _copied, err = run_harness(built, tmp_path, "traced", pack, args=("strided",),
+                                             AOTI_DEBUG_TRACE_DEVICE="1")
+    found = [m for m in map(cpp_step._LAUNCH.search, err.splitlines()) if m]
+    logged = launches(calls)
+    assert len(found) == len(logged) > 0
+    assert [int(m.group(4)) for m in found] == [len(rows) for _f, rows in logged]
+    forms = {cpp_step._form(kernels[int(m.group(1))]) for m in found}
+    assert any(f.startswith("strided, tile width ") for f in forms) and any(f.startswith("contiguous") for f in forms), \
+        forms
+
+
 def test_the_flight_trigger_saves_device_tensors_after_a_synchronisation(built, tmp_path):
     """With the flight recorder (native/flight.h), stats on the device copy nothing and wait
     for the current stream only: the tensors the nonfinite trigger saves are read after a
