@@ -2,7 +2,7 @@
 
     CXX=/usr/bin/g++ PYTHONPATH=. python3 benchmarks/stats_kernel_sides.py --model transformer \
         [--per-side] [--variant NAME=PATH[:RBLOCK[:PER_SM[:MIN_TILES[:BLOCK[:WARPS]]]]]] ...
-        [--strided NAME] [--calls 20]
+        [--strided NAME] [--calls 20] [--overlap]
 
 Compiles the model at level stats (Python wrapper), records the tensors of every launch
 side its first call summarises (shapes, strides, dtypes, offsets: the stats kernels' real
@@ -14,7 +14,10 @@ it, applied to the package's). Prints per variant the device time per step,
 the bytes read per second, and whether min/max/absmax/nan/inf and the checksums are bit for
 bit those of the package's kernels (mean/std: the largest relative difference).
 ``--strided NAME`` adds the package's kernels with tensors that fill a dense block in
-another order (channels_last) read by the strided kernel instead of the dense one. CUDA only.
+another order (channels_last) read by the strided kernel instead of the dense one.
+``--overlap`` then times, on the device alone, the uninstrumented compiled model, the
+step's stats launches, both on one stream, and both on two streams with nothing ordering
+them: the bound of a second stream for the stats kernels (:func:`overlap`). CUDA only.
 """
 
 from __future__ import annotations
@@ -186,6 +189,79 @@ def per_side(sides: list[list], out, calls: int = 10) -> None:
               + " ".join(f"{tuple(t.shape)}{'' if t.is_contiguous() else tuple(t.stride())}" for t in ts), flush=True)
 
 
+def _gate_cycles(ms: float) -> int:
+    """GPU clock cycles ``torch.cuda._sleep`` spins for about ``ms`` milliseconds (measured)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    cycles = 1_000_000
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return int(cycles * ms / max(start.elapsed_time(end), 1e-3))
+
+
+def overlap(model_name: str, preset: str, sides: list[list], out, calls: int) -> None:
+    """``--overlap``: device ms of the uninstrumented compiled model, of the step's stats
+    launches (the package's kernels), of both on one stream, and of both on two streams
+    (the model on the current one, the stats on another, nothing ordering them): the
+    last is the most a second stats stream could hide, the bound of that design. Each
+    step is queued behind a spin kernel long enough for the host to queue all of it, so
+    the times are the device's, not the host's issue rate. Median over ``calls`` steps."""
+    import statistics
+
+    import torch
+
+    from aoti_debug.runtime import fused_stats as fs
+
+    use_kernels(None, None)
+    model, x, _ = build_model(model_name, preset, "cuda")
+    with torch.no_grad():
+        fn = torch.compile(model)
+        for _ in range(3):
+            fn(x)
+        main, side = torch.cuda.current_stream(), torch.cuda.Stream()
+
+        def stats():
+            for ts in sides:
+                fs.summarize(ts, into=(out, 0))
+
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                stats()
+        torch.cuda.synchronize()
+        gate = _gate_cycles(20.0)
+
+        def timed(kind: str) -> float:
+            begin, done, side_done = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            torch.cuda._sleep(gate)  # the host queues everything below meanwhile
+            begin.record()
+            if kind in ("model", "serial", "two streams"):
+                fn(x)
+            if kind in ("stats", "serial"):
+                stats()
+            if kind == "two streams":
+                side.wait_event(begin)
+                with torch.cuda.stream(side):
+                    stats()
+                    side_done.record()
+                main.wait_event(side_done)
+            done.record()
+            done.synchronize()
+            return begin.elapsed_time(done)
+
+        kinds = ("model", "stats", "serial", "two streams")
+        times: dict[str, list[float]] = {k: [] for k in kinds}
+        for _ in range(calls):
+            for kind in kinds:  # interleaved: the device's clocks move alike for all
+                times[kind].append(timed(kind))
+    ms = {k: statistics.median(v) for k, v in times.items()}
+    print(f"overlap ({calls} steps each, device ms, median): model {ms['model']:.3f}, stats {ms['stats']:.3f}, "
+          f"serial {ms['serial']:.3f} ({ms['serial'] / ms['model']:.2f}x the model), "
+          f"two streams {ms['two streams']:.3f} ({ms['two streams'] / ms['model']:.2f}x the model)", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=sorted(MODELS), default="transformer")
@@ -198,6 +274,8 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--per-side", action="store_true", help="also time each side alone (package kernels)")
     p.add_argument("--rounds", type=int, default=2, help="every variant this many times, alternating")
+    p.add_argument("--overlap", action="store_true",
+                   help="also time the model and its stats launches on one stream and on two (device ms)")
     args = p.parse_args()
     import torch
 
@@ -240,6 +318,8 @@ def main() -> int:
             print(f"round {r} {name:<12} {ms:7.3f} ms/step  {nbytes / ms / 1e6:6.0f} GB/s  "
                   f"exact fields {'same' if exact else 'DIFFER'}  mean/std rel diff {rel:.1e}  regs/spills {regs}", flush=True)
     use_kernels(None, None)
+    if args.overlap:
+        overlap(args.model, args.preset, sides, out, args.calls)
     return 0
 
 
