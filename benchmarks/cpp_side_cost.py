@@ -64,8 +64,8 @@ def once(out: str, pack: str, calls: int, waits: bool = False) -> float:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AOTI_DEBUG_", "FAKE_CU_"))}
     with tempfile.TemporaryDirectory(prefix="aoti_debug_side_cost_") as dump:
         env.update(LD_LIBRARY_PATH=os.path.join(out, "lib"), AOTI_DEBUG_DIR=dump, AOTI_DEBUG_RUN_ID="run")
-        proc = subprocess.run([os.path.join(out, "harness"), pack, "bench", str(calls), *(["waits"] if waits else [])], capture_output=True,
-                              text=True, env=env, check=True)
+        cmd = [os.path.join(out, "harness"), pack, "bench", str(calls), *(["waits"] if waits else [])]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
     return float(re.search(r"us_per_side=([\d.]+)", proc.stdout).group(1))
 
 
@@ -73,7 +73,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--calls", type=int, default=500)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--waits", action="store_true", help="sites that defer, a call_end() a call (level stats' sides now)")
+    p.add_argument("--waits", action="store_true",
+                   help="sites that defer, a call_end() a call (level stats' sides now)")
     p.add_argument("--checkout", default=None, help="another checkout to compare with, alternating")
     args = p.parse_args()
     if args.calls < 1 or args.rounds < 1:

@@ -139,25 +139,29 @@ def use_kernels(path: str | None, rblock: int | None = None, per_sm: int | None 
     fs._sides.clear()
 
 
+def step(sides: list[list], out) -> None:
+    """One step's stats launches: every side summarised into ``out``'s first rows."""
+    from aoti_debug.runtime import fused_stats as fs
+
+    for ts in sides:
+        fs.summarize(ts, into=(out, 0))
+
+
 def run(sides: list[list], out, calls: int) -> tuple[float, list]:
     """Device ms per step of the stats kernels, and each side's packed rows."""
     import torch
 
     from aoti_debug.runtime import fused_stats as fs
 
-    def step():
-        for ts in sides:
-            fs.summarize(ts, into=(out, 0))
-
     for _ in range(3):
-        step()
+        step(sides, out)
     torch.cuda.synchronize()
     rows = []
     for ts in sides:  # each side's rows, read back one side at a time
         fs.summarize(ts, into=(out, 0))
         s, c = fs.unpack(out)
         rows.append((s[: len(ts)].clone(), c[: len(ts)].clone()))
-    return device_us(step, calls) / 1e3, rows
+    return device_us(lambda: step(sides, out), calls) / 1e3, rows
 
 
 def device_us(fn, calls: int) -> float:
@@ -204,32 +208,24 @@ def _gate_cycles(ms: float) -> int:
 
 def overlap(model_name: str, preset: str, sides: list[list], out, calls: int) -> None:
     """``--overlap``: device ms of the uninstrumented compiled model, of the step's stats
-    launches (the package's kernels), of both on one stream, and of both on two streams
-    (the model on the current one, the stats on another, nothing ordering them): the
-    last is the most a second stats stream could hide, the bound of that design. Each
-    step is queued behind a spin kernel long enough for the host to queue all of it, so
+    launches (the kernels ``use_kernels`` last set: the package's, from ``main``), of both
+    on one stream, and of both on two streams (the model on the current one, the stats on
+    another, nothing ordering them): the last is the most a second stats stream could
+    hide, the bound of that design. Each step is queued behind a spin kernel long enough for the host to queue all of it, so
     the times are the device's, not the host's issue rate. Median over ``calls`` steps."""
     import statistics
 
     import torch
 
-    from aoti_debug.runtime import fused_stats as fs
-
-    use_kernels(None, None)
     model, x, _ = build_model(model_name, preset, "cuda")
     with torch.no_grad():
         fn = torch.compile(model)
         for _ in range(3):
             fn(x)
         main, side = torch.cuda.current_stream(), torch.cuda.Stream()
-
-        def stats():
-            for ts in sides:
-                fs.summarize(ts, into=(out, 0))
-
         with torch.cuda.stream(side):
             for _ in range(3):
-                stats()
+                step(sides, out)
         torch.cuda.synchronize()
         gate = _gate_cycles(20.0)
 
@@ -240,11 +236,11 @@ def overlap(model_name: str, preset: str, sides: list[list], out, calls: int) ->
             if kind in ("model", "serial", "two streams"):
                 fn(x)
             if kind in ("stats", "serial"):
-                stats()
+                step(sides, out)
             if kind == "two streams":
                 side.wait_event(begin)
                 with torch.cuda.stream(side):
-                    stats()
+                    step(sides, out)
                     side_done.record()
                 main.wait_event(side_done)
             done.record()

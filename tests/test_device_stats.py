@@ -86,6 +86,11 @@ def run_harness(built, tmp_path, name, pack, mode="file", level="stats", args=()
     return recs, calls, copied, proc.stderr
 
 
+def printed_lines(err: str) -> list[str]:
+    """A harness's level-print lines on stderr (the runtime's, one per record)."""
+    return [x for x in err.splitlines() if x.startswith(("[aoti_debug] before", "[aoti_debug] after"))]
+
+
 def launches(calls: list[str]) -> list[tuple[dict, list[dict]]]:
     """The logged launches: the launch's fields and its table rows."""
     out = []
@@ -295,13 +300,10 @@ def test_device_records_equal_the_host_path_and_copy_only_results(built, tmp_pat
                                                  AOTI_DEBUG_FUSED_STATS="0")
     assert printed == host_printed
 
-    def lines(err):
-        return [x for x in err.splitlines() if x.startswith(("[aoti_debug] before", "[aoti_debug] after"))]
-
     tensor_lines = [print_line(r) for r in printed if r["kind"] == "tensor"]
-    assert lines(perr) == lines(host_err) and len(tensor_lines) > 40
+    assert printed_lines(perr) == printed_lines(host_err) and len(tensor_lines) > 40
     assert any(r.get("uninitialised") for r in printed)  # (printed without stats, as Python prints it)
-    assert [x for x in lines(perr) if " min=" in x] == tensor_lines
+    assert [x for x in printed_lines(perr) if " min=" in x] == tensor_lines
 
 
 def test_a_side_whose_tensors_stay_put_copies_its_table_once(built, tmp_path):
@@ -478,11 +480,9 @@ def test_sides_that_wait_go_as_one_launch_and_equal_a_launch_each(built, tmp_pat
     assert "warning" not in err, err
     assert recs == each == host and _manifest_order(recs)
     if level == "print":
-        def lines(text):
-            return [x for x in text.splitlines() if x.startswith(("[aoti_debug] before", "[aoti_debug] after"))]
-
-        assert len(lines(err)) == len(recs) and lines(err) == lines(each_err) == lines(host_err)
-        assert [x for x in lines(err) if " min=" in x] == [print_line(r) for r in recs if r["kind"] == "tensor"]
+        printed = printed_lines(err)
+        assert len(printed) == len(recs) and printed == printed_lines(each_err) == printed_lines(host_err)
+        assert [x for x in printed if " min=" in x] == [print_line(r) for r in recs if r["kind"] == "tensor"]
     merged, single = launches(calls), launches(each_calls)
     assert sum(len(rows) for _f, rows in merged) == sum(len(rows) for _f, rows in single) == 3 * 13
     if harness == "harness":
@@ -634,8 +634,8 @@ def test_cpp_step_reads_the_launches_of_the_device_trace(built, tmp_path):
     assert len(found) == len(logged) > 0
     assert [int(m.group(4)) for m in found] == [len(rows) for _f, rows in logged]
     forms = {cpp_step._form(kernels[int(m.group(1))]) for m in found}
-    assert any(f.startswith("strided, tile width ") for f in forms) and any(f.startswith("contiguous") for f in forms), \
-        forms
+    assert any(f.startswith("strided, tile width ") for f in forms), forms
+    assert any(f.startswith("contiguous") for f in forms), forms
 
 
 def test_the_flight_trigger_saves_device_tensors_after_a_synchronisation(built, tmp_path):

@@ -366,11 +366,11 @@ class Manager:
     # At level stats (and print, in C++) a side's stats launch waits and goes with the
     # sides after it as one launch, where a pending line or the call's end comes: inside a
     # CUDA graph in the Python wrapper (``runtime/cuda_graphs``), always in C++ wrappers
-    # (the runtime's ``PendingRun``). The side's tensors are held until then, so the allocator hands none
-    # of their memory out again meanwhile. What can still overwrite them is a launch that
-    # writes their storage (in place, or into a buffer that reuses it: ``bufB = bufA  #
-    # reuse``) or a line between launches that names it: such a launch or line is preceded
-    # by a pending line, decided here from the storages each side reads.
+    # (the runtime's ``PendingRun``). The side's tensors are held until then, so the
+    # allocator hands none of their memory out again meanwhile. What can still overwrite
+    # them is a launch that writes their storage (in place, or into a buffer that reuses
+    # it: ``bufB = bufA  # reuse``) or a line between launches that names it: such a launch
+    # or line is preceded by a pending line, decided here from the storages each side reads.
     def defers(self, cpp: bool) -> bool:
         """Whether the sides wait: level stats in both wrappers, and level print in C++
         ones, whose print lines already wait for the device ring (the Python wrapper's

@@ -1,9 +1,9 @@
 // How a launch side's CUDA tensors go to the stats kernels (device_stats.h's packs,
 // layouts and buffers): planned as fused_stats._launch plans them (one launch per element
 // kind and tile width or dense tile), launched on the wrapper's stream into the ring's
-// rows (level stats and print) or into the side's own buffer, waited for (a flight
-// recorder, print under AOTI_DEBUG_SYNC). At levels stats and print the sides of a wrapper that
-// calls pending() (Site::defers) wait instead and go as one launch (PendingRun).
+// rows (levels stats and print) or into the side's own buffer, waited for (a flight
+// recorder, print under AOTI_DEBUG_SYNC). At levels stats and print the sides of a
+// wrapper that calls pending() (Site::defers) wait instead and go as one launch (PendingRun).
 #ifndef AOTI_DEBUG_PART_DEVICE_LAUNCH_H
 #define AOTI_DEBUG_PART_DEVICE_LAUNCH_H
 
@@ -169,11 +169,11 @@ std::string plan_items(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& d
 // Launches `plan`'s groups over `items` on `stream`. With `seg`, into its rows from
 // `first` (the table's rows count from it: a segment's rows from `first`, a multiple of 8,
 // are rows from 0 of `out` moved by `first` rows, whose checksums, at out + 8 * k_total +
-// row, stay in place with k_total less 7/8 of `first`); without, into the side's own buffer, copied and waited for here into
-// `results`. The table is staged at `staged` of the segment's pinned twin (a waiting
-// run's room), or where the segment's staging is used up to (null). With `kept` (the
-// side's table as last copied, KeptTable), a table equal to it is not copied again. ""
-// or the failing call.
+// row, stay in place with k_total less 7/8 of `first`); without, into the side's own
+// buffer, copied and waited for here into `results`. The table is staged at `staged` of
+// the segment's pinned twin (a waiting run's room), or where the segment's staging is
+// used up to (null). With `kept` (the side's table as last copied, KeptTable), a table
+// equal to it is not copied again. "" or the failing call.
 std::string launch_plan(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& ds, cu::Handle stream,
                         const char* after, Plan& plan, const std::vector<DeviceItem>& items, Segment* seg,
                         uint32_t first, unsigned char* staged, cu::DevPtr counters, KeptTable* kept,
@@ -346,7 +346,7 @@ bool hold(const Value* v, const std::vector<DeviceItem>& items, const Plan& plan
 // The device's summaries of `items` (all on the current context's device), launched on
 // `stream` as fused_stats._launch launches them; "" or the failing call. Items whose
 // kind the pack has no kernel for are left out (`launched` says which were done).
-// With a ring (`R`, level stats), the results go to rows of its current segment, which
+// With a ring (`R`, levels stats and print), the results go to rows of its current segment, which
 // `seg` then names, `items`' rows are those rows, and nothing is waited for; with `wait`
 // too (Site::defers) and every tensor read in 16-byte vectors where its kind has them,
 // the side joins the segment's waiting run instead of launching (PendingRun). Without a
@@ -422,7 +422,7 @@ std::string launch_side(Shared& S, DeviceStats& D, LoadedPack& lp, DeviceState& 
   return "";
 }
 
-// Where a side's results wait on the device (level stats): the segment, and per value its row.
+// Where a side's results wait on the device (levels stats and print): the segment, and per value its row.
 struct Deferred {
   Segment* segment = nullptr;
   DeviceStats* owner = nullptr;
@@ -431,7 +431,7 @@ struct Deferred {
 
 // The summaries of the CUDA tensors among `v` (one launch side) that the device computes:
 // `done[i]` is 1 where `out[i]` holds one, 2 where it comes later, from row
-// `deferred.rows[i]` of `deferred.segment` (with `defer`: level stats, records queued).
+// `deferred.rows[i]` of `deferred.segment` (with `defer`: levels stats and print, records queued).
 // `skip[i]` (where given): not this one (an input taken from its producer: records.h).
 // Caller holds S.mu. Never throws.
 void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, const char* phase, const DeviceOps* dev,
