@@ -5,6 +5,8 @@ checked against their values in ``test_real_models.py``."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from aoti_debug import config
@@ -78,6 +80,115 @@ def test_no_link_where_reuse_is_off_or_the_level_reads_no_ring():
 
 def test_an_uninstrumented_producer_is_no_link():
     assert _links([], kernels="triton_poi_fused_1") == ((), ())
+
+
+_CL = ((2, 16, 4, 4), (256, 1, 64, 16), 0)  # a channels_last activation's sizes, strides, offset
+
+
+def _strided_links(reader_layout: tuple, between: list[str] = (), cpp: bool = False) -> tuple:
+    """Launch 1 writes buf0 laid out channels_last (``_CL``); the wrapper then reuses
+    buf0's memory as buf1 (``auto buf1 = std::move(buf0);  // reuse``, as it does for a
+    batch norm computed in place on a convolution's output), writes ``between``, and
+    launch 2 reads and writes buf1 in place, laid out as ``reader_layout``: its link."""
+    m = Manager(config.make_compile_settings("stats"))
+    code, root = _Code(), _Root()
+    root._aoti_debug_header = root._aoti_debug_cpp_header = True  # (no header: nothing is imported)
+    first = m.prepare(Launch(kernel="aoti_torch_cuda_convolution", op="aten.convolution", kind="extern",
+                             args=[LaunchArg("arg0_1", "arg0_1", "input"),
+                                   LaunchArg("buf0", "buf0", "output", layout=("buf0", *_CL))]))
+    m.lines_written(code, "before")
+    m.emit(root, first, "before", cpp)
+    code.writeline("aoti_torch_cuda_convolution(arg0_1, ..., &buf0_handle);")
+    m.emit(root, first, "after", cpp)
+    m.lines_written(code, "after")
+    m.alias("buf1", "buf0", reuse=True)
+    for line in ("auto buf1 = std::move(buf0);  // reuse", *between):
+        code.writeline(line)
+    m.lines_written(code, "before")
+    second = m.prepare(Launch(kernel="triton_poi_fused_relu_1", op="triton_poi_fused_relu_1", kind="triton",
+                              args=[LaunchArg("buf1", "buf1", "inout", layout=("buf1", *reader_layout))]))
+    return second.args[0].reuse
+
+
+def test_a_strided_output_reused_in_place_is_linked():
+    """A non-contiguous output (channels_last) read again in place through a buffer reuse
+    is the same elements in the same order only where the reader's sizes, strides and
+    offset are the writer's: then linked, else read."""
+    for cpp in (False, True):
+        assert _strided_links(_CL, cpp=cpp) == (0, 0), cpp
+    assert _strided_links(((2, 16, 4, 4), (256, 16, 4, 1), 0)) == ()  # other strides: other order
+    assert _strided_links(((2, 16, 4, 4), (256, 1, 64, 16), 16)) == ()  # another offset
+    assert _strided_links(((2, 16, 4, 2), (256, 1, 64, 16), 0)) == ()  # fewer elements
+    assert _strided_links(_CL, ["AOTI_TORCH_ERROR_CODE_CHECK(aoti_torch_copy_(buf1, arg2_1, 0));"], cpp=True) == ()
+
+
+def _conv_bn_model():
+    """Convolutions on channels_last activations, each followed by a batch norm and ReLU
+    that Inductor computes in place on the convolution's output (a buffer reuse)."""
+    import torch
+
+    torch.manual_seed(0)
+    layers = []
+    for c_in, c_out in ((3, 8), (8, 8), (8, 8)):
+        bn = torch.nn.BatchNorm2d(c_out)
+        with torch.no_grad():
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+        layers += [torch.nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), bn, torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers).eval().to(memory_format=torch.channels_last)
+    return model, [torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last) for _ in range(2)]
+
+
+@pytest.mark.parametrize("wrapper", ["python", "cpp"])
+def test_a_channels_last_convolution_output_is_linked_to_the_batch_norm_that_reads_it(tmp_path, wrapper):
+    """End to end on the CPU: each batch norm computed in place on a channels_last
+    convolution's output links its input to the convolution's output record (the Python
+    wrapper's site literal; the C++ runtime's ``reused``) instead of reading it again, and
+    that record equals, stats and checksum, the value read where it is used: the Python
+    runtime reads CPU inputs anyway, and a ``reuse=False`` compile reads every one."""
+    import json
+    import re
+
+    import torch
+
+    import aoti_debug
+    from aoti_debug.format.protocol import make_site
+    from tests.conftest import only_run, records
+
+    model, xs = _conv_bn_model()
+    dumps = {}
+    for reuse in (True, False):
+        torch._dynamo.reset()
+        dumps[reuse] = str(tmp_path / f"reuse{int(reuse)}")
+        with torch.no_grad(), torch._inductor.config.patch(cpp_wrapper=wrapper == "cpp", force_disable_caches=True), \
+                aoti_debug.enabled(level="stats", dump_dir=dumps[reuse], reuse=reuse):
+            fn = torch.compile(model)
+            outs = [fn(x) for x in xs]
+        aoti_debug.flush()
+        _equal_to_eager(model, xs, outs)
+    recs = [r for r in records(only_run(dumps[True])) if r["kind"] == "tensor"]
+    strided = [r for r in recs if r["phase"] == "before" and r["arg"].startswith("buf") and
+               r["stride"][1] == 1 and r["shape"][1] > 1 and not r.get("uninitialised")]
+    if wrapper == "python":
+        with open(os.path.join(only_run(dumps[True]), "run.json")) as f:
+            code = open(json.load(f)["graphs"]["graph0"]["file"]).read()
+        sites = {}
+        for m in re.finditer(r"^_AD_SITE_\d+ = _aoti_debug\.site\((.*)\)$", code, re.M):
+            site = make_site(__import__("ast").literal_eval(m.group(1)))
+            sites[site.id] = site
+        linked = [r for r in strided if sites[r["site"]].before[r["index"]].reuse]
+        for r in linked:  # (the Python runtime read it: its record is the value where it is used)
+            producer, at = sites[r["site"]].before[r["index"]].reuse
+            made = [q for q in recs if q["phase"] == "after" and q["site"] == producer and
+                    q["index"] == len(sites[producer].before) + at and q["launch"] < r["launch"]][-1]
+            assert (made["checksum"], made["stats"]) == (r["checksum"], r["stats"]), (made, r)
+    else:
+        linked = [r for r in strided if r.get("reused") is not None]
+    batch_norms = [r for r in strided if "batch_norm" in r["kernel"]]
+    assert len(batch_norms) == 2 * 3 and {id(r) for r in batch_norms} <= {id(r) for r in linked}, \
+        [(r["kernel"], r["arg"], r["stride"]) for r in strided if r not in linked]
+    result = aoti_debug.diff(dumps[True], dumps[False])
+    assert result and result.exit_code == 0, result
 
 
 def _input_links(monkeypatch, between: list[str], device: str = "cuda", cpp: bool = False) -> tuple:

@@ -302,12 +302,22 @@ class Manager:
                                      layout=a.layout))
         return at
 
-    def _span(self, expr: str, layout: tuple) -> tuple[str, int, int] | None:
-        """``_contiguous_span`` of ``expr``, else of its IR ``layout`` (``LaunchArg.layout``)."""
-        span = _contiguous_span(_spelled(expr), self._start)
-        if span is None and layout:
-            span = _contiguous(*layout, self._start)
-        return span
+    def _span(self, expr: str, layout: tuple) -> tuple | None:
+        """Which elements ``expr`` names, in which logical order, as a key that two views
+        share only when they name the same elements in the same order: the
+        ``_contiguous_span`` of ``expr``, else of its IR ``layout`` (``LaunchArg.layout``);
+        else, for a strided view with a static layout (a channels_last convolution's output,
+        read again by the batch norm that reuses its buffer in place), the buffer its memory
+        starts at (``_start``) with its sizes, strides and offset; None where unknown."""
+        view = _static_view(_spelled(expr))
+        for v in (view, tuple(layout) if layout else None):
+            span = _contiguous(*v, self._start) if v is not None else None
+            if span is not None:
+                return span
+        name, size, stride, offset = view or (tuple(layout) if layout else (None,) * 4)
+        if name is None or not _static_ints(size, stride, offset):
+            return None
+        return self._start(name), size, stride, offset
 
     def _produced(self, launch: Launch) -> None:
         """Keep the tensors an instrumented launch wrote as producers (after its lines)."""
@@ -560,6 +570,14 @@ def _contiguous_span(expr: str, start) -> tuple[str, int, int] | None:
     strides, the buffer followed back through buffer reuses (``start``) to the one whose
     memory it starts at; None for anything else (symbolic sizes, gaps: such inputs take
     their producer's record only as the same expression)."""
+    view = _static_view(expr)
+    return _contiguous(*view, start) if view is not None else None
+
+
+def _static_view(expr: str) -> tuple[str, tuple, tuple, int] | None:
+    """``(buffer, sizes, strides, offset)`` of spelled ``expr`` where it is a buffer (as
+    Inductor's IR lays it out) or ``reinterpret_tensor(buffer, sizes, strides, offset)``
+    with literals; None for anything else."""
     import ast
 
     try:
@@ -579,13 +597,19 @@ def _contiguous_span(expr: str, start) -> tuple[str, int, int] | None:
             return None
     except (SyntaxError, ValueError, TypeError):
         return None
-    return _contiguous(name, size, stride, offset, start)
+    return name, size, stride, offset
+
+
+def _static_ints(size, stride, offset) -> bool:
+    """Whether a view's ``size``, ``stride`` and ``offset`` are literal integers, one
+    stride a size."""
+    return (isinstance(size, tuple) and isinstance(stride, tuple) and len(size) == len(stride) and
+            all(type(v) is int for v in (*size, *stride, offset)))
 
 
 def _contiguous(name: str, size, stride, offset, start) -> tuple[str, int, int] | None:
     """``_contiguous_span`` of ``name`` viewed with ``size``, ``stride`` and ``offset``."""
-    if not (isinstance(size, tuple) and isinstance(stride, tuple) and len(size) == len(stride) and
-            all(type(v) is int for v in (*size, *stride, offset))):
+    if not _static_ints(size, stride, offset):
         return None
     expected = 1
     for n, st in reversed(list(zip(size, stride))):
