@@ -460,6 +460,36 @@ def test_linked_inputs_take_their_producers_stats_across_segments(built, tmp_pat
         assert rows == 3 * (6 * 3 - 5), rows
 
 
+@pytest.mark.parametrize("variant", ["chain-inputs", "chain-waits-inputs", "chain-waits-inputs-strided"])
+@pytest.mark.parametrize("harness", ["harness", *(f"harness-ring{r}x{n}" for r, n in SMALL_RINGS)])
+def test_weights_read_once_a_call_are_taken_by_every_launch_of_the_call(built, tmp_path, harness, variant):
+    """A ``graph_inputs`` site reads the weight once a call, before the first launch
+    (codegen's ``Inputs``), and every launch's weight links to it, as its input links to
+    the launch before. The graph inputs' side starts the call's ring segment: in the
+    default ring every launch of every call takes both, 8 stats rows a call instead of 13
+    (when that side's rows went in the previous call's segment, each launch from the
+    second call on read its weight again: a side takes rows of one earlier segment only).
+    In any ring the records are the host path's, but for ``reused``; -strided: the weight
+    is a transposed view, read in place by the strided kernel."""
+    pack = fake_pack(tmp_path / "pack.bin")
+    recs, calls, _c, err = run_harness(built, tmp_path, "linked", pack, args=(variant,), harness=harness,
+                                       FAKE_CU_EVENT_DELAY="3")
+    host, _h, _c, _e = run_harness(built, tmp_path, "host", pack, args=(variant,), AOTI_DEBUG_FUSED_STATS="0")
+    assert "warning" not in err, err
+
+    def without_reused(rs):
+        return [{k: v for k, v in r.items() if k != "reused"} for r in rs]
+
+    assert without_reused(recs) == without_reused(host) and _manifest_order(recs)
+    weights = [r for r in recs if r["arg"] == "w" and r["kernel"] != "graph_inputs"]
+    assert len(weights) == 3 * 6 and len({r["checksum"] for r in weights}) == 1
+    if harness == "harness":
+        assert recs == host
+        assert [r.get("reused") for r in weights] == [6] * 18, \
+            [(r["kernel_call"], r["kernel"], r.get("reused")) for r in weights]
+        assert sum(len(rows) for _f, rows in launches(calls)) == 3 * 8
+
+
 @pytest.mark.parametrize("harness,level", [("harness", "stats"), ("harness", "print"),
                                            *((f"harness-ring{r}x{n}", "stats") for r, n in SMALL_RINGS)])
 def test_sides_that_wait_go_as_one_launch_and_equal_a_launch_each(built, tmp_path, harness, level):

@@ -184,6 +184,7 @@ def _constants_body() -> str:
         f"constexpr int kMaxClaims = {int(writer.MAX_CLAIMS)};",
         f"constexpr int kRunIdLimit = {int(writer.RUN_ID_LIMIT)};",
         f"constexpr const char* kDefaultDumpDir = {cpp_string(config.DEFAULT_DIR)};",
+        f"constexpr const char* kInputsKernel = {cpp_string(schema.INPUTS_KERNEL)};",
         "// config.ENV_*: what the runtime reads when the model runs",
         "namespace env {",
         f"constexpr const char* kDir = {cpp_string(config.ENV_DIR)};",

@@ -16,6 +16,9 @@
 //                                      -> a graph call of kChain launches, each reading the
 //   previous one's output (linked to it: Arg::reuse_site; or not) and a weight, three calls
 //   with new values each; the records; "copied=<bytes> unsynced=<copies>"
+//   (chain-inputs, chain-waits-inputs[-strided]: a graph_inputs site reads the weight once a
+//   call, before the first launch, and every launch's weight links to it, as codegen's
+//   Inputs; -strided: the weight is a transposed view, read by the strided kernel)
 //   harness PACK parse                                    -> parse_pack's verdict
 //   harness PACK bench [CALLS] [waits]                    -> "us_per_side=" (benchmarks/cpp_side_cost.py)
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -240,21 +243,26 @@ int bench(int calls, bool waits) {
 //   waits (Site::defers): the sides' stats launches wait for entry_pending / entry_call_end;
 //   overwrite: launch 3 rewrites the weight after its before side read it (in place, as an
 //   inout arg), with entry_pending before it where `pending` (what codegen writes there).
+//   inputs: site kChain (graph_inputs, after args only) reads the weight first in each call
+//   and the launches' weight args link to it; strided: the weight is a transposed view.
 int chain(const DeviceOps* device, schema::Level level, bool links, bool waits = false, bool overwrite = false,
-          bool pending = true) {
+          bool pending = true, bool inputs = false, bool strided = false) {
   constexpr int kChain = 6;
   std::vector<AtenTensorHandle> bufs;
   for (int i = 0; i <= kChain; ++i) bufs.push_back(make(kF32, kDeviceCuda, {4, 100}, {100, 1}));
-  AtenTensorHandle w = make(kF32, kDeviceCuda, {4, 100}, {100, 1});
+  AtenTensorHandle w = strided ? make(kF32, kDeviceCuda, {4, 100}, {1, 4}) : make(kF32, kDeviceCuda, {4, 100}, {100, 1});
   fill(w, 99);
   std::vector<std::string> names;
   std::vector<std::vector<Arg>> in(kChain), out(kChain);
   std::vector<Site> before(kChain), after(kChain);
+  Arg read_once[1] = {{"w", "output", "tensor", "w", 0, 0, ""}};
+  Site inputs_site = {"", "graph_inputs", "graph_inputs", level, 0, 1, 1, read_once, "", "before,after", __FILE__,
+                      __LINE__, "", "inference", "", kChain, "", waits ? 1 : 0};
   for (int s = 0; s < kChain; ++s) names.push_back("triton_poi_fused_chain_" + std::to_string(s));
   for (int s = 0; s < kChain; ++s) {
     const int producer = links && s > 0 ? s - 1 : -1;
     in[s] = {{"x", "input", "tensor", "x", 0, 0, "", producer, producer >= 0 ? 0 : -1},
-             {"w", "input", "tensor", "w", 1, 0, ""}};
+             {"w", "input", "tensor", "w", 1, 0, "", inputs ? kChain : -1, inputs ? 0 : -1}};
     out[s] = {{"y", "output", "tensor", "y", 2, 0, ""}};
     before[s] = {"", names[s].c_str(), names[s].c_str(), level, 0, 2, 2, in[s].data(), "", "before,after", __FILE__,
                  __LINE__, "", "inference", "", s, "", waits ? 1 : 0};
@@ -267,6 +275,11 @@ int chain(const DeviceOps* device, schema::Level level, bool links, bool waits =
   for (int call = 0; call < 3; ++call) {
     fill(bufs[0], 1000 + call);
     fill(w, 99);
+    if (inputs) {
+      Value wv[1] = {Value(w)};
+      entry_launch(&graph, &token, &inputs_site, nullptr, 0);
+      entry_done(&graph, &token, &inputs_site, wv, 1);
+    }
     for (int s = 0; s < kChain; ++s) {
       Value bv[2] = {Value(bufs[s]), Value(w)};
       entry_launch(&graph, &token, &before[s], bv, 2);
@@ -315,6 +328,10 @@ int main(int argc, char** argv) {
   if (variant == "chain-overwrite") return chain(ops(mode, pack), lv, true, false, true);
   if (variant == "chain-waits-overwrite") return chain(ops(mode, pack), lv, true, true, true);
   if (variant == "chain-waits-overwrite-unguarded") return chain(ops(mode, pack), lv, true, true, true, false);
+  if (variant == "chain-inputs") return chain(ops(mode, pack), lv, true, false, false, true, true);
+  if (variant == "chain-waits-inputs") return chain(ops(mode, pack), lv, true, true, false, true, true);
+  if (variant == "chain-waits-inputs-strided") return chain(ops(mode, pack), lv, true, true, false, true, true, true);
+  if (variant == "chain-unlinked-strided") return chain(ops(mode, pack), lv, false, false, false, true, false, true);
   const int cuda = kDeviceCuda, cpu = kDeviceCpu;
   std::vector<AtenTensorHandle> ts = {
       make(kF32, cuda, {3, 1000}, {1000, 1}),     // 0

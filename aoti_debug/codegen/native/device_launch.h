@@ -522,10 +522,18 @@ void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, con
       items.swap(ready);
       if (items.empty()) return;
       Ring* R = defer ? ring_of(S, D, *ds, stream, site.kernel, err) : nullptr;
-      if (R && before && site.id >= 0) {  // a graph call starts the next one (flight.h's rule): ship the last
+      // A graph call starts the next one: ship the last. A call starts at a before side
+      // whose site number is not above the last one's (flight.h's rule), or at the graph
+      // inputs' side (after args only), which codegen puts before every call's first
+      // launch whatever its number: its rows then go in the new call's segment, where the
+      // call's launches take them (records.h: a side takes rows of one earlier segment).
+      const bool starts_call = !before && std::strcmp(site.kernel, schema::kInputsKernel) == 0;
+      if (R && (before || starts_call) && site.id >= 0) {
         auto last = R->last_site.find(dev);
-        if (last != R->last_site.end() && site.id <= last->second && R->current >= 0) ship(S, D, R->seg[R->current]);
-        R->last_site[dev] = site.id;
+        if (last != R->last_site.end() && (starts_call || site.id <= last->second) && R->current >= 0) {
+          ship(S, D, R->seg[R->current]);
+        }
+        R->last_site[dev] = starts_call ? -1 : site.id;
       }
       if (err.empty() && !D.broken) {
         out.assign(n, Summary());
