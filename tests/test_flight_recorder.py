@@ -263,6 +263,48 @@ def test_graph_calls_of_several_graphs_share_the_ring(fresh_session, monkeypatch
     assert {r["stats"]["min"] for r in recs if r["phase"] == "before" and r["graph"] != "graph1/body"} == {3.0}
 
 
+#: A compiled model whose first kernel reads no weight: the graph inputs' launch (let in
+#: on the CPU) runs before it but takes its site number at the first launch that reads a
+#: weight, the second one.
+_INPUTS_NUMBERED_LATER = textwrap.dedent("""
+    import sys
+    import torch
+    import aoti_debug
+    from aoti_debug.codegen import manager
+    manager.INPUTS_DEVICES = ("cuda", "cpu")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(16, 8), torch.nn.Tanh()).eval()
+    with torch.no_grad(), torch._inductor.config.patch(cpp_wrapper=sys.argv[1] == "cpp", force_disable_caches=True):
+        fn = torch.compile(model)
+        for i in range(5):
+            fn(torch.full((4, 16), float(i)))
+""")
+
+
+@pytest.mark.parametrize("wrapper", ["python", "cpp"])
+def test_the_graph_inputs_launch_starts_a_graph_call_whatever_its_site_number(tmp_path, wrapper):
+    """The graph inputs' launch comes before every call's first launch, but its site is
+    numbered where a launch first links to it: here above the first kernel's. A call is
+    still one call in both runtimes' flight recorders (flight.py, flight.h): five calls,
+    the ring holds the last two whole."""
+    root = str(tmp_path / "dump")
+    env = {**os.environ, "PYTHONPATH": REPO, "AOTI_DEBUG_LEVEL": "stats", "AOTI_DEBUG_DIR": root,
+           config.ENV_RING: "2"}
+    proc = subprocess.run([sys.executable, "-c", _INPUTS_NUMBERED_LATER, wrapper], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = only_run(root)
+    recs = records(run)
+    inputs = [r for r in recs if r["kernel"] == "graph_inputs"]
+    first = [r for r in recs if "relu" in r["kernel"]]
+    assert inputs and first and inputs[0]["site"] > first[0]["site"] and inputs[0]["launch"] < first[0]["launch"]
+    fl = _flight(run)
+    assert fl["graph_calls"] == 5 and [d["graph_calls"] for d in fl["dumps"]] == [[4, 5]], fl
+    assert _calls(recs) == [4, 5] and {r["wrapper"] for r in recs} == {wrapper}
+    per_call = [sum(1 for r in recs if r["kernel_call"] == c) for c in (3, 4)]
+    assert per_call[0] == per_call[1] == len(recs) // 2 and len({r["kernel"] for r in recs}) == 4, recs
+
+
 def test_ring_memory_is_bounded_in_records(fresh_session, monkeypatch):
     monkeypatch.setenv(config.ENV_RING, "100")
     monkeypatch.setattr(flight, "MAX_RING_RECORDS", 6)

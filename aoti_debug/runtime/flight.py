@@ -13,7 +13,9 @@ A *graph call* is one call of a compiled wrapper's ``call``. It is seen at run t
 without a hook of its own: within one call the launches of a wrapper's top-level code
 run in the order of their site numbers (its ``call`` is straight-line code; loops and
 branches live in subgraphs), so a launch of a top-level site whose number is not above
-the last one that thread launched in that wrapper starts the next call. A wrapper whose
+the last one that thread launched in that wrapper starts the next call; so does the
+graph inputs' launch (``schema.INPUTS_KERNEL``), which codegen puts before every call's
+first launch whatever number it took, and the launch after it continues that call. A wrapper whose
 launches all sit in subgraphs counts each pass over a subgraph as a call. Calls of all
 graphs share one ring, in the order they start: a training step with one forward and
 one backward graph is two graph calls.
@@ -50,7 +52,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..format.schema import TENSOR_DIR, tensor_filename
+from ..format.schema import INPUTS_KERNEL, TENSOR_DIR, tensor_filename
 
 #: The ring never holds more records than this (about 1-2 KB each in memory).
 MAX_RING_RECORDS = 100_000
@@ -237,8 +239,9 @@ class FlightRecorder:
             last = self._tls.last = {}
         key = (id(handle), "" if top else site.subgraph)
         before = last.get(key)
-        last[key] = site.id
-        if before is None or site.id <= before or getattr(self._tls, "call", None) is None:
+        starts = site.kernel == INPUTS_KERNEL  # (its number may be above the first launch's)
+        last[key] = -1 if starts else site.id
+        if starts or before is None or site.id <= before or getattr(self._tls, "call", None) is None:
             self._new_call()
 
     def _new_call(self) -> None:

@@ -10,7 +10,9 @@
 //
 // A graph call is seen as flight.py sees it: the launches of a wrapper's top-level code
 // run in the order of their site numbers, so a launch whose site number is not above the
-// last one that thread launched in that wrapper starts the next call. A wrapper is known
+// last one that thread launched in that wrapper starts the next call; so does the graph
+// inputs' launch (schema::kInputsKernel), which codegen puts before every call's first
+// launch whatever number it took, and the launch after it continues that call. A wrapper is known
 // to have top-level launches from its first one on (Python knows it from the wrapper's
 // import): until then, its subgraph launches count passes over each subgraph.
 //
@@ -447,8 +449,9 @@ bool flight_enter(const Graph& graph, const Site& site) {
   auto it = T.last.find(key);
   bool first = it == T.last.end();
   int64_t before = first ? 0 : it->second;
-  T.last[key] = site.id;
-  if (!first && site.id > before && T.call) return false;
+  const bool starts = std::strcmp(site.kernel, schema::kInputsKernel) == 0;  // (its number may be above the next)
+  T.last[key] = starts ? -1 : site.id;
+  if (!starts && !first && site.id > before && T.call) return false;
   new_call(F, T);
   return true;
 }
