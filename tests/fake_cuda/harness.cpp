@@ -331,7 +331,6 @@ int main(int argc, char** argv) {
   if (variant == "chain-inputs") return chain(ops(mode, pack), lv, true, false, false, true, true);
   if (variant == "chain-waits-inputs") return chain(ops(mode, pack), lv, true, true, false, true, true);
   if (variant == "chain-waits-inputs-strided") return chain(ops(mode, pack), lv, true, true, false, true, true, true);
-  if (variant == "chain-unlinked-strided") return chain(ops(mode, pack), lv, false, false, false, true, false, true);
   const int cuda = kDeviceCuda, cpu = kDeviceCpu;
   std::vector<AtenTensorHandle> ts = {
       make(kF32, cuda, {3, 1000}, {1000, 1}),     // 0

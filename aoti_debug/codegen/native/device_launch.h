@@ -31,6 +31,11 @@
 namespace AOTI_DEBUG_NS {
 namespace {
 
+// Whether `site` is the graph inputs' (codegen's manager.Inputs), read before every graph
+// call's first launch whatever site number it took: it starts a graph call (here, the ring's
+// segment; flight.h, the flight recorder's call).
+bool starts_graph_call(const Site& site) { return std::strcmp(site.kernel, schema::kInputsKernel) == 0; }
+
 // How `items` (all on the current context's device) are read, as fused_stats._launch
 // plans them: one group per kind and tile width or dense tile, in order of first
 // appearance, each with its kernel, base, programs and rows of `table`. Items whose kind
@@ -527,7 +532,7 @@ void device_summaries(Shared& S, const Site& site, const Value* v, size_t n, con
       // inputs' side (after args only), which codegen puts before every call's first
       // launch whatever its number: its rows then go in the new call's segment, where the
       // call's launches take them (records.h: a side takes rows of one earlier segment).
-      const bool starts_call = !before && std::strcmp(site.kernel, schema::kInputsKernel) == 0;
+      const bool starts_call = !before && starts_graph_call(site);
       if (R && (before || starts_call) && site.id >= 0) {
         auto last = R->last_site.find(dev);
         if (last != R->last_site.end() && (starts_call || site.id <= last->second) && R->current >= 0) {

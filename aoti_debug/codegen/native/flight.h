@@ -449,7 +449,7 @@ bool flight_enter(const Graph& graph, const Site& site) {
   auto it = T.last.find(key);
   bool first = it == T.last.end();
   int64_t before = first ? 0 : it->second;
-  const bool starts = std::strcmp(site.kernel, schema::kInputsKernel) == 0;  // (its number may be above the next)
+  const bool starts = starts_graph_call(site);  // (device_launch.h; its number may be above the next launch's)
   T.last[key] = starts ? -1 : site.id;
   if (!starts && !first && site.id > before && T.call) return false;
   new_call(F, T);
