@@ -121,6 +121,20 @@ def load_record(run_dir: str, rec: dict):
     return torch.load(os.path.join(run_dir, rec["file"]), weights_only=True)
 
 
+def wrapper_sites(code: str) -> dict:
+    """A Python wrapper's site literals (``_AD_SITE_n = _aoti_debug.site(...)``) by number."""
+    import ast
+    import re
+
+    from aoti_debug.format.protocol import make_site
+
+    found = {}
+    for m in re.finditer(r"^_AD_SITE_\d+ = _aoti_debug\.site\((.*)\)$", code, re.M):
+        site = make_site(ast.literal_eval(m.group(1)))
+        found[site.id] = site
+    return found
+
+
 def run_python(code: str, env: dict | None = None, cwd: str | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (the package installed, env merged in)."""
     full_env = dict(os.environ)

@@ -24,7 +24,7 @@ from aoti_debug.errors import ConfigError
 from aoti_debug.format import reader
 from aoti_debug.format.protocol import PROTOCOL_VERSION, Site
 from aoti_debug.runtime import flight, hooks, session
-from tests.conftest import REPO, only_run, records
+from tests.conftest import REPO, only_run, records, run_python
 
 #: The graph call (1, 2, ...) of LOOP where NaN is first born: its model's first kernel
 #: takes the square root of an input that turns negative at that call.
@@ -267,14 +267,13 @@ def test_graph_calls_of_several_graphs_share_the_ring(fresh_session, monkeypatch
 #: on the CPU) runs before it but takes its site number at the first launch that reads a
 #: weight, the second one.
 _INPUTS_NUMBERED_LATER = textwrap.dedent("""
-    import sys
     import torch
     import aoti_debug
     from aoti_debug.codegen import manager
     manager.INPUTS_DEVICES = ("cuda", "cpu")
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(16, 8), torch.nn.Tanh()).eval()
-    with torch.no_grad(), torch._inductor.config.patch(cpp_wrapper=sys.argv[1] == "cpp", force_disable_caches=True):
+    with torch.no_grad(), torch._inductor.config.patch(cpp_wrapper={cpp}, force_disable_caches=True):
         fn = torch.compile(model)
         for i in range(5):
             fn(torch.full((4, 16), float(i)))
@@ -288,10 +287,8 @@ def test_the_graph_inputs_launch_starts_a_graph_call_whatever_its_site_number(tm
     still one call in both runtimes' flight recorders (flight.py, flight.h): five calls,
     the ring holds the last two whole."""
     root = str(tmp_path / "dump")
-    env = {**os.environ, "PYTHONPATH": REPO, "AOTI_DEBUG_LEVEL": "stats", "AOTI_DEBUG_DIR": root,
-           config.ENV_RING: "2"}
-    proc = subprocess.run([sys.executable, "-c", _INPUTS_NUMBERED_LATER, wrapper], env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = run_python(_INPUTS_NUMBERED_LATER.format(cpp=wrapper == "cpp"),
+                      {"PYTHONPATH": REPO, "AOTI_DEBUG_LEVEL": "stats", "AOTI_DEBUG_DIR": root, config.ENV_RING: "2"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = only_run(root)
     recs = records(run)

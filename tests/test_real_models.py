@@ -49,7 +49,7 @@ import aoti_debug  # noqa: E402
 from aoti_debug.cli import main as cli_main  # noqa: E402
 from aoti_debug.format import reader  # noqa: E402
 from aoti_debug.runtime.stats import tensor_stats  # noqa: E402
-from tests.conftest import dump_dir_restored, load_record, only_run, records  # noqa: E402
+from tests.conftest import dump_dir_restored, load_record, only_run, records, wrapper_sites  # noqa: E402
 from tests.real_models import BUILDERS, RealModel  # noqa: E402
 
 PERTURB = 1.01
@@ -317,19 +317,6 @@ def test_uninitialised_flags_only_unwritten_buffers(builder, model, wrapper, lev
 
 
 # --------------------------------------------------------------------------- (a) identical runs
-def _sites(code: str) -> dict[int, "Site"]:
-    """The Python wrapper's site literals (``_AD_SITE_n = _aoti_debug.site(...)``) by number."""
-    import ast
-
-    from aoti_debug.format.protocol import make_site
-
-    found = {}
-    for m in re.finditer(r"^_AD_SITE_\d+ = _aoti_debug\.site\((.*)\)$", code, re.M):
-        site = make_site(ast.literal_eval(m.group(1)))
-        found[site.id] = site
-    return found
-
-
 @pytest.mark.parametrize("model", [pytest.param(m, marks=() if m in FAST_MODELS else (pytest.mark.slow,))
                                    for m in BUILDERS])
 def test_inputs_linked_to_their_producer_hold_what_it_wrote(builder, model):
@@ -337,7 +324,7 @@ def test_inputs_linked_to_their_producer_hold_what_it_wrote(builder, model):
     (``SiteArg.reuse``: on CUDA its record takes that launch's row instead of reading the
     tensor) holds, read on CPU, exactly what that launch's after record holds."""
     d = builder.get(model, "python", "stats")
-    sites = _sites(d.code)
+    sites = wrapper_sites(d.code)
     links = {(s.id, i): a.reuse for s in sites.values() for i, a in enumerate(s.before) if a.reuse}
     # Of the inputs a launch of this graph wrote (not weights): GPT-2 links 23 of 32; the
     # others are slices (attention's q, k, v of one buffer) or a fallback's tuple element.

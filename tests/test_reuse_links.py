@@ -147,13 +147,11 @@ def test_a_channels_last_convolution_output_is_linked_to_the_batch_norm_that_rea
     that record equals, stats and checksum, the value read where it is used: the Python
     runtime reads CPU inputs anyway, and a ``reuse=False`` compile reads every one."""
     import json
-    import re
 
     import torch
 
     import aoti_debug
-    from aoti_debug.format.protocol import make_site
-    from tests.conftest import only_run, records
+    from tests.conftest import only_run, records, wrapper_sites
 
     model, xs = _conv_bn_model()
     dumps = {}
@@ -172,10 +170,7 @@ def test_a_channels_last_convolution_output_is_linked_to_the_batch_norm_that_rea
     if wrapper == "python":
         with open(os.path.join(only_run(dumps[True]), "run.json")) as f:
             code = open(json.load(f)["graphs"]["graph0"]["file"]).read()
-        sites = {}
-        for m in re.finditer(r"^_AD_SITE_\d+ = _aoti_debug\.site\((.*)\)$", code, re.M):
-            site = make_site(__import__("ast").literal_eval(m.group(1)))
-            sites[site.id] = site
+        sites = wrapper_sites(code)
         linked = [r for r in strided if sites[r["site"]].before[r["index"]].reuse]
         for r in linked:  # (the Python runtime read it: its record is the value where it is used)
             producer, at = sites[r["site"]].before[r["index"]].reuse

@@ -309,14 +309,14 @@ class Manager:
         else, for a strided view with a static layout (a channels_last convolution's output,
         read again by the batch norm that reuses its buffer in place), the buffer its memory
         starts at (``_start``) with its sizes, strides and offset; None where unknown."""
-        view = _static_view(_spelled(expr))
-        for v in (view, tuple(layout) if layout else None):
-            span = _contiguous(*v, self._start) if v is not None else None
+        views = [v for v in (_static_view(_spelled(expr)), tuple(layout) if layout else None) if v is not None]
+        for v in views:
+            span = _contiguous(*v, self._start)
             if span is not None:
                 return span
-        name, size, stride, offset = view or (tuple(layout) if layout else (None,) * 4)
-        if name is None or not _static_ints(size, stride, offset):
+        if not views or not _static_ints(*views[0][1:]):
             return None
+        name, size, stride, offset = views[0]
         return self._start(name), size, stride, offset
 
     def _produced(self, launch: Launch) -> None:
