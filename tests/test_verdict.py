@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from aoti_debug.compare.metrics import Metrics
-from aoti_debug.compare.verdict import ROUNDING, ROUNDING_FACTOR, SUSPECT, judge, judge_stats
+from aoti_debug.compare.verdict import (LOW_PRECISION_FACTOR, ROUNDING, ROUNDING_FACTOR, SUSPECT, describe_factor,
+                                        factor_for, judge, judge_stats)
 from aoti_debug.format.schema import Record, Stats
 
 
@@ -31,8 +32,8 @@ def test_ratio_against_eager_decides():
     assert judge(_m(1e-6), _ref(1e-7), factor=20.0)[0] == ROUNDING
 
 
-def test_exact_eager_is_given_one_ulp_of_room():
-    # eager exact (a copy): the compiled value may still round by an ulp or so, not more
+def test_exact_eager_is_given_one_rounding_of_room():
+    # eager exact (a copy): the compiled value may still round once or twice, not more
     ulp = 1.1920928955078125e-07
     assert judge(_m(2 * ulp, ref_rms=1.0), _ref(0.0))[0] == ROUNDING
     assert judge(_m(100 * ulp, ref_rms=1.0), _ref(0.0))[0] == SUSPECT
@@ -59,3 +60,35 @@ def test_stats_prove_suspect_only_beyond_the_bound():
     assert verdict == SUSPECT and ratio > 100
     nan = Record(**{**close.__dict__, "stats": st(0.5, 1.0, nan=1)})
     assert judge_stats(nan, ref)[0] == SUSPECT
+
+
+def test_low_precision_values_are_judged_by_a_factor_that_fits_their_dtype():
+    # A 1% error in bfloat16 is about 4x eager's own (a rounding or two): suspect there,
+    # while the same ratio in float32 is rounding.
+    assert factor_for("bfloat16") == factor_for("float16") == factor_for("float8_e4m3fn") == LOW_PRECISION_FACTOR
+    assert factor_for("float32") == factor_for(None) == ROUNDING_FACTOR
+    assert factor_for("bfloat16", 20.0) == 20.0  # the user's factor, for every dtype
+    assert judge(_m(1e-2, ref_rms=1.0), _ref(2.4e-3, "bfloat16"))[0] == SUSPECT
+    assert judge(_m(4.2e-7, ref_rms=1.0), _ref(1e-7, "float32"))[0] == ROUNDING
+    assert judge(_m(6e-3, ref_rms=1.0), _ref(2.4e-3, "bfloat16"))[0] == ROUNDING
+    assert judge(_m(1e-2, ref_rms=1.0), _ref(2.4e-3, "bfloat16"), factor=8.0)[0] == ROUNDING
+    assert "3x in bfloat16" in describe_factor() and describe_factor(5.0) == "5x eager's own error"
+
+
+def test_the_floor_is_one_roundings_rms_error_in_the_models_dtype():
+    # eager exact in bfloat16 (a copy): one rounding of the compiled run (RMS about an ulp
+    # over sqrt(12)) is rounding; 1% off (1.3 ulps everywhere) is suspect.
+    eps = 2.0 ** -7
+    assert judge(_m(eps / math.sqrt(12.0), ref_rms=1.0), _ref(0.0, "bfloat16")) == (ROUNDING, 1.0)
+    assert judge(_m(0.01, ref_rms=1.0), _ref(0.0, "bfloat16"))[0] == SUSPECT
+
+
+def test_stats_use_the_dtypes_factor_too():
+    def st(mean, std):
+        return Stats(min=-1.0, max=1.0, mean=mean, std=std, absmax=1.0, nan=0, inf=0)
+
+    ref = _ref(2.4e-3, "bfloat16", stats=st(0.0, 1.0))
+    wrong = Record(**{**ref.__dict__, "wrapper": "python", "dtype": "bfloat16", "model_dtype": None,
+                      "eager_error": None, "stats": st(0.0, 1.01)})
+    verdict, ratio = judge_stats(wrong, ref)
+    assert verdict == SUSPECT and 3 < ratio < 5
