@@ -11,6 +11,11 @@ class ConfigError(AotiDebugError):
     """An environment variable or argument has a value we cannot use."""
 
 
+class ToleranceError(ConfigError, ValueError):
+    """A tolerance or factor is NaN, infinite or negative: every comparison against it
+    would come out one way whatever the values (NaN: nothing ever exceeds it)."""
+
+
 class DumpError(AotiDebugError):
     """A dump path is missing, is not a dump, or is damaged."""
 

@@ -69,6 +69,17 @@ def test_tolerance_options_change_the_verdict(dumps):
     assert r.exit_code == 1 and "tolerance atol=0 rtol=0" in r.output
 
 
+def test_nan_infinite_or_negative_tolerance_is_bad_input(dumps):
+    # A NaN tolerance once made every comparison pass: EQUAL, exit 0, for runs that differ.
+    for option, value in (("--atol", "nan"), ("--rtol", "nan"), ("--rtol", "inf"), ("--atol", "-1"),
+                          ("--rounding-factor", "nan")):
+        r = diff(dumps.save_a, dumps.save_p, option, value)
+        assert r.exit_code == 2, r.output
+        assert error_line(r) == f"Error: {option} must be a finite number >= {1 if 'factor' in option else 0}, " \
+                                f"not {value}"
+        assert "EQUAL" not in r.output
+
+
 def test_kernels_pattern_narrows(dumps):
     r = diff(dumps.save_a, dumps.save_p, "--kernels", "*softmax*", "--all")
     rows = [l for l in r.output.splitlines() if l.split()[:1] in (["pass"], ["fail"])]

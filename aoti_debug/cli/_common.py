@@ -1,14 +1,17 @@
-"""What the ``aoti-debug`` commands share: the bad-input error and the report output."""
+"""What the ``aoti-debug`` commands share: the bad-input error, checked numbers and the
+report output (never a dump's control characters raw on a terminal)."""
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import traceback
 
 import click
 
 from ..errors import AotiDebugError
+from ..printable import printable
 
 FORMAT_CHOICES = ("table", "csv", "json", "markdown", "html")
 
@@ -19,8 +22,46 @@ INTERNAL_ERROR = "internal error"
 
 
 def one_line(text: str) -> str:
-    """``text`` on one line: a message that quotes a path or a value keeps its place."""
-    return " ".join(text.splitlines()).strip() or "error"
+    """``text`` on one line: a message that quotes a path or a value keeps its place, and
+    a dump's control characters in it are shown as escapes (:func:`printable`)."""
+    return printable(" ".join(text.splitlines()).strip()) or "error"
+
+
+def echo(text: str = "", err: bool = False, nl: bool = True) -> None:
+    """``click.echo`` of human-readable text: each line through :func:`printable`, so that
+    nothing a dump holds (ESC, CR, BEL, C1 controls, bidi overrides) reaches a terminal
+    raw, whatever a renderer missed. JSON and CSV go out through :func:`emit` as they are."""
+    click.echo(printable(text, keep_newlines=True), err=err, nl=nl)
+
+
+class FiniteNonNegative(click.ParamType):
+    """A float option that must be a finite number >= ``minimum`` (> it with ``open``).
+
+    ``click.FloatRange`` lets NaN through (NaN compares false with its bounds), and
+    ``--atol nan`` then passes any two runs: the tolerances and factors of diff and
+    replay, and locate's timeout, are this type instead. A bad value is one line, exit 2.
+    """
+
+    name = "float"
+
+    def __init__(self, minimum: float = 0.0, open: bool = False):
+        self.minimum, self.open = minimum, open
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float) and math.isfinite(value) and self._fits(value):
+            return value
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            v = math.nan
+        if not math.isfinite(v) or not self._fits(v):
+            option = "/".join(param.opts) if param is not None and param.opts else "the value"
+            bound = f"> {self.minimum:g}" if self.open else f">= {self.minimum:g}"
+            raise BadInput(f"{option} must be a finite number {bound}, not {value}")
+        return v
+
+    def _fits(self, v: float) -> bool:
+        return v > self.minimum if self.open else v >= self.minimum
 
 
 class BadInput(click.ClickException):
@@ -92,14 +133,26 @@ def guarded(fn):
     return wrapper
 
 
-def emit(text: str, output: str | None, summary: str) -> None:
-    """Print the report, or write it to ``output`` and print the one-line summary."""
+#: Formats whose text keeps a dump's strings exactly (JSON escapes controls itself).
+RAW_FORMATS = ("json", "csv")
+
+
+def emit(text: str, output: str | None, summary: str, fmt: str = "table") -> None:
+    """Print the report, or write it to ``output`` and print the one-line summary.
+
+    A report in a human-readable ``fmt`` shows control characters as escapes (:func:`echo`),
+    in a file too; one in :data:`RAW_FORMATS` keeps every string exact."""
+    raw = fmt in RAW_FORMATS
+    if not raw:
+        text = printable(text, keep_newlines=True)
     if output is None:
-        click.echo(text, nl=False)
+        # color=True: click would strip what looks like ANSI styles off a pipe, and CSV
+        # piped to a file keeps its strings exact too.
+        click.echo(text, nl=False, color=True if raw else None)
         return
     try:
         with open(output, "w", encoding="utf-8") as f:
             f.write(text)
     except OSError as e:
         raise BadInput(f"cannot write {output}: {e.strerror or e}") from None
-    click.echo(f"{summary} (report written to {output})")
+    echo(f"{one_line(summary)} (report written to {output})")

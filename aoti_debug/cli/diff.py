@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..errors import AotiDebugError
-from ._common import BadInput, emit, output_options
+from ._common import BadInput, FiniteNonNegative, echo, emit, output_options
 
 class _Progress:
     """A click progress bar over A's manifest bytes, on a terminal only."""
@@ -35,8 +35,8 @@ class _Progress:
 @click.command()
 @click.argument("dump_a")
 @click.argument("dump_b")
-@click.option("--atol", type=float, default=None, help="Absolute tolerance (default: per dtype, as torch.testing.assert_close).")
-@click.option("--rtol", type=float, default=None, help="Relative tolerance, relative to B (default: per dtype).")
+@click.option("--atol", type=FiniteNonNegative(), default=None, help="Absolute tolerance (default: per dtype, as torch.testing.assert_close).")
+@click.option("--rtol", type=FiniteNonNegative(), default=None, help="Relative tolerance, relative to B (default: per dtype).")
 @click.option("--kernels", "-k", default=None, help="Comma-separated globs on kernel or op names; !pat excludes.")
 @click.option("--ignore", "ignore", multiple=True, metavar="PATTERN",
               help="Glob on kernel, op or arg names of values known to be noise: listed as ignored, "
@@ -52,7 +52,7 @@ class _Progress:
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Also draw the error of each compared output along the model into FILE "
                    "(.png or .svg; needs matplotlib).")
-@click.option("--rounding-factor", type=click.FloatRange(min=1.0), default=None, metavar="X",
+@click.option("--rounding-factor", type=FiniteNonNegative(1.0), default=None, metavar="X",
               help="Against an fp64 reference (run --reference fp64): a value is rounding while its error "
                    "is at most X times eager's own error, else suspect (default 8).")
 @click.option("--replay", "replay_first", type=click.IntRange(min=1), default=None, metavar="K",
@@ -115,15 +115,15 @@ def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, fu
         raise BadInput(str(e)) from None
     finally:
         bar.close()
-    emit(render_diff(result, fmt, show_all), output, str(result).split("; first divergence")[0])
+    emit(render_diff(result, fmt, show_all), output, str(result).split("; first divergence")[0], fmt)
     if fmt in ("csv",) or output is not None:
         for line in result.problems:
-            click.echo(f"problem: {line}", err=True)
+            echo(f"problem: {line}", err=True)
     if plot is not None:
         from ..compare.plot import plot_diff
 
         try:
-            click.echo(f"plot written to {plot_diff(result, plot)}", err=True)
+            echo(f"plot written to {plot_diff(result, plot)}", err=True)
         except AotiDebugError as e:
             raise BadInput(str(e)) from None
     if replay_first is not None:
@@ -134,7 +134,7 @@ def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, fu
         if launches:
             replayed = replay(dump_a, dump_b, launches=launches, atol=atol, rtol=rtol,
                               **({} if rounding_factor is None else {"rounding_factor": rounding_factor}))
-            click.echo("\n" + str(replayed), err=output is not None or fmt != "table")
+            echo("\n" + str(replayed), err=output is not None or fmt != "table")
         else:
-            click.echo("replay: no output of A differs from B's", err=True)
+            echo("replay: no output of A differs from B's", err=True)
     sys.exit(result.exit_code)

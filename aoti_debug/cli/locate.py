@@ -9,11 +9,11 @@ import sys
 import click
 
 from ..errors import AotiDebugError
-from ._common import BadInput  # exit 2 (exit 1 means "a fault was located")
+from ._common import BadInput, FiniteNonNegative, echo as echo_text  # BadInput: exit 2 (1: a fault was located)
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+@click.option("--timeout", type=FiniteNonNegative(0.0, open=True), default=None, metavar="S",
               help="Stop CMD after S seconds and report the launch it hung in.")
 @click.option("--no-caching-allocator", is_flag=True,
               help="Run with PYTORCH_NO_CUDA_MEMORY_CACHING=1, so that out-of-bounds accesses fall outside "
@@ -46,9 +46,10 @@ def locate(timeout, no_caching_allocator, sanitizer, fmt, quiet, cmd):
     """
     from .. import locate as lib
 
+    # CMD's own output passes as it is: it is what CMD prints without locate, not a dump's.
     echo = None if quiet else (lambda line: click.echo(line, err=True))
     if not quiet:
-        click.echo(f"aoti-debug locate: running {shlex.join(cmd)} (level names, sync after every launch)", err=True)
+        echo_text(f"aoti-debug locate: running {shlex.join(cmd)} (level names, sync after every launch)", err=True)
     try:
         verdict = lib.locate(
             cmd, timeout=timeout, caching_allocator=not no_caching_allocator,
@@ -61,5 +62,5 @@ def locate(timeout, no_caching_allocator, sanitizer, fmt, quiet, cmd):
     if fmt == "json":
         click.echo(json.dumps(verdict.to_dict(), indent=2))
     else:
-        click.echo(verdict.render())
+        echo_text(verdict.render())
     sys.exit(verdict.exit_code)

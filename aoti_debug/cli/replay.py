@@ -7,16 +7,16 @@ import sys
 
 import click
 
-from ._common import BadInput, emit, guarded, output_option
+from ._common import BadInput, FiniteNonNegative, echo, emit, guarded, output_option
 
 
 def replay_options(fn):
     """The tolerances replay judges a kernel's own error by (shared with ``diff --replay``)."""
-    fn = click.option("--rounding-factor", type=click.FloatRange(min=1.0), default=None, metavar="X",
+    fn = click.option("--rounding-factor", type=FiniteNonNegative(1.0), default=None, metavar="X",
                       help="Against an fp64 reference: a kernel's own error beyond X times eager's own makes it "
                            "the culprit (default 8).")(fn)
-    fn = click.option("--rtol", type=float, default=None, help="Relative tolerance (default: per dtype).")(fn)
-    fn = click.option("--atol", type=float, default=None, help="Absolute tolerance (default: per dtype).")(fn)
+    fn = click.option("--rtol", type=FiniteNonNegative(), default=None, help="Relative tolerance (default: per dtype).")(fn)
+    fn = click.option("--atol", type=FiniteNonNegative(), default=None, help="Absolute tolerance (default: per dtype).")(fn)
     return fn
 
 
@@ -65,7 +65,7 @@ def replay(dump_a, dump_b, launches, first, atol, rtol, rounding_factor, fmt, ou
     culprits = result.culprits
     summary = (f"culprit: launch {culprits[0].launch} {culprits[0].kernel}" if culprits
                else f"no culprit among {len(result.launches)} launch(es)")
-    emit(text, output, summary)
+    emit(text, output, summary, fmt)
     sys.exit(result.exit_code)
 
 
@@ -96,4 +96,4 @@ def repro(dump, launch, out_dir, reference, force):
     from ..replay.repro import write_repro
 
     path = write_repro(dump, launch, out_dir, reference=reference, force=force)
-    click.echo(f"repro of launch {launch} written to {path}: python {path}/run.py")
+    echo(f"repro of launch {launch} written to {path}: python {path}/run.py")

@@ -36,5 +36,5 @@ def show(dump, fmt, output):
         result = summarize(dump)
     except AotiDebugError as e:
         raise BadInput(str(e)) from None
-    emit(render_show(result, fmt), output, str(result))
+    emit(render_show(result, fmt), output, str(result), fmt)
     sys.exit(result.exit_code)

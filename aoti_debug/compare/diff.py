@@ -373,7 +373,11 @@ def diff(
 
     Raises:
         DumpError: a path is not a usable dump (missing, several runs, newer format).
+        ToleranceError: a tolerance is NaN, infinite or negative (the factor not > 0).
     """
+    from .tolerances import check_tolerances  # before anything is read: NaN would pass every value
+
+    check_tolerances(atol, rtol, rounding_factor)
     if align not in ALIGNMENTS:
         raise ValueError(f"align must be one of {', '.join(ALIGNMENTS)}, not {align!r}")
     if not rounding_factor > 0:

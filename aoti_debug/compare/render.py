@@ -1,4 +1,9 @@
-"""Turning results into text: a terminal table, CSV, JSON, Markdown or HTML."""
+"""Turning results into text: a terminal table, CSV, JSON, Markdown or HTML.
+
+Table, Markdown and HTML show a dump's strings (kernel, arg and module names, source
+lines, messages) through :func:`~aoti_debug.printable.printable`: control characters as
+escapes, never raw. CSV and JSON keep them exact.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import json
 import math
 from typing import Any
 
+from ..printable import printable
 from .result import NOT_COMPARED, DiffResult
 from .births import Birth
 from .show import RunSummary, ShowResult, describe_flight, format_bytes, graph_title
@@ -59,13 +65,13 @@ def _cos(v: Any) -> str:
 
 
 def _clip(text: Any, width: int) -> str:
-    s = "" if text is None else str(text)
+    s = "" if text is None else printable(text)
     return s if len(s) <= width else s[: width - 1] + "~"
 
 
 def _clip_left(text: Any, width: int) -> str:
     """Keep the end (a module path's last parts say the most: ``~h.1.ln_1``)."""
-    s = "" if text is None else str(text)
+    s = "" if text is None else printable(text)
     return s if len(s) <= width else "~" + s[len(s) - width + 1:]
 
 
@@ -135,7 +141,7 @@ def _diff_header(result: DiffResult) -> list[str]:
         lines.extend(f"  {line}" for line in result.birth_differences[:MAX_RECORD_MESSAGES])
         if len(result.birth_differences) > MAX_RECORD_MESSAGES:
             lines.append(f"  ... and {len(result.birth_differences) - MAX_RECORD_MESSAGES} more (--format json lists all)")
-    return lines
+    return [printable(line) for line in lines]
 
 
 #: At most this many per-record messages are printed under a table.
@@ -176,7 +182,7 @@ def _diff_footer(result: DiffResult, show_all: bool) -> list[str]:
     for p in result.problems:
         lines.append(f"problem: {p}")
     lines.append(str(result).split("; first divergence")[0])
-    return lines
+    return [printable(line) for line in lines]
 
 
 def _text_table(rows: list[dict], columns) -> str:
@@ -184,6 +190,7 @@ def _text_table(rows: list[dict], columns) -> str:
 
     if not rows:
         return ""
+    rows = [{c: printable(r.get(c)) for c, _ in columns} for r in rows]
     frame = pd.DataFrame(rows, columns=[c for c, _ in columns]).astype(str)
     frame.columns = [h for _, h in columns]
     # Left-align every cell: pandas right-aligns strings by default.
@@ -198,19 +205,20 @@ def _markdown_table(rows: list[dict], columns) -> str:
         return ""
     head = "| " + " | ".join(h for _, h in columns) + " |"
     rule = "|" + "|".join("---" for _ in columns) + "|"
-    body = ["| " + " | ".join(str(r.get(c, "")).replace("|", "\\|") for c, _ in columns) + " |" for r in rows]
+    body = ["| " + " | ".join(printable(r.get(c, "")).replace("|", "\\|") for c, _ in columns) + " |" for r in rows]
     return "\n".join([head, rule, *body])
 
 
 def _html_table(rows: list[dict], columns) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for _, h in columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(r.get(c, '')))}</td>" for c, _ in columns) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(printable(r.get(c, '')))}</td>" for c, _ in columns) + "</tr>"
                    for r in rows)
     return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>{body}</tbody>\n</table>"
 
 
 def _html_page(title: str, paragraphs: list[str], tables: list[str]) -> str:
-    ps = "\n".join(f"<p>{html.escape(p)}</p>" for p in paragraphs)
+    title = printable(title)
+    ps = "\n".join(f"<p>{html.escape(printable(p))}</p>" for p in paragraphs)
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
             f"<style>table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;"
             f"font-family:monospace}}</style></head>\n<body>\n<h1>{html.escape(title)}</h1>\n{ps}\n"
@@ -308,7 +316,7 @@ def _run_lines(run: RunSummary) -> list[str]:
     lines += [f"note: {n}" for n in births.notes]
     lines += [f"note: {n}" for n in run.notes]
     lines += [f"problem: {p}" for p in run.problems]
-    return lines
+    return [printable(line) for line in lines]
 
 
 def render_show(result: ShowResult, fmt: str = "table") -> str:
@@ -329,7 +337,7 @@ def render_show(result: ShowResult, fmt: str = "table") -> str:
         return _html_page(f"aoti-debug show {result.path}", paras, tables)
     blocks = []
     if len(result.runs) > 1:
-        blocks.append(f"{result.path}: {len(result.runs)} runs")
+        blocks.append(printable(f"{result.path}: {len(result.runs)} runs"))
     for run in result.runs:
         lines = _run_lines(run)
         births = _birth_rows(run)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from ..printable import printable
 from .sources import Source
 from .trace import LaunchState
 
@@ -127,7 +128,7 @@ class Verdict:
 
     # -- rendering -----------------------------------------------------------------------
     def render(self) -> str:
-        """The readable multi-line verdict the CLI prints."""
+        """The readable multi-line verdict the CLI prints (control characters escaped)."""
         out = [f"aoti-debug locate: {self.headline()}"]
 
         def row(label: str, value: object) -> None:
@@ -195,7 +196,9 @@ class Verdict:
                 row("sanitizer", s.note)
         for n in self.notes:
             row("note", n)
-        return "\n".join(out)
+        # Kernel names, module paths, source lines and CMD's output may hold anything:
+        # each line's control characters are shown as escapes (a value's newline too).
+        return "\n".join(map(printable, out))
 
 
 def format_arg(a: dict) -> str:

@@ -481,7 +481,11 @@ def replay(a, b, *, launches: Sequence[int] | None = None, first: int | None = N
 
     Raises:
         DumpError: a path is not a usable dump, or a launch is not in A.
+        ToleranceError: a tolerance is NaN, infinite or negative (the factor not > 0).
     """
+    from ..compare.tolerances import check_tolerances  # NaN would judge no kernel a culprit
+
+    check_tolerances(atol, rtol, rounding_factor)
     ra, rb = _as_reader(a), _as_reader(b)
     try:
         if reference_mode(ra.info) and not reference_mode(rb.info):
