@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..format.provenance import Provenance, ValueOrigin, module_of, source_line
+from ..format.provenance import Provenance, ValueOrigin, module_of, module_raw_of, source_line
 from .launch import Launch, base_name
 
 
@@ -114,8 +114,9 @@ def value_origin(node, output: bool = False, exact: bool = True) -> ValueOrigin:
     source, code = source_line(meta.get("stack_trace") or "")
     instance = _instance(node)
     inner = output and bool(instance) and (not exact or _inner(node, instance))
-    return ValueOrigin(node=str(node.name), aten=_aten(node), module=module_of(getattr(node, "meta", {})),
-                       instance=instance, source=source, code=code, inner=inner)
+    module, raw = module_of(meta), module_raw_of(meta)
+    return ValueOrigin(node=str(node.name), aten=_aten(node), module=module, instance=instance, source=source,
+                       code=code, inner=inner, module_raw=raw if raw != module else "")
 
 
 def _inner(node, instance: str, depth: int = 0) -> bool:
@@ -195,8 +196,8 @@ def _describe(launch: Launch) -> Provenance | None:
         if op not in atens:
             atens.append(op)
     return Provenance(nodes=tuple(str(n.name) for n in fused), aten=tuple(atens), module=first.module,
-                      source=first.source, code=first.code, outputs=tuple(sorted(outputs.items())),
-                      inputs=tuple(sorted(inputs.items())))
+                      module_raw=first.module_raw, source=first.source, code=first.code,
+                      outputs=tuple(sorted(outputs.items())), inputs=tuple(sorted(inputs.items())))
 
 
 def _graph_inputs(fx_graph) -> tuple[dict, dict]:

@@ -309,6 +309,7 @@ def _attach_provenance(ra: RunReader, rb: RunReader, rows: list[RecordComparison
         if prov is not None:
             value = prov.output(rec.arg)
             rc.module = (value.module if value is not None and value.module else prov.module) or None
+            rc.module_raw = (value.module_raw if value is not None and value.module else prov.module_raw) or None
     if first is None:
         return
     for rc in rows:

@@ -27,7 +27,8 @@ EXIT_EQUAL, EXIT_DIFFERENT, EXIT_BAD_INPUT = 0, 1, 2
 COLUMNS = (
     "status", "first", "launch_a", "launch_b", "graph", "kernel", "op", "call", "phase", "arg", "role",
     "dtype", "shape", "basis", "max_abs", "max_rel", "mismatch", "cosine", "nan_a", "nan_b", "inf_a",
-    "inf_b", "bitwise", "atol", "rtol", "aligned_by", "seq_a", "seq_b", "note", "module", "verdict", "ratio",
+    "inf_b", "bitwise", "atol", "rtol", "aligned_by", "seq_a", "seq_b", "note", "module", "module_raw", "verdict",
+    "ratio",
 )
 
 
@@ -67,6 +68,8 @@ class RecordComparison:
     """Part of the launch named as the first divergence."""
     module: str | None = None
     """The module path of the value (run A's provenance; B's where A has none)."""
+    module_raw: str | None = None
+    """That module as Dynamo or export named it (``G['m'].model.layers.0``), where it differs."""
     verdict: str | None = None
     """Against an fp64 reference: ``rounding`` or ``suspect`` (compare/verdict.py)."""
     ratio: float | None = None
@@ -145,6 +148,7 @@ class RecordComparison:
             "seq_b": b.seq if b else None,
             "note": self.note,
             "module": self.module,
+            "module_raw": self.module_raw,
             "verdict": self.verdict,
             "ratio": self.ratio,
         }

@@ -109,11 +109,15 @@ class KernelSummary:
     """Module path its launches came from (provenance); ``several (N)`` for an extern
     kernel called from N modules."""
 
-    def add_module(self, module: str) -> None:
+    module_raw: str = ""
+    """That module as Dynamo or export named it, where it differs (one module only)."""
+
+    def add_module(self, module: str, raw: str = "") -> None:
         seen = self.__dict__.setdefault("_modules", set())  # not a field: rows and JSON leave it out
         if module and module not in seen:
             seen.add(module)
             self.module = module if len(seen) == 1 else f"several ({len(seen)})"
+            self.module_raw = raw if len(seen) == 1 else ""
 
     def add(self, r: Record) -> None:
         self.records += 1
@@ -296,7 +300,7 @@ def summarize_run(reader: RunReader) -> RunSummary:
         if r.site is not None and r.phase == "after":
             prov = reader.provenance(r)
             if prov is not None:
-                k.add_module(prov.module)
+                k.add_module(prov.module, prov.module_raw)
         if r.kind == "tensor":
             out.tensors += 1
             out.bytes += (r.numel or 0) * _ITEMSIZE.get(r.dtype or "", 0)

@@ -17,7 +17,10 @@ A line of ``sites.jsonl``::
 
 ``nodes`` are the post-grad FX nodes fused into the kernel (graph order), ``aten`` their
 original ATen ops (before decomposition), ``module`` the module path of the kernel's
-first output (``nn_module_stack``, without Dynamo's ``L['self']``), ``source`` and
+first output (``nn_module_stack`` as the user writes it: without the compiled module's
+own name, ``L['self']`` or the global it was called by; a free function transformers
+lists there as ``apply_rotary_pos_emb (modeling_llama.py)`` after its caller), with
+``module_raw`` Dynamo's own name where it differs, ``source`` and
 ``code`` the user's line (the innermost frame of ``stack_trace``), and ``outputs`` the FX
 node each output value materialises, with ``instance``: the Dynamo graph node it was
 decomposed from (the post-grad nodes of one ATen call share it).
@@ -37,30 +40,106 @@ _FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func
 _ITEM_RE = re.compile(r"\[['\"]?([^'\"\]]+)['\"]?\]")
 
 
-def module_path(raw: str) -> str:
-    """A module path as users write it: ``L['self'].model.h[0]._modules['ln_1']`` ->
-    ``model.h.0.ln_1`` (Dynamo's and export's spellings of ``nn_module_stack``)."""
-    path = raw.strip()
-    for prefix in ("L['self']", 'L["self"]', "L['fn']", "L['mod']", "self"):
-        if path == prefix:
-            return ""
-        if path.startswith(prefix + ".") or path.startswith(prefix + "["):
-            path = path[len(prefix):]
-            break
+#: Where a Dynamo source name starts: ``L['self']``, ``G['m']``, ``L['mod']`` (export: none).
+_HEAD_RE = re.compile(r"""^(?:[LG]\[(?P<q>['"])(?P<name>[^'"]*)(?P=q)\]|(?P<self>self)(?=$|[.\[]))""")
+#: How Dynamo names a module reached through a global import (``__import_`` + dotted name).
+_IMPORT_PREFIX = "__import_"
+#: A compiled module's own names, dropped in front of its module paths.
+_SELF_NAMES = ("self",)
+
+
+def _head(raw: str) -> tuple[str, str]:
+    """(``self`` / a local's or global's name / "", the rest) of a Dynamo source name."""
+    m = _HEAD_RE.match(raw)
+    if m is None:
+        return "", raw
+    return (m["self"] or m["name"]), raw[m.end():]
+
+
+def _dotted(path: str) -> str:
+    """``._modules['ln_1']`` / ``[0]`` -> ``.ln_1`` / ``.0``, without leading or trailing dots."""
     path = path.replace("._modules", "")
     path = _ITEM_RE.sub(r".\1", path)
-    path = re.sub(r"^L\.", "", path)
     return path.strip(".")
+
+
+def _function(raw: str) -> tuple[str, str] | None:
+    """(qualified name, file) of a free function that stands in ``nn_module_stack`` as a
+    module (transformers wraps some, e.g. ``apply_rotary_pos_emb``):
+    ``G['__import_transformers_dot_models_dot_llama_dot_modeling_llama'].apply_rotary_pos_emb``
+    -> (``apply_rotary_pos_emb``, ``modeling_llama.py``); None for a module."""
+    name, rest = _head(raw.strip())
+    if not name and rest.startswith("G."):  # a path cleaned by an older writer
+        name, _, rest = rest[2:].partition(".")
+        rest = "." + rest
+    if not name.startswith(_IMPORT_PREFIX):
+        return None
+    module = name[len(_IMPORT_PREFIX):].replace("_dot_", ".")
+    qualname = _dotted(rest)
+    return (qualname or module.rsplit(".", 1)[-1]), module.rsplit(".", 1)[-1] + ".py"
+
+
+def module_path(raw: str, root: str = "") -> str:
+    """A module path as users write it: ``L['self'].model.h[0]._modules['ln_1']`` ->
+    ``model.h.0.ln_1`` (Dynamo's and export's spellings of ``nn_module_stack``).
+
+    The compiled module's own name is dropped: ``L['self']``, and the local or global a
+    compiled function called it by (``G['m'].model.layers.0`` -> ``model.layers.0``).
+    ``root``: the raw name of that module where it is more than a name (``G['m'].module``,
+    the outermost entry of the stack), dropped too."""
+    path = raw.strip()
+    if root and (path == root or path.startswith(root + ".") or path.startswith(root + "[")):
+        return _dotted(path[len(root):])
+    name, rest = _head(path)
+    if name or path.startswith(("L[", "G[")):
+        return _dotted(rest)
+    return _dotted(re.sub(r"^L\.", "", path))
+
+
+def _entries(meta: dict) -> list[str]:
+    """The raw names of an FX node's ``nn_module_stack``, outermost first."""
+    stack = (meta or {}).get("nn_module_stack") or {}
+    out = []
+    for v in (stack.values() if isinstance(stack, dict) else ()):
+        out.append(str(v[0] if isinstance(v, (tuple, list)) and v else v))
+    return out
+
+
+def module_raw_of(meta: dict) -> str:
+    """The innermost entry of an FX node's ``nn_module_stack`` as Dynamo or export wrote
+    it (``G['m'].model.layers.0.input_layernorm``); "" without one."""
+    entries = _entries(meta)
+    return entries[-1] if entries else ""
 
 
 def module_of(meta: dict) -> str:
     """The module path of an FX node, from its ``meta``: the innermost entry of its
-    ``nn_module_stack`` as users write it (:func:`module_path`); "" without one."""
-    stack = (meta or {}).get("nn_module_stack") or {}
-    if not stack:
+    ``nn_module_stack`` as users write it (:func:`module_path`); "" without one.
+
+    A free function in the stack (:func:`_function`) is named by its qualified name and
+    file after the module that called it:
+    ``model.layers.0.self_attn.apply_rotary_pos_emb (modeling_llama.py)``. Both sides of
+    a comparison name their nodes through this function, so their paths agree."""
+    entries = _entries(meta)
+    if not entries:
         return ""
-    path = list(stack.values())[-1]
-    return module_path(path[0] if isinstance(path, (tuple, list)) else str(path))
+    modules = [e for e in entries if _function(e) is None]
+    fn = _function(entries[-1])
+    path = ""
+    if modules:
+        inner = modules[-1]
+        name, _rest = _head(inner.strip())
+        root = ""
+        if name and name not in _SELF_NAMES:
+            # A function compiled around a module: the outermost entry of that module's
+            # local or global is the module it called (what torch.compile of the module,
+            # or torch.export, names "").
+            root = next((e.strip() for e in modules if _head(e.strip())[0] == name), "")
+        path = module_path(inner, root)
+    if fn is None:
+        return path
+    qualname, file = fn
+    return f"{path + '.' if path else ''}{qualname} ({file})"
 
 
 def source_line(stack_trace: str) -> tuple[str, str]:
@@ -154,10 +233,14 @@ class ValueOrigin:
     inner: bool = False
     """A step inside the decomposition of ``instance`` (only nodes of the same instance use
     it), not the value that node returns: an eager reference has no such value."""
+    module_raw: str = ""
+    """The module as Dynamo or export named it (:func:`module_raw_of`), for tools."""
 
     def to_dict(self) -> dict:
         d = {"node": self.node, "aten": self.aten, "module": self.module, "instance": self.instance,
              "source": self.source}
+        if self.module_raw:
+            d["module_raw"] = self.module_raw
         if self.code:
             d["code"] = self.code
         if self.inner:
@@ -171,7 +254,7 @@ class ValueOrigin:
         return cls(node=_str(d.get("node"), "node"), aten=_str(d.get("aten"), "aten"),
                    module=_str(d.get("module"), "module"), instance=_str(d.get("instance"), "instance"),
                    source=_str(d.get("source"), "source"), code=_str(d.get("code"), "code"),
-                   inner=_flag(d.get("inner"), "inner"))
+                   inner=_flag(d.get("inner"), "inner"), module_raw=_str(d.get("module_raw"), "module_raw"))
 
 
 def _lookup(pairs: tuple[tuple[str, ValueOrigin], ...], arg: str) -> ValueOrigin | None:
@@ -192,6 +275,8 @@ class Provenance:
     outputs: tuple[tuple[str, ValueOrigin], ...] = ()
     inputs: tuple[tuple[str, ValueOrigin], ...] = ()
     """Graph inputs and weights the launch reads -> the fused node that uses them."""
+    module_raw: str = ""
+    """The module as Dynamo or export named it (:func:`module_raw_of`), for tools."""
 
     def output(self, arg: str) -> ValueOrigin | None:
         """The FX node output ``arg`` of this launch materialises."""
@@ -204,6 +289,8 @@ class Provenance:
     def to_dict(self) -> dict:
         d: dict[str, Any] = {"nodes": list(self.nodes), "aten": list(self.aten), "module": self.module,
                              "source": self.source}
+        if self.module_raw:
+            d["module_raw"] = self.module_raw
         if self.code:
             d["code"] = self.code
         d["outputs"] = {name: origin.to_dict() for name, origin in self.outputs}
@@ -227,7 +314,7 @@ class Provenance:
         if not isinstance(outputs, dict) or not isinstance(inputs, dict):
             raise ValueError("outputs and inputs must be objects")
         return cls(nodes=_strs(d.get("nodes"), "nodes"), aten=_strs(d.get("aten"), "aten"),
-                   module=_str(d.get("module"), "module"),
+                   module=_str(d.get("module"), "module"), module_raw=_str(d.get("module_raw"), "module_raw"),
                    source=_str(d.get("source"), "source"), code=_str(d.get("code"), "code"),
                    outputs=tuple(sorted((str(k), ValueOrigin.from_dict(v)) for k, v in outputs.items())),
                    inputs=tuple(sorted((str(k), ValueOrigin.from_dict(v)) for k, v in inputs.items())))
