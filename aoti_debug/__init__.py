@@ -15,7 +15,8 @@ __version__ = "0.1.0"
 
 from ._switch import disable, enable, enabled  # noqa: E402  (light: no torch import)
 
-__all__ = ["__version__", "enable", "disable", "enabled", "reference", "diff", "show", "load_dump", "flush"]
+__all__ = ["__version__", "enable", "disable", "enabled", "reference", "record_reference", "diff", "show",
+           "load_dump", "flush"]
 
 
 def reference(dtype=None, level: str | int = "save", kernels: str | None = None, dump_dir: str | None = None):
@@ -27,6 +28,15 @@ def reference(dtype=None, level: str | int = "save", kernels: str | None = None,
     from .eager import reference as _reference
 
     return _reference(dtype=dtype, level=level, kernels=kernels, dump_dir=dump_dir)
+
+
+def record_reference(program, args=(), kwargs=None, **options):
+    """The eager (``dtype=None``) or float64 (``dtype=torch.float64``) reference of a
+    ``torch.export`` program, recorded into ``dump_dir`` to diff an AOTInductor package of it
+    against (``aoti_debug.eager.exported.record_reference``)."""
+    from .eager.exported import record_reference as _record
+
+    return _record(program, args, kwargs, **options)
 
 
 def flush() -> None:
