@@ -10,7 +10,9 @@ Inductor code runs. The AOTInductor wrapper (``_TorchCompileAOTInductorWrapper``
 
 The class is defined by ``torch/__init__.py`` before the device-backend autoload that
 imports aoti_debug, and has this ``__call__(self, model_, inputs_, ...)`` in torch 2.11
-and 2.13 (checked against both sources).
+and 2.13 (checked against both sources), with the compile's Inductor options in
+``self.config`` and a ``config_patches`` keyword: the backend runs with them patched in,
+as ``compile_fx`` would.
 """
 
 from __future__ import annotations
@@ -40,10 +42,29 @@ def install(backend: Callable[..., Any]) -> None:
     original = getattr(cls.__call__, _MARK, None) or cls.__call__
 
     def __call__(self, model_, inputs_, *args: Any, **kwargs: Any):
-        return backend(model_, inputs_)
+        with _options(self, kwargs.get("config_patches")):
+            return backend(model_, inputs_)
 
     setattr(__call__, _MARK, original)
     cls.__call__ = __call__
+
+
+def _options(wrapper, config_patches):
+    """Inductor's config as ``torch.compile(options=..., mode=...)`` set it for this compile
+    (the wrapper's ``config``, then ``config_patches``, as its ``__call__`` merges them):
+    a training graph's joint-graph passes and partitioner read it while the reference
+    asks AOTAutograd for its graphs (``reference_autograd``)."""
+    import contextlib
+
+    patches = {**(getattr(wrapper, "config", None) or {}), **(config_patches or {})}
+    if not patches:
+        return contextlib.nullcontext()
+    try:
+        from torch._inductor import config as inductor_config
+
+        return inductor_config.patch(patches)
+    except Exception:
+        return contextlib.nullcontext()
 
 
 def uninstall() -> None:

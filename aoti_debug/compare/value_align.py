@@ -26,15 +26,21 @@ compiled value is known by the node it belongs to (``instance``):
 
     (kind, graph, instance, dtype in the model, shape, repeat)
 
-where ``graph`` is the graph's place among the runs' forward (or inference) graphs, so
-a compiled run's backward graphs, which the reference has not, do not shift it. One
+where ``graph`` is the graph's Dynamo compile id and class (``f0/1``: forward or
+inference, ``b0/1``: backward), so that every recompiled version of a frame meets the
+reference's run of that version, and a compiled graph the reference has no graph for is
+listed with the reason; where a run has no compile ids (or none in common with the
+other), its place among the run's graphs of its class. In a backward graph, ``instance``
+is the value's node in the backward graph (AOTAutograd traced it alike in both runs;
+a forward node recomputed there keeps its Dynamo node). One
 node decomposes into several post-grad nodes, and a kernel may materialise more than
 one of them with the node's shape (an attention kernel's copy of its input, then its
 output): the value of the node is the last one made, by the launch site that makes it
 latest; the earlier ones are unpaired. Two values of one site with one key (a
 LayerNorm's weight and bias, both read by its node) cannot be told apart and are left
-unpaired on both sides. Values of the reference that the compiled run fused away are
-counted, not listed.
+unpaired on both sides, but in a training graph, where a LayerNorm's kernel also writes
+its normalised input for the backward, the value a later launch reads is the node's.
+Values of the reference that the compiled run fused away are counted, not listed.
 """
 
 from __future__ import annotations
@@ -62,32 +68,72 @@ def reference_mode(info: RunInfo) -> str | None:
     return "fp64" if "fp64" in modes else ("eager" if modes else None)
 
 
-def _graph_ids(reader: RunReader) -> dict[str, str]:
-    """Graph label -> its place among the run's non-backward graphs (``f0``, ``f1``, ...;
-    a subgraph keeps its suffix); backward graphs are left out."""
-    graphs = reader.info.graphs
+def _base_graphs(reader: RunReader) -> list[str]:
+    """The run's graph labels without subgraphs, in the order the run made them."""
 
     def number(label: str) -> int:
         digits = re.sub(r"\D", "", label.split("/", 1)[0])
         return int(digits) if digits else 1 << 30
 
-    bases = sorted((g for g in graphs if "/" not in g), key=lambda g: (number(g), g))
+    return sorted((g for g in reader.info.graphs if "/" not in g), key=lambda g: (number(g), g))
+
+
+def _graph_info(reader: RunReader, label: str) -> dict:
+    info = reader.info.graphs.get(label)
+    return info if isinstance(info, dict) else {}
+
+
+def _compile_id(reader: RunReader, label: str) -> str:
+    cid = _graph_info(reader, label).get("compile_id")
+    return cid if isinstance(cid, str) else ""
+
+
+def by_compile_id(a: RunReader, b: RunReader) -> bool:
+    """Whether graphs pair by Dynamo compile id: every graph of both runs has one, and
+    the runs share one at least (else by their places among forward and among backward
+    graphs: a run whose ids are all another process's)."""
+    ids = []
+    for reader in (a, b):
+        found = [_compile_id(reader, g) for g in _base_graphs(reader)]
+        if not found or not all(found):
+            return False
+        ids.append(set(found))
+    return bool(ids[0] & ids[1])
+
+
+def _graph_ids(reader: RunReader, by_compile: bool = False) -> dict[str, str]:
+    """Graph label -> what it is among the run's graphs (a subgraph keeps its suffix):
+    forward and inference graphs ``f``, backward graphs ``b``, each numbered by their
+    place among graphs of their class (``f0``, ``b0``, ``f1``: a forward and its backward
+    pair by position) or, ``by_compile``, named by their Dynamo compile id (``f0/1``,
+    ``b0/1``: every recompiled version of a frame meets its own)."""
     ids: dict[str, str] = {}
-    for label in bases:
-        info = graphs.get(label)
-        if isinstance(info, dict) and info.get("kind") == "backward":
-            continue
-        ids[label] = f"f{len(ids)}"
-    for label in graphs:
+    seen: Counter = Counter()
+    for label in _base_graphs(reader):
+        cls = "b" if _graph_info(reader, label).get("kind") == "backward" else "f"
+        base = f"{cls}{_compile_id(reader, label)}" if by_compile else cls
+        n = seen[base]
+        seen[base] += 1
+        ids[label] = (base if n == 0 else f"{base}#{n}") if by_compile else f"{cls}{n}"
+    for label in reader.info.graphs:
         base, sep, sub = label.partition("/")
         if sep and base in ids:
             ids[label] = f"{ids[base]}/{sub}"
     return ids
 
 
+def _describe_graph(reader: RunReader, label: str) -> str:
+    info = _graph_info(reader, label)
+    kind, cid = info.get("kind") or "graph", _compile_id(reader, label)
+    return f"{kind} graph {label}" + (f" of compile {cid}" if cid else "")
+
+
 def reference_key(reader: RunReader, r: Record, written: set, graph_ids: dict[str, str]) -> tuple | None:
     """What the value of record ``r`` is in the terms of an eager reference: the Dynamo
-    node it belongs to; None when its run did not say (or it is of a backward graph)."""
+    node it belongs to (in a backward graph, its node there); None when its run did not
+    say.
+
+    ``graph_ids``: :func:`_graph_ids` of the run (a graph not in it is not keyed)."""
     gid = graph_ids.get(r.graph)
     prov = reader.provenance(r)
     if gid is None or prov is None or r.kind != "tensor":
@@ -101,13 +147,19 @@ def reference_key(reader: RunReader, r: Record, written: set, graph_ids: dict[st
         origin, kind = prov.input(r.arg) or prov.input(base), "input"
     else:
         return None
-    if origin is None or not origin.instance or origin.inner:
+    # A backward graph's own nodes come from no Dynamo node: they are known by their
+    # node in the backward graph, named alike in both runs (AOTAutograd traced both
+    # from one Dynamo graph); a forward node recomputed there by its Dynamo node.
+    if origin is None or origin.inner:
+        return None
+    instance = origin.instance or (origin.node if gid.startswith("b") else "")
+    if not instance:
         return None
     # A value by numel, not shape: a node's value may be materialised before its last
     # reshape (a linear's mm output, viewed to the batch shape by the same node). An
     # input by shape: a launch may read a weight through a transposing view.
     size = r.numel if kind == "value" else tuple(r.shape or ())
-    return (kind, gid, origin.instance, r.model_dtype or r.dtype, size)
+    return (kind, gid, instance, r.model_dtype or r.dtype, size)
 
 
 def _row_major(r: Record) -> bool:
@@ -150,25 +202,36 @@ class _Scan:
     ``reference``: key by :func:`reference_key`, and keep only the last producer of
     each key (``why`` says why the others are not keyed)."""
 
-    def __init__(self, reader: RunReader, wanted, reference: bool = False, by_instance: bool = True):
+    def __init__(self, reader: RunReader, wanted, reference: bool = False, by_instance: bool = True,
+                 graph_ids: dict[str, str] | None = None, unmatched: dict[str, str] | None = None):
         self.keys: dict[int, tuple] = {}
         self.why: dict[int, str] = {}
         self.launches: dict[tuple, list[tuple[int, int, Record]]] = defaultdict(list)
         repeats: Counter = Counter()
         written: set = set()
-        graph_ids = _graph_ids(reader) if reference else {}
+        graph_ids = (_graph_ids(reader) if graph_ids is None else graph_ids) if reference else {}
+        unmatched = unmatched or {}
         found: list[tuple[int, tuple, tuple]] = []
         first_launch: dict[tuple, int] = {}
+        made_by: dict[tuple, tuple] = {}
+        read_later: set[tuple] = set()
         for start, stop, r in reader.entries():
             if not wanted(r):
                 continue
             self.launches[(r.launch, r.graph, r.op)].append((start, stop, r))
             if reference:
                 key = reference_key(reader, r, written, graph_ids)
+                if r.phase == "before" and (r.graph, r.arg) in made_by:
+                    read_later.add(made_by[(r.graph, r.arg)])
             else:
                 key = value_key(reader, r, written, by_instance)
             if r.phase == "after":
                 written.add((r.graph, r.arg))
+                if reference:
+                    made_by[(r.graph, r.arg)] = (r.graph, r.site, r.phase, r.index)
+            if key is not None and r.graph in unmatched:
+                self.why[start] = unmatched[r.graph]
+                continue
             if key is None:
                 if reference:
                     self._explain(reader, r, start)
@@ -181,7 +244,8 @@ class _Scan:
             first_launch.setdefault(producer, r.launch)
             found.append((start, key, producer))
         if reference:
-            self._keep_last(found, first_launch, repeats)
+            training = {g for g in reader.info.graphs if _graph_info(reader, g).get("kind") in ("forward", "backward")}
+            self._keep_last(found, first_launch, repeats, read_later, training)
 
     def _explain(self, reader: RunReader, r: Record, start: int) -> None:
         prov = reader.provenance(r) if r.phase == "after" else None
@@ -190,20 +254,35 @@ class _Scan:
             self.why[start] = (f"made on the way to node {origin.instance}'s value, not that value (a step "
                                f"inside its computation): the reference has no such value")
 
-    def _keep_last(self, found, first_launch: dict, repeats: Counter) -> None:
+    def _keep_last(self, found, first_launch: dict, repeats: Counter, read_later: set = frozenset(),
+                   training: set = frozenset()) -> None:
+        """Keep each key's last producer. In a training graph one launch may make two
+        values of one node with its shape (a LayerNorm's output, and its normalised input
+        saved for the backward): the one a later launch of the graph reads is the node's
+        value, the other only leaves the graph."""
         producers: dict[tuple, set] = defaultdict(set)
         for _start, key, producer in found:
             producers[key].add(producer)
         chosen: dict[tuple, tuple | None] = {}
+        saved: set[tuple] = set()
         for key, made in producers.items():
             last = max(made, key=lambda p: (first_launch[p], p[3]))
             same_site = [p for p in made if p[:2] == last[:2]]
-            chosen[key] = None if len(same_site) > 1 else last
+            pick = None if len(same_site) > 1 else last
+            if pick is None and key[0] == "value" and last[0] in training:
+                used = [p for p in same_site if p in read_later]
+                if len(used) == 1:
+                    pick = used[0]
+                    saved.update(p for p in same_site if p != pick)
+            chosen[key] = pick
         for start, key, producer in found:
             pick = chosen[key]
             if pick is None:
                 self.why[start] = (f"{key[0]} of node {key[2]}: the launch has more than one value of this "
                                    f"dtype and shape for that node, which cannot be told apart")
+            elif producer in saved:
+                self.why[start] = (f"made beside the value of node {key[2]} that is compared, and read by no "
+                                   f"later launch of the graph (kept for the backward): a step inside the node")
             elif producer != pick and key[0] == "input":
                 self.why[start] = f"read again by the launch that is compared for node {key[2]}"
             elif producer != pick:
@@ -216,6 +295,32 @@ class _Scan:
 def _instances(scan: "_Scan") -> set[str]:
     """The Dynamo node names a scan's keys hold (index 4 of :func:`value_key`)."""
     return {k[4] for k in scan.keys.values() if len(k) > 5 and k[4] and not k[4].startswith("@")}
+
+
+def _pair_across_sources(a: "_Scan", b: "_Scan") -> None:
+    """Values that the source line alone keeps apart: ``torch.export`` names the innermost
+    frame of a module's own code (``normalization.py:228`` for a LayerNorm), Dynamo the
+    line that called it (``modeling_gpt2.py:619``). Where a value's key without repeat is
+    in one run only, it is keyed again without its source line, and such values pair, the
+    n-th with the n-th, where both runs made equally many of them (else
+    :func:`_drop_uneven` leaves them unpaired)."""
+    seen_a = {k[:-1] for k in a.keys.values()}
+    seen_b = {k[:-1] for k in b.keys.values()}
+    left_a = [(start, k) for start, k in a.keys.items() if k[:-1] not in seen_b]
+    left_b = [(start, k) for start, k in b.keys.items() if k[:-1] not in seen_a]
+
+    def plain(k: tuple) -> tuple:
+        return (*k[:4], "@*", *k[5:-1])
+
+    count_a = Counter(plain(k) for _s, k in left_a)
+    count_b = Counter(plain(k) for _s, k in left_b)
+    for scan, left in ((a, left_a), (b, left_b)):
+        repeats: Counter = Counter()
+        for start, k in left:
+            key = plain(k)
+            if count_a[key] == count_b[key]:
+                scan.keys[start] = (*key, repeats[key])
+                repeats[key] += 1
 
 
 def _drop_uneven(a: "_Scan", b: "_Scan") -> None:
@@ -247,14 +352,25 @@ class ValueAligner:
         self.kernels = kernels or KernelFilter()
         self.reference = reference_mode(b.info)
         """B's reference mode (``eager``/``fp64``) when B is an eager reference, else None."""
-        b_scan = _Scan(b, self._wanted if not self.reference else lambda r: True, bool(self.reference))
-        a_scan = _Scan(a, self._wanted, bool(self.reference))
+        ids_a = ids_b = None
+        unmatched: dict[str, str] = {}
+        self.by_compile_id = False
+        """Against a reference: graphs pair by Dynamo compile id (else by their places
+        among forward and among backward graphs)."""
+        if self.reference:
+            self.by_compile_id = by_compile_id(a, b)
+            ids_a, ids_b = _graph_ids(a, self.by_compile_id), _graph_ids(b, self.by_compile_id)
+            unmatched = self._unmatched(ids_a, ids_b)
+        b_scan = _Scan(b, self._wanted if not self.reference else lambda r: True, bool(self.reference),
+                       graph_ids=ids_b)
+        a_scan = _Scan(a, self._wanted, bool(self.reference), graph_ids=ids_a, unmatched=unmatched)
         self.by_instance = True
         """False when the runs share no Dynamo node name (``torch.export`` against
         ``torch.compile``): values are then keyed without it."""
         if not self.reference and not _instances(a_scan) & _instances(b_scan) and _instances(a_scan):
             self.by_instance = False
             b_scan, a_scan = _Scan(b, self._wanted, by_instance=False), _Scan(a, self._wanted, by_instance=False)
+            _pair_across_sources(a_scan, b_scan)
             _drop_uneven(a_scan, b_scan)
         self._a_scan = a_scan
         self._b: dict[tuple, int] = {k: off for off, k in b_scan.keys.items()}
@@ -265,6 +381,23 @@ class ValueAligner:
 
     def _wanted(self, r: Record) -> bool:
         return in_diff(r, self.kernels)
+
+    def _unmatched(self, ids_a: dict[str, str], ids_b: dict[str, str]) -> dict[str, str]:
+        """A's graphs that the reference has no graph for -> why (each value of them is
+        listed unpaired with it)."""
+        have = set(ids_b.values())
+        out = {}
+        for label, gid in ids_a.items():
+            if gid in have:
+                continue
+            what = _describe_graph(self.a, label)
+            if self.by_compile_id:
+                out[label] = (f"the reference recorded no {what.split(' graph', 1)[0]} graph of this compile: "
+                              f"{what} has no counterpart (a frame the reference compiled otherwise, or a "
+                              f"backward it did not run)")
+            else:
+                out[label] = f"the reference recorded fewer graphs of this kind: {what} has no counterpart"
+        return out
 
     def launches(self) -> Iterator[PairedLaunch]:
         scan = self._a_scan

@@ -11,8 +11,13 @@ or, in Python::
     with aoti_debug.reference(dtype=torch.float64, dump_dir="ref64"):
         compiled(x)          # runs eagerly, recorded
 
+A training step is recorded whole: a graph that needs autograd runs through AOTAutograd
+as Inductor splits it, and its backward graph is recorded node by node when autograd
+calls it (:mod:`.training`). Every graph Dynamo compiles — a graph break's resumed
+frame, each recompile — is recorded with its Dynamo compile id.
+
 ``diff COMPILED REFERENCE`` pairs each value the compiled run materialised with the
-value of the FX node it belongs to. Against an fp64 reference it gives each value a
+value of the FX node it belongs to, graph by graph (by compile id). Against an fp64 reference it gives each value a
 verdict: ``rounding`` (the compiled error is within a small factor of eager's own error
 against float64) or ``suspect``.
 """
@@ -132,8 +137,9 @@ def enable_from_env() -> bool:
 
 
 class _Backend:
-    """The Dynamo backend of a reference: each graph becomes a :class:`.recorder.Recorder`
-    (imported at the first compile: installing may happen inside ``import torch``)."""
+    """The Dynamo backend of a reference: each graph becomes a :class:`.recorder.Recorder`,
+    or a :class:`.training.TrainingReference` where it needs autograd (imported at the
+    first compile: installing may happen inside ``import torch``)."""
 
     def __init__(self, mode: str, level: str, kernels):
         self.mode, self.level, self.kernels = mode, level, kernels

@@ -21,6 +21,10 @@ the random state the model-dtype node saw, attention by the math backend), the f
 the record says the model's dtype (``model_dtype``) and how far the model-dtype eager
 value is from it (``eager_error``, an RMS error as ``torch._dynamo.utils.same`` measures
 it). The model goes on with the model-dtype values: the script runs as in eager mode.
+
+A graph that needs autograd is handed to :mod:`.training` instead, which records its
+forward with a Recorder of the Dynamo graph and its backward graph with a
+:class:`~.training.BackwardRecorder`.
 """
 
 from __future__ import annotations
@@ -123,13 +127,16 @@ class _RandomState:
 class Recorder:
     """Runs one Dynamo graph eagerly and records each node's values (one per graph)."""
 
-    def __init__(self, gm: fx.GraphModule, mode: str, level: str, kernels: KernelFilter, compile_id: str = ""):
+    def __init__(self, gm: fx.GraphModule, mode: str, level: str, kernels: KernelFilter, compile_id: str = "",
+                 kind: str = "inference", record: bool = True):
         if mode not in MODES:
             raise ValueError(f"reference mode must be one of {', '.join(MODES)}, not {mode!r}")
         self.gm = gm
         self.mode = mode
         self.kernels = kernels
-        info = {"kind": "reference", "reference": mode}
+        self.record = record
+        """False: run the graph (and its float64 twin) without recording a value."""
+        info = {"kind": kind, "reference": mode}
         if compile_id:
             info["compile_id"] = compile_id
         self.handle = hooks.GraphHandle(None, level, False, "eager", info)
@@ -138,17 +145,36 @@ class Recorder:
         self._lock = threading.Lock()
 
     # -- running -------------------------------------------------------------------------
+    @property
+    def kind(self) -> str:
+        """The graph's kind in run.json (``inference``, ``forward``, ``backward``)."""
+        return self.handle.info.get("kind", "")
+
+    @kind.setter
+    def kind(self, value: str) -> None:
+        self.handle.info["kind"] = value  # read when the graph first records
+
     def __call__(self, *args: Any) -> Any:
+        return self.run(args)[0]
+
+    def run(self, args: Iterable[Any], wide_args: Iterable[Any] | None = None) -> tuple[Any, Any]:
+        """(the graph's outputs, their float64 twins or None in ``eager`` mode).
+
+        ``wide_args``: the float64 twins of ``args`` (an argument without one, None, is
+        widened from its model-dtype value)."""
         env: dict[fx.Node, Any] = {}
         wide: dict[fx.Node, Any] | None = {} if self.mode == "fp64" else None
         inputs = iter(args)
+        wide_inputs = iter(wide_args) if wide_args is not None else None
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 env[node] = next(inputs)
                 if wide is not None:
-                    wide[node] = _widen(env[node])
+                    twin = next(wide_inputs, None) if wide_inputs is not None else None
+                    wide[node] = twin if twin is not None else _widen(env[node])
             elif node.op == "output":
-                return fx.node.map_arg(node.args[0], env.__getitem__)
+                out = fx.node.map_arg(node.args[0], env.__getitem__)
+                return out, (fx.node.map_arg(node.args[0], wide.__getitem__) if wide is not None else None)
             else:
                 state = _RandomState() if wide is not None else None
                 env[node] = self._run(node, env, widen=False)
@@ -169,9 +195,9 @@ class Recorder:
                         wide[node] = _widen(env[node])
                     finally:
                         after.restore()
-                if node.op != "get_attr":
+                if self.record and node.op != "get_attr":
                     self._record(node, env, env[node], value64)
-        return None
+        return None, None
 
     def _run(self, node: fx.Node, env: dict, widen: bool) -> Any:
         args = fx.node.map_arg(node.args, env.__getitem__)
@@ -210,12 +236,11 @@ class Recorder:
             return self.sites[node]
         target = _target_name(node)
         site = None
-        if self.kernels.matches(node.name, target):
-            source, code = source_line(node.meta.get("stack_trace") or "")
-            origin = ValueOrigin(node=node.name, aten=target, module=module_of(node.meta), instance=node.name,
-                                 source=source, code=code)
+        origin = self._origin(node, target) if self.kernels.matches(node.name, target) else None
+        if origin is not None:
+            source, code = origin.source, origin.code
             inputs = [a for a in node.all_input_nodes if a.op == "placeholder"]
-            prov = Provenance(nodes=(node.name,), aten=(target,), module=origin.module, source=source, code=code,
+            prov = Provenance(nodes=(node.name,), aten=(origin.aten,), module=origin.module, source=source, code=code,
                               outputs=(("out", origin),),
                               inputs=tuple(sorted((a.name, origin) for a in inputs)))
             site = Site("", node.name, target,
@@ -224,6 +249,14 @@ class Recorder:
                         source=target, id=len(self.sites), provenance=prov.to_json())
         self.sites[node] = site
         return site
+
+    def _origin(self, node: fx.Node, target: str) -> ValueOrigin | None:
+        """What the value of ``node`` is, as a compiled run names it; None: not recorded.
+        A Dynamo graph's node is its own instance (the compiled run's post-grad nodes name
+        it as the root of their ``from_node``)."""
+        source, code = source_line(node.meta.get("stack_trace") or "")
+        return ValueOrigin(node=node.name, aten=target, module=module_of(node.meta), instance=node.name,
+                           source=source, code=code)
 
     def _record(self, node: fx.Node, env: dict, value: Any, value64: Any) -> None:
         if not isinstance(value, torch.Tensor) or isinstance(value, torch.nn.Parameter):
@@ -252,18 +285,28 @@ class Recorder:
 
 
 def backend(mode: str, level: str, kernels: KernelFilter) -> Callable:
-    """A Dynamo backend (``gm, example_inputs -> callable``) that runs graphs as :class:`Recorder` s."""
+    """A Dynamo backend (``gm, example_inputs -> callable``) that runs graphs as :class:`Recorder` s,
+    and a graph that needs autograd as a training reference (:mod:`.training`: its backward too)."""
 
     def compile_reference(gm: fx.GraphModule, example_inputs: Any, **_ignored: Any) -> Callable:
-        compile_id = ""
-        try:
-            from torch._guards import CompileContext
+        from ..codegen.reference_autograd import compile_id as current_compile_id
+        from ..codegen.reference_autograd import needs_autograd
 
-            cid = CompileContext.current_compile_id()
-            compile_id = str(cid) if cid is not None else ""
-        except Exception:
-            pass
-        recorder = Recorder(gm, mode, level, kernels, compile_id)
+        compile_id = current_compile_id()
+        training = needs_autograd(example_inputs)
+        if training:
+            from .training import compile_training
+
+            try:
+                return compile_training(gm, example_inputs, mode, level, kernels, compile_id)
+            except Exception as e:
+                if type(e).__name__ in _DYNAMO_RESTARTS:
+                    raise  # Dynamo's own signal to compile the frame again
+                # The forward is recorded as before; the backward runs unrecorded.
+                warn_once(f"reference-autograd-{type(e).__name__}",
+                          f"the backward of a graph cannot be recorded ({type(e).__name__}: {e}); "
+                          f"its forward is, its backward runs unrecorded")
+        recorder = Recorder(gm, mode, level, kernels, compile_id, kind="forward" if training else "inference")
 
         def run(*args: Any) -> Any:
             return recorder(*args)
@@ -272,3 +315,7 @@ def backend(mode: str, level: str, kernels: KernelFilter) -> Callable:
         return run
 
     return compile_reference
+
+
+#: Exceptions by which Dynamo and AOTAutograd restart a frame's analysis (torch 2.11, 2.13).
+_DYNAMO_RESTARTS = ("TensorifyScalarRestartAnalysis", "RestartAnalysis", "SkipFrame")
