@@ -323,3 +323,18 @@ def test_the_readmes_table_is_the_saved_runs():
     proc = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "readme_table.py"), "--check",
                            os.path.join(REPO, "README.md")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_diff_scale_times_diff_and_show_of_a_synthetic_dump(tmp_path):
+    """benchmarks/diff_scale.py at a small size: diff A A is EQUAL, diff A P names the
+    perturbed record as the first divergence, show reads the dump; one table row each."""
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "diff_scale.py"), "--records", "3000",
+                           "--dir", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| diff ") or line.startswith("| show ")]
+    assert [r.split("|")[1].strip() for r in rows] == ["diff A A", "diff A P", "show A"], proc.stdout
+    assert [r.split("|")[2].strip() for r in rows] == ["0", "1", "0"], proc.stdout
+    assert "FIRST DIVERGENCE: launch " in proc.stdout
+    refused = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "diff_scale.py"), "--records", "5"],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--records must be at least 100" in refused.stderr

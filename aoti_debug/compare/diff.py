@@ -1,14 +1,14 @@
 """Comparing two runs: align, plan each pair, read ahead, measure, find the first divergence.
 
-Memory stays near the pair being compared: the manifests are streamed (B is indexed
-by byte offsets), tensors are memory-mapped one pair at a time and compared in
-chunks, and only the pairs that fail are kept unless ``keep_passing`` is set.
+Memory stays near the pair being compared: the manifests are streamed (two runs of one
+program side by side, each line read once; others indexed by byte offsets first, and
+each launch's lines read again), tensors are memory-mapped one pair at a time and
+compared in chunks, and only the pairs that fail are kept unless ``keep_passing`` is set.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import os
 import time
@@ -17,10 +17,11 @@ from typing import Callable, Iterator
 from ..config import KernelFilter
 from ..errors import DumpError, RecordError
 from ..format.reader import RunReader
+from .coverage import CoverageCounter
 from ..format.schema import Record
-from .align import Aligner, PairedLaunch, Pair, in_diff
+from .align import Aligner, OutOfStep, PairedLaunch, Pair, StreamAligner, in_diff
 from .value_align import UNMATERIALISED, ValueAligner, reference_mode, usable
-from .births import Births, find_births, provenance_source
+from .births import BirthFinder, Births, find_births, provenance_source
 from .divergence import DivergenceFinder
 from .metrics import Metrics, TensorComparator, compare_checksums, compare_scalars, compare_stats, tolerance
 from .prefetch import Prefetcher
@@ -29,6 +30,9 @@ from .result import NOT_COMPARED, DiffResult, FirstDivergence, RecordComparison
 
 #: How far ahead of the comparison the prefetch thread may read.
 READ_AHEAD_BYTES = 512 << 20
+#: The most launches planned ahead of the comparison: a stats-level dump has no files to
+#: read ahead, and its plans (records of both runs) would otherwise pile up without bound.
+READ_AHEAD_LAUNCHES = 256
 
 
 @dataclasses.dataclass
@@ -42,23 +46,37 @@ class _Plan:
     nbytes: int = 0
 
 
-@contextlib.contextmanager
-def _one_intra_op_thread():
-    """Run torch ops on the calling thread only, restoring the setting afterwards.
+class _OneIntraOpThread:
+    """While in use, torch ops run on the calling thread only; the setting is restored after.
 
     The comparison is a stream of small ops on cache-sized chunks (torch.equal and
     dtype conversions among them): fanning each out to an OpenMP pool costs more
     than it gains, and on a busy machine a pool thread that loses its core stalls
     every op (measured 10x slower on 2 shared cores, torch 2.13).
-    """
-    import torch
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
+    Torch is imported at the first tensor file (:meth:`ensure`): a diff of stats-level
+    dumps never imports it (seconds of start-up and a few hundred MB).
+    """
+
+    def __init__(self):
+        self._previous: int | None = None
+
+    def ensure(self) -> None:
+        if self._previous is None:
+            import torch
+
+            self._previous = torch.get_num_threads()
+            torch.set_num_threads(1)
+
+    def __enter__(self) -> "_OneIntraOpThread":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            import torch
+
+            torch.set_num_threads(self._previous)
+            self._previous = None
 
 
 def _as_reader(dump) -> RunReader:
@@ -141,7 +159,7 @@ class _Lookahead:
         self._ticket = 0
 
     def _fill(self) -> None:
-        while self._ahead < READ_AHEAD_BYTES or not self._pending:
+        while (self._ahead < READ_AHEAD_BYTES and len(self._pending) < READ_AHEAD_LAUNCHES) or not self._pending:
             launch = next(self._launches, None)
             if launch is None:
                 return
@@ -193,7 +211,7 @@ class _Kept:
 
 
 def judged_values(comparator: TensorComparator, ta, tb, b: Record, atol: float, rtol: float,
-                  factor: float) -> tuple[Metrics, str | None, float | None]:
+                  factor: float | None) -> tuple[Metrics, str | None, float | None]:
     """A value of A against B's value ``tb`` (of record ``b``), in B's precision and shape;
     against an fp64 reference also its verdict and ratio (:mod:`.verdict`), else None."""
     if ta.dtype != tb.dtype:  # an fp64 reference: compare in its precision
@@ -207,7 +225,7 @@ def judged_values(comparator: TensorComparator, ta, tb, b: Record, atol: float, 
 
 
 def judged_stats(a: Record, b: Record, atol: float, rtol: float,
-                 factor: float) -> tuple[Metrics, str | None, float | None]:
+                 factor: float | None) -> tuple[Metrics, str | None, float | None]:
     """:func:`judged_values` from the two records' stats (a lower bound of the error)."""
     m = compare_stats(a, b, atol, rtol)
     if _verdict.applies(b):
@@ -218,8 +236,10 @@ def judged_stats(a: Record, b: Record, atol: float, rtol: float,
 class _Runner:
     """Carries out plans: loads, measures, and says pass or fail."""
 
-    def __init__(self, ra: RunReader, rb: RunReader, atol, rtol, factor: float = _verdict.ROUNDING_FACTOR):
+    def __init__(self, ra: RunReader, rb: RunReader, atol, rtol, factor: float | None = None,
+                 threads: _OneIntraOpThread | None = None):
         self.ra, self.rb = ra, rb
+        self.threads = threads or _OneIntraOpThread()
         self.atol, self.rtol = atol, rtol
         self.factor = factor
         self.comparator = TensorComparator()
@@ -242,6 +262,7 @@ class _Runner:
         elif plan.how == "stats":
             m, rc.verdict, rc.ratio = judged_stats(a, b, atol, rtol, self.factor)
         else:
+            self.threads.ensure()
             try:
                 ta = self.ra.load_tensor(a)
             except RecordError as e:
@@ -265,16 +286,54 @@ class _Runner:
         return rc
 
 
+@dataclasses.dataclass
+class _Pass:
+    """One comparison of every pair an aligner gives, and what it found."""
+
+    runner: _Runner
+    finder: DivergenceFinder
+    kept: _Kept
+    looked: CoverageCounter
+    launches: int = 0
+
+    def run(self, aligner, plan: Callable[[Pair], _Plan], read_ahead: bool,
+            progress: Callable[[int], None] | None) -> None:
+        with Prefetcher() as prefetcher:
+            for launch, plans in _Lookahead(aligner.launches(), plan, prefetcher if read_ahead else None):
+                rows = [self.runner.run(pl) for pl in plans]
+                self.launches += 1
+                self.finder.observe(launch, rows)
+                self.kept.add(rows)
+                self.looked.add(rows)
+                if progress is not None:
+                    progress(launch.end_offset)
+            for launch in aligner.only_in_b():
+                self.kept.add([self.runner.run(plan(p)) for p in launch.pairs])
+
+
 ALIGNMENTS = ("auto", "launch", "value")
 
 
 def choose_aligner(ra: RunReader, rb: RunReader, kfilter: KernelFilter, align: str = "auto") -> Aligner | ValueAligner:
     """The aligner ``diff(align=...)`` pairs A's records with B's by (see :func:`diff`)."""
-    by_value = align == "value" or (align == "auto" and reference_mode(rb.info) is not None)
-    aligner = ValueAligner(ra, rb, kfilter) if by_value else Aligner(ra, rb, kfilter)
-    if align == "auto" and not by_value and _values_fit(ra, rb, aligner):
-        aligner = ValueAligner(ra, rb, kfilter)
-    return aligner
+    return _choose(ra, rb, kfilter, align)[0]
+
+
+def _choose(ra: RunReader, rb: RunReader, kfilter: KernelFilter, align: str,
+            by_launch: Aligner | None = None) -> tuple[Aligner | ValueAligner, Aligner | None]:
+    """:func:`choose_aligner`, and the launch aligner it built on the way (or was given:
+    ``by_launch``; None when it needs none)."""
+    if _by_value(rb, align):
+        return ValueAligner(ra, rb, kfilter), None
+    by_launch = by_launch or Aligner(ra, rb, kfilter)
+    if align == "auto" and _values_fit(ra, rb, by_launch):
+        return ValueAligner(ra, rb, kfilter), by_launch
+    return by_launch, by_launch
+
+
+def _by_value(rb: RunReader, align: str) -> bool:
+    """Whether values are paired by provenance whatever the runs' launches."""
+    return align == "value" or (align == "auto" and reference_mode(rb.info) is not None)
 
 
 def _filters(reader: RunReader) -> set[str]:
@@ -304,12 +363,21 @@ def _attach_provenance(ra: RunReader, rb: RunReader, rows: list[RecordComparison
                 return prov, rec
         return None, None
 
+    def from_b(rc: RecordComparison):
+        """B's value of ``rc`` where it names a module and A's does not (a compiled
+        backward's node keeps its forward module in B, an fp64 reference, only)."""
+        prov = rb.provenance(rc.b) if rc.b is not None else None
+        value = prov.output(rc.b.arg) if prov is not None else None
+        return value if value is not None and value.module else None
+
     for rc in rows:
         prov, rec = origin(rc)
         if prov is not None:
             value = prov.output(rec.arg)
             rc.module = (value.module if value is not None and value.module else prov.module) or None
             rc.module_raw = (value.module_raw if value is not None and value.module else prov.module_raw) or None
+        if not rc.module and (value_b := from_b(rc)) is not None:
+            rc.module, rc.module_raw = value_b.module, value_b.module_raw
     if first is None:
         return
     for rc in rows:
@@ -323,6 +391,8 @@ def _attach_provenance(ra: RunReader, rb: RunReader, rows: list[RecordComparison
             named = [prov.input(x) for x in first.inputs] if first.kind == "input" else []
             named += [prov.output(x) for x in first.outputs]
             value = next((v for v in named if v is not None and v.module), None)
+            if value is None and not prov.module:
+                value = from_b(rc)
             if value is not None:
                 first.module, first.source, first.code = value.module, value.source, value.code
             else:
@@ -344,7 +414,7 @@ def diff(
     progress: Callable[[int, int], None] | None = None,
     read_ahead: bool = True,
     align: str = "auto",
-    rounding_factor: float = _verdict.ROUNDING_FACTOR,
+    rounding_factor: float | None = None,
 ) -> DiffResult:
     """Compare run A against run B (the reference) and name the first divergence.
 
@@ -370,7 +440,8 @@ def diff(
             same kernel filter, else ``launch``. Against an eager reference (B recorded
             by ``aoti-debug run --reference``) values are always paired by provenance.
         rounding_factor: against an fp64 reference, a value is ``rounding`` while its
-            error is at most this many times eager's own (compare/verdict.py).
+            error is at most this many times eager's own; None fits it to each value's
+            model dtype (8, and 3 in bfloat16, float16 and float8: compare/verdict.py).
 
     Raises:
         DumpError: a path is not a usable dump (missing, several runs, newer format).
@@ -381,7 +452,7 @@ def diff(
     check_tolerances(atol, rtol, rounding_factor)
     if align not in ALIGNMENTS:
         raise ValueError(f"align must be one of {', '.join(ALIGNMENTS)}, not {align!r}")
-    if not rounding_factor > 0:
+    if rounding_factor is not None and not 0 < rounding_factor < float("inf"):
         raise ValueError(f"rounding_factor must be positive, not {rounding_factor}")
     started = time.perf_counter()
     ra, rb = _as_reader(a), _as_reader(b)
@@ -393,33 +464,47 @@ def diff(
     kfilter = KernelFilter.parse(kernels)
     patterns = ",".join(ignore) if isinstance(ignore, (list, tuple)) else (ignore or "")
     ignored = KernelFilter.parse(patterns) if patterns else None
-    runner = _Runner(ra, rb, atol, rtol, rounding_factor)
-    finder = DivergenceFinder()
-    kept = _Kept(keep_passing, max_records, keep_all)
-    launches = 0
+    threads = _OneIntraOpThread()
+    # Births are found in the pass that pairs the launches, where there is one.
+    finders = tuple(BirthFinder(r.info.phases, provenance_source(r)) for r in (ra, rb))
     total = ra.manifest_bytes
+
+    def compare(aligner) -> _Pass:
+        done = _Pass(_Runner(ra, rb, atol, rtol, rounding_factor, threads), DivergenceFinder(),
+                     _Kept(keep_passing, max_records, keep_all), CoverageCounter(ra))
+        done.run(aligner, lambda p: _plan(p, ra, rb, use_checksums, ignored), read_ahead,
+                 progress and (lambda pos: progress(pos, total)))
+        return done
+
     try:
-        aligner = choose_aligner(ra, rb, kfilter, align)
-        mode = "value" if isinstance(aligner, ValueAligner) else "launch"
-        with Prefetcher() as prefetcher, _one_intra_op_thread():
-            planned = _Lookahead(aligner.launches(), lambda p: _plan(p, ra, rb, use_checksums, ignored),
-                                 prefetcher if read_ahead else None)
-            for launch, plans in planned:
-                rows = [runner.run(pl) for pl in plans]
-                launches += 1
-                finder.observe(launch, rows)
-                kept.add(rows)
-                if progress is not None:
-                    progress(launch.end_offset, total)
-            for launch in aligner.only_in_b():
-                kept.add([runner.run(_plan(p, ra, rb, use_checksums, ignored)) for p in launch.pairs])
+        with threads:
+            if _by_value(rb, align):
+                aligner, fed = ValueAligner(ra, rb, kfilter), False
+                done = compare(aligner)
+            else:
+                # Runs in step are paired in one pass over each; others by their indexes,
+                # which that pass built (it reads both to the end), and by value where
+                # their launches differ (choose_aligner).
+                exact = align == "auto" and usable(ra) and usable(rb) and _filters(ra) == _filters(rb)
+                stream = StreamAligner(ra, rb, kfilter, (finders[0].add, finders[1].add), exact)
+                aligner, fed = stream, True
+                try:
+                    done = compare(stream)
+                except OutOfStep:
+                    aligner = _choose(ra, rb, kfilter, align, stream.aligner())[0]
+                    done = compare(aligner)
         if progress is not None:
             progress(total, total)
     finally:
         ra.close()
         rb.close()
+    mode = "value" if isinstance(aligner, ValueAligner) else "launch"
+    runner, finder, kept, looked, launches = done.runner, done.finder, done.kept, done.looked, done.launches
     _attach_provenance(ra, rb, kept.every if kept.every is not None else kept.rows, finder.first)
-    births_a, births_b = (find_births(_records(r, kfilter), r.info.phases, provenance_source(r)) for r in (ra, rb))
+    if fed:
+        births_a, births_b = (f.result() for f in finders)
+    else:
+        births_a, births_b = (find_births(_records(r, kfilter), r.info.phases, provenance_source(r)) for r in (ra, rb))
     notes = [f"run A: {n}" for n in ra.notes] + [f"run B: {n}" for n in rb.notes]
     problems = [f"run A: {p}" for p in ra.problems] + [f"run B: {p}" for p in rb.problems]
     notes.extend(_level_notes(ra, rb, runner.basis))
@@ -428,19 +513,26 @@ def diff(
         notes.extend(more_notes)
         problems.extend(more_problems)
     notes.extend(_kernel_set_notes(kept.rows))
+    notes.append(looked.coverage.line())
+    if looked.coverage.blind:
+        notes.append(f"{looked.coverage.blind_line()}: those modules made values, and not one of them was "
+                     f"compared (not EQUAL: nothing says they are right)")
     return DiffResult(
         path_a=ra.path, path_b=rb.path, info_a=ra.info, info_b=rb.info, records=kept.rows, counts=dict(kept.counts),
         basis=dict(runner.basis), first_divergence=finder.first, problems=problems, notes=notes,
         atol=atol, rtol=rtol, kernels=str(kfilter), launches=launches, bytes_read=runner.bytes_read,
         seconds=time.perf_counter() - started, kept_passing=keep_passing,
-        rounding_factor=rounding_factor if reference == "fp64" else None, dropped=kept.dropped, compared=kept.every,
+        rounding_factor=_verdict.factor_for(None, rounding_factor) if reference == "fp64" else None,
+        low_precision_factor=(_verdict.LOW_PRECISION_FACTOR if rounding_factor is None else None)
+        if reference == "fp64" else None, dropped=kept.dropped, compared=kept.every,
         births_a=births_a, births_b=births_b,
         # (Births pair by kernel and value: an eager reference has neither.)
         birth_differences=birth_differences(births_a, births_b) if reference is None else [],
+        coverage=looked.coverage,
     )
 
 
-def _value_notes(aligner: ValueAligner, reference: str | None, rounding_factor: float, counts,
+def _value_notes(aligner: ValueAligner, reference: str | None, rounding_factor: float | None, counts,
                  first: FirstDivergence | None) -> tuple[list[str], list[str]]:
     """What a diff paired by value says about its pairing (notes), and the problem of a
     pairing that paired nothing; names the first divergence's group of launches that
@@ -453,7 +545,7 @@ def _value_notes(aligner: ValueAligner, reference: str | None, rounding_factor: 
                      f"fused away are not listed")
         if reference == "fp64":
             notes.append(f"against float64: a value is rounding while its RMS error is at most "
-                         f"{rounding_factor:g}x eager's own error, else suspect")
+                         f"{_verdict.describe_factor(rounding_factor)}, else suspect")
     else:
         notes.append("the runs' kernels differ: values paired by provenance (module path, ATen op, FX node), "
                      "each compared where both runs materialised it; the rest is listed as unpaired")

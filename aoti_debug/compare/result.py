@@ -264,6 +264,9 @@ class DiffResult:
     kept_passing: bool = True
     rounding_factor: float | None = None
     """Against an fp64 reference: the largest error ratio still called ``rounding``."""
+    low_precision_factor: float | None = None
+    """Against an fp64 reference with the default factors: the one of bfloat16, float16
+    and float8 values (:data:`rounding_factor` is then that of the others)."""
     dropped: int = 0
     """Pairs counted but not kept in ``records`` (``max_records``)."""
     compared: list[RecordComparison] | None = None
@@ -274,6 +277,9 @@ class DiffResult:
     births_b: Births | None = None
     birth_differences: list[str] = dataclasses.field(default_factory=list)
     """NaN/Inf births one run has and the other has not, one line each."""
+    coverage: Any = None
+    """The values run A materialised, how many were compared, and the modules where none
+    was (a :class:`aoti_debug.compare.coverage.Coverage`); None for a result built by hand."""
 
     @property
     def exit_code(self) -> int:
@@ -282,6 +288,8 @@ class DiffResult:
             return EXIT_BAD_INPUT
         if self.counts.get("fail", 0):
             return EXIT_DIFFERENT
+        if self.coverage is not None and self.coverage.blind:
+            return EXIT_BAD_INPUT  # equal where it looked, but it did not look everywhere
         return EXIT_EQUAL
 
     def __bool__(self) -> bool:
@@ -314,6 +322,8 @@ class DiffResult:
 
     def __str__(self) -> str:
         text = f"{self.verdict}: {self.count_line()}"
+        if self.coverage is not None and self.coverage.blind:
+            text += f"; {self.coverage.blind_line(3)}"
         if self.first_divergence is not None:
             text += f"; first divergence at {self.first_divergence}"
         return text
@@ -376,5 +386,6 @@ class DiffResult:
             "births_a": self.births_a.to_dict() if self.births_a is not None else None,
             "births_b": self.births_b.to_dict() if self.births_b is not None else None,
             "birth_differences": list(self.birth_differences),
+            "coverage": self.coverage.to_dict() if self.coverage is not None else None,
             "records": [{k: _json_float(v) for k, v in rc.to_row().items()} for rc in self.ordered()],
         }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from ..errors import DumpError, FormatVersionError, RecordError
 from .provenance import SITES_FILE, Provenance, parse_site_line
@@ -128,6 +128,7 @@ class RunReader:
         self.truncated = False
         self._scanned = False
         self._handle = None
+        self._next = -1  # where the line after the last one records_at read starts
         self._sites: dict[tuple[str, int], Provenance] | None = None
 
     def __repr__(self) -> str:
@@ -184,6 +185,13 @@ class RunReader:
         run: it is noted and dropped. Any other unusable line is a problem (kept in
         :attr:`problems`) and skipped.
         """
+        for start, end, _digest, record in self.scan():
+            yield start, end, record
+
+    def scan(self) -> Iterator[tuple[int, int, int, Record]]:
+        """:meth:`entries` with a digest of each line: ``(offset, end, digest, record)``.
+        :meth:`records_at`, given the offsets and digests, reads those records again
+        without checking them again."""
         if not os.path.isfile(self.manifest):
             if not self._scanned:
                 self.notes.append(f"{MANIFEST_FILE} is missing: the run recorded nothing")
@@ -218,7 +226,7 @@ class RunReader:
                     if first_scan:
                         self.problems.append(f"{MANIFEST_FILE} line {lineno}: {_decode_error(e)} (skipped)")
                     continue
-                yield start, offset, record
+                yield start, offset, hash(raw), record
 
     def _open_manifest(self):
         try:
@@ -233,16 +241,42 @@ class RunReader:
 
     def record_at(self, offset: int) -> Record:
         """The record of the manifest line that starts at ``offset`` (from :meth:`entries`)."""
+        return self.records_at((offset,))[0]
+
+    def records_at(self, offsets: Sequence[int], digests: Sequence[int] | None = None) -> list[Record]:
+        """The records of the manifest lines that start at ``offsets`` (from :meth:`scan`),
+        in that order. A line that starts where the one before it ended is read on without
+        a seek; a line whose bytes still have the digest :meth:`scan` gave it (``digests``,
+        one per offset) is the line checked then, and is decoded without checking it again.
+
+        Raises:
+            RecordError: a line is no record (any more: the file changed since the scan).
+        """
+        out = []
+        for i, offset in enumerate(offsets):
+            raw = self._line_at(offset)
+            try:
+                if digests is not None and hash(raw) == digests[i]:
+                    out.append(Record.from_checked(json.loads(raw)))
+                else:
+                    out.append(parse_line(raw))
+            except ValueError as e:  # the file changed since scan() read it
+                raise RecordError(f"{MANIFEST_FILE} at byte {offset}: {_decode_error(e)}") from None
+        return out
+
+    def _line_at(self, offset: int) -> bytes:
+        """The bytes of the line at ``offset``, continuing the last read where it ended there."""
         if self._handle is None:
             self._handle = self._open_manifest()
-        self._handle.seek(offset)
-        try:
-            return parse_line(self._handle.readline())
-        except ValueError as e:  # the file changed since entries() read it
-            raise RecordError(f"{MANIFEST_FILE} at byte {offset}: {_decode_error(e)}") from None
+        if offset != self._next:
+            self._handle.seek(offset)
+        raw = self._handle.readline()
+        self._next = offset + len(raw)
+        return raw
 
     def close(self) -> None:
         """Close the manifest handle that :meth:`record_at` keeps open."""
+        self._next = -1
         if self._handle is not None:
             self._handle.close()
             self._handle = None
