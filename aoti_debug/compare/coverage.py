@@ -34,6 +34,9 @@ _STATUS_REASONS = {"volatile": "volatile (RNG seeds and offsets)", "uninitialise
 COMPARED = ("pass", "fail")
 #: Statuses of values nobody expects compared: a module made only these has nothing to see.
 _NOTHING_TO_SEE = ("volatile", "uninitialised", "ignored")
+#: Reasons of values on the way to a node's value that is compared where it is made (in
+#: this launch or a later one): a module made only these is seen through that value.
+_SEEN_LATER = ("steps inside a node's computation", "earlier values of a node compared later")
 
 
 def reason(rc: RecordComparison) -> str:
@@ -54,7 +57,8 @@ class Coverage:
     not_compared: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     """Reason -> how many values were not compared for it."""
     modules: dict[str, list[int]] = dataclasses.field(default_factory=dict)
-    """Module path -> [values, compared, values there was something to see in]."""
+    """Module path -> [values, compared, values there was something to see in: compared, or
+    not compared for want of a counterpart (not a step on the way to a compared value)]."""
 
     @property
     def blind(self) -> list[str]:
@@ -119,10 +123,12 @@ class CoverageCounter:
             cov.values += 1
             entry = cov.modules.setdefault(self._module(rc), [0, 0, 0])
             entry[0] += 1
-            if rc.status not in _NOTHING_TO_SEE:
-                entry[2] += 1
             if rc.status in COMPARED:
                 cov.compared += 1
                 entry[1] += 1
-            else:
-                cov.not_compared[reason(rc)] += 1
+                entry[2] += 1
+                continue
+            why = reason(rc)
+            cov.not_compared[why] += 1
+            if rc.status not in _NOTHING_TO_SEE and why not in _SEEN_LATER:
+                entry[2] += 1
