@@ -111,7 +111,9 @@ def _writer(info) -> str:
 
 def _tolerance_line(result: DiffResult) -> str:
     if result.rounding_factor is not None:
-        return f"verdict against float64: rounding up to {result.rounding_factor:g}x eager's own error"
+        low = f" ({result.low_precision_factor:g}x in bfloat16, float16 and float8)" \
+            if result.low_precision_factor is not None else ""
+        return f"verdict against float64: rounding up to {result.rounding_factor:g}x eager's own error{low}"
     if result.atol is not None and result.rtol is not None:
         return f"tolerance atol={result.atol:g} rtol={result.rtol:g}"
     seen = sorted({rc.record.dtype for rc in result.records if rc.record.dtype})
