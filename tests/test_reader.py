@@ -195,8 +195,15 @@ def test_loading_never_runs_code_from_a_dump(run, tmp_path, monkeypatch):
 def test_file_that_disagrees_with_its_record(run):
     reader = RunReader(run)
     rec = next(reader.records())
+    torch.save(torch.zeros(3, 2), os.path.join(run, rec.file))
+    with pytest.raises(RecordError, match=r"holds float32\[3, 2\] but the manifest says float32\[2, 3\]"):
+        reader.load_tensor(rec)
+    torch.save(torch.zeros(3, 2, dtype=torch.int32), os.path.join(run, rec.file))
+    with pytest.raises(RecordError, match=r"holds int32\[3, 2\] but the manifest says float32\[2, 3\]"):
+        reader.load_tensor(rec)
+    # More values than the record holds: refused from the archive's directory, unloaded.
     torch.save(torch.zeros(3, 2, dtype=torch.float64), os.path.join(run, rec.file))
-    with pytest.raises(RecordError, match=r"holds float64\[3, 2\] but the manifest says float32\[2, 3\]"):
+    with pytest.raises(RecordError, match=r"holds 48 bytes of values; the manifest says float32\[2, 3\] \(24 bytes\)"):
         reader.load_tensor(rec)
     torch.save([1, 2], os.path.join(run, rec.file))
     with pytest.raises(RecordError, match="holds a list, not a tensor"):

@@ -11,6 +11,11 @@ points that ``show`` and ``diff`` use (``Record.from_dict``, ``RunReader``,
 ``summarize``, ``compare``); a smaller sample goes through the CLI. None of them may
 get a traceback, exit 0, or reach the CLI's safety net for unexpected exceptions.
 ``valid_*`` strategies change records the way writers may, and those must still load.
+
+run.json's ``flight``, graphs' ``sites``/``sources`` and ``uid`` (``damaged_section``)
+and ``sites.jsonl`` lines (``damaged_site_line``, a note each, never an error) are
+damaged alike; their ``*_at_length`` tests (``-m slow``) take 10,000 cases together
+with the rest of those parts.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import re
 import shutil
 
 import pytest
+import torch
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -32,7 +38,8 @@ from aoti_debug.compare import diff as compare, summarize
 from aoti_debug.errors import DumpError, RecordError
 from aoti_debug.format.reader import RunReader
 from aoti_debug.format.schema import Record, RunInfo
-from tests.test_reader_validation import CPP_INFO, CPP_LINES, PY_LINES, build_real_runs, read_lines
+from tests.test_reader_validation import (CPP_INFO, CPP_LINES, FLIGHT, GRAPH_WITH_SITES, PY_LINES, build_real_runs,
+                                          read_lines)
 
 _FAST = dict(deadline=None, derandomize=True, database=None,
              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
@@ -70,8 +77,28 @@ def one_of(*names):
     return lambda v: type(v) is str and v in names
 
 
+DIM_MAX = 2**48  # the most a size, stride or numel may be
+EXTENT_MAX_BYTES = 2**40  # the most bytes a tensor's strides may span
+
+
 def is_dims(v) -> bool:
-    return type(v) is list and all(is_count(x) for x in v)
+    return type(v) is list and len(v) <= 64 and all(is_count(x) and x <= DIM_MAX for x in v)
+
+
+def is_scalar_value(v) -> bool:
+    if v is None or v is True or v is False or type(v) in (float, str):
+        return True
+    return type(v) is int and -2**63 <= v < 2**63
+
+
+def spans_too_much(rec: dict) -> bool:
+    """A tensor record whose sizes and strides reach past EXTENT_MAX_BYTES."""
+    shape, stride = rec.get("shape"), rec.get("stride")
+    if not (is_dims(shape) and is_dims(stride)) or len(shape) != len(stride) or 0 in shape:
+        return False
+    dtype = getattr(torch, str(rec.get("dtype")), None)
+    size = dtype.itemsize if isinstance(dtype, torch.dtype) else 1
+    return (1 + sum((n - 1) * s for n, s in zip(shape, stride))) * size > EXTENT_MAX_BYTES
 
 
 def is_dtype_name(v) -> bool:
@@ -114,7 +141,8 @@ def is_stats(v) -> bool:
 
 #: field -> valid when not None (None: see NON_NULL)
 RECORD_OK = {
-    "seq": is_count, "launch": is_count, "kernel_call": is_count, "index": is_count, "numel": is_count,
+    "seq": is_count, "launch": is_count, "kernel_call": is_count, "index": is_count,
+    "numel": lambda v: is_count(v) and v <= DIM_MAX, "value": is_scalar_value,
     "graph": is_name, "kernel": is_name, "arg": is_name, "op": is_str, "expr": is_str, "device": is_str,
     "error": is_str, "skipped": is_str, "volatile": is_str, "shared": is_bool, "uninitialised": is_bool,
     "wrapper": one_of("python", "cpp"), "phase": one_of("before", "after"),
@@ -160,7 +188,9 @@ TRICKY = {
     "file": ["/etc/passwd", "../x.pt", "tensors/../../x.pt", "tensors/../..", ".", "./", "..", "\\x", "a\x00b",
              "tensors/..", ""],
     "phase": ["during", "Before", "after "], "role": ["bystander", "in"], "kind": ["blob", "Tensor"],
-    "wrapper": ["rust", "C++"], "shape": [[3, -8], [2**63], [1, True], "3x8"], "stride": [[1, -1], "1,8", [0.0]],
+    "wrapper": ["rust", "C++"], "shape": [[3, -8], [2**63], [1, True], "3x8", [2**48 + 1], [1] * 65],
+    "stride": [[1, -1], "1,8", [0.0], [2**62, 1], [2**48 + 1]], "numel": [2**48 + 1, 2**62],
+    "value": [int("9" * 4000), 2**63, -2**63 - 1, [1], {"v": 1}, [], {}],
 }
 
 
@@ -201,7 +231,7 @@ def _tensor(rec: dict) -> bool:
 # Strategies built once: building one per draw costs as much as the draw.
 _HOW = st.sampled_from(["field", "field", "two_fields", "missing", "stats", "consistency", "not_object"])
 _FIELD = st.sampled_from(sorted(RECORD_OK))
-_CONSISTENCY = st.sampled_from(["numel", "stride+", "stride-", "shape"])
+_CONSISTENCY = st.sampled_from(["numel", "stride+", "stride-", "shape", "extent"])
 _MISSING = {True: st.sampled_from(list(REQUIRED) + sorted(TENSOR_NON_NULL)), False: st.sampled_from(REQUIRED)}
 
 
@@ -222,6 +252,9 @@ def damaged_record(draw):
             rec["stride"] = stride + [draw(st.integers(0, 9))]
         elif choice == "stride-":
             rec["stride"] = stride[:-1]
+        elif choice == "extent":  # within every bound alone, too far together
+            rec["shape"], rec["stride"], rec["numel"] = [2, 3], [draw(st.integers(2**40, 2**48)), 1], 6
+            assert spans_too_much(rec)
         else:
             rec["shape"], rec["stride"] = shape + [draw(st.integers(2, 64))], stride + [1]
     elif how == "missing":
@@ -243,7 +276,7 @@ def valid_record(draw):
     for _ in range(draw(st.integers(1, 4))):
         how = draw(st.sampled_from(["value", "extra", "null", "stat", "count", "flag"]))
         if how == "value":
-            rec["value"] = draw(garbage)
+            rec["value"] = draw(garbage.filter(is_scalar_value))
         elif how == "extra":
             key = draw(st.text(min_size=1, max_size=8).filter(lambda k: k not in RECORD_OK and k != "value"))
             rec[key] = draw(garbage)
@@ -342,8 +375,9 @@ def _place(corpus: dict, level: str, run: str, rec, at: int) -> int:
 def _restore(corpus: dict, level: str, side: str) -> str:
     """The working copy ``side`` of the real run at ``level``, as it was written."""
     src, dst = corpus["runs"][level], os.path.join(corpus["work"][level], side)
-    for name in ("manifest.jsonl", "run.json"):
-        shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
+    for name in ("manifest.jsonl", "run.json", "sites.jsonl"):
+        if os.path.exists(os.path.join(src, name)):
+            shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
     return dst
 
 
@@ -443,6 +477,295 @@ def test_show_and_diff_on_a_damaged_manifest(corpus, rec, at, level, full):
 @settings(max_examples=30, **_FAST)
 @given(info=damaged_info())
 def test_show_and_diff_on_a_damaged_run_header(corpus, info):
+    a = _restore(corpus, "stats", "a")
+    with open(os.path.join(a, "run.json"), "w") as f:
+        json.dump(info, f)
+    for args in (["show", a], ["diff", "--no-progress", a, corpus["runs"]["stats"]]):
+        r = _cli(*args)
+        assert r.exit_code == 2 and r.output.count("\n") == 1 and r.output.startswith("Error: "), r.output
+
+
+# -- run.json: flight, graphs' sites and sources, uid ------------------------------------------------
+def is_int64(v) -> bool:
+    return type(v) is int and -2**63 <= v < 2**63
+
+
+def maybe(check):
+    return lambda v: v is None or check(v)
+
+
+def is_strs(v) -> bool:
+    return type(v) is list and all(is_str(x) for x in v)
+
+
+FLIGHT_OK = {"ring": maybe(is_count), "trigger": maybe(is_str), "max_records": is_count, "graph_calls": is_count,
+             "calls_in_ring": is_count, "calls_written": is_count, "calls_dropped": is_count,
+             "records_dropped": is_count, "signals": is_strs, "dumps": lambda v: type(v) is list,
+             "fired": lambda v: v is None or type(v) is dict}
+DUMP_OK = {"reason": is_str, "records": is_count, "time": is_str,
+           "graph_calls": maybe(lambda v: type(v) is list and len(v) == 2 and all(is_int64(x) for x in v))}
+FIRED_OK = {**{k: maybe(is_int64) for k in ("launch", "kernel_call", "site", "seq", "nan", "inf", "graph_call",
+                                             "inputs")},
+            **{k: maybe(is_str) for k in ("trigger", "graph", "kernel", "arg", "inputs_held")},
+            "value": maybe(one_of("nan", "inf")), "saved": is_strs, "not_saved": is_strs,
+            "next": lambda v: v is None or type(v) is dict}
+NEXT_OK = {"launch": maybe(is_int64), "saved": is_strs}
+PROV_OK = {"nodes": maybe(is_strs), "aten": maybe(is_strs), "module": maybe(is_str), "source": maybe(is_str),
+           "code": maybe(is_str), "outputs": lambda v: v is None or type(v) is dict,
+           "inputs": lambda v: v is None or type(v) is dict}
+ORIGIN_OK = {**{k: maybe(is_str) for k in ("node", "aten", "module", "instance", "source", "code")},
+             "inner": maybe(is_bool)}
+SECTION_GRAPH_OK = {"sites": lambda v: type(v) is dict, "kernels": is_str,
+                    "sources": lambda v: type(v) is dict and all(is_str(x) for x in v.values())}
+BAD_SITE_KEYS = ["x", "-1", "1.5", "", " 1", "1 ", "\u0663", "0x1", "1" * 20]
+
+
+def _bad(oracle: dict) -> dict:
+    return {k: st.one_of(garbage, st.sampled_from([-1, 2**63, "x", [1], {"a": 1}, int("9" * 4000)])).filter(
+        lambda v, ok=ok: not ok(v)) for k, ok in oracle.items()}
+
+
+BAD_FLIGHT, BAD_DUMP, BAD_FIRED, BAD_NEXT = _bad(FLIGHT_OK), _bad(DUMP_OK), _bad(FIRED_OK), _bad(NEXT_OK)
+BAD_PROV, BAD_ORIGIN, BAD_SECTION_GRAPH = _bad(PROV_OK), _bad(ORIGIN_OK), _bad(SECTION_GRAPH_OK)
+_SECTION = st.sampled_from(["flight", "dump", "fired", "next", "not_object", "sites", "site_key", "site_value",
+                            "prov", "origin", "graph", "sources_value", "uid"])
+
+
+def _pick(draw, bad: dict) -> tuple[str, object]:
+    key = draw(st.sampled_from(sorted(bad)))
+    return key, draw(bad[key])
+
+
+@st.composite
+def damaged_section(draw):
+    """A real run header with a valid flight recorder and sites, then one thing wrong in
+    ``flight``, a graph's ``sites``, ``sources`` or ``kernels``, or ``uid``."""
+    info = json.loads(json.dumps(draw(BASE_INFO)))
+    info["flight"] = json.loads(json.dumps(FLIGHT))
+    label = draw(st.sampled_from(sorted(info["graphs"])))
+    graph = info["graphs"][label] = {**info["graphs"][label], **json.loads(json.dumps(GRAPH_WITH_SITES))}
+    prov = graph["sites"]["0"]
+    how = draw(_SECTION)
+    if how == "flight":
+        k, v = _pick(draw, BAD_FLIGHT)
+        info["flight"][k] = v
+    elif how == "dump":
+        k, v = _pick(draw, BAD_DUMP)
+        info["flight"]["dumps"][draw(st.integers(0, 1))][k] = v
+    elif how == "fired":
+        k, v = _pick(draw, BAD_FIRED)
+        info["flight"]["fired"][k] = v
+    elif how == "next":
+        k, v = _pick(draw, BAD_NEXT)
+        info["flight"]["fired"]["next"][k] = v
+    elif how == "not_object":
+        where = draw(st.sampled_from(["flight", "dumps", "fired", "next"]))
+        bad = draw(not_object.filter(lambda v: v is not None))
+        if where == "flight":
+            info["flight"] = bad
+        elif where == "dumps":
+            info["flight"]["dumps"].append(bad)
+        elif where == "fired":
+            info["flight"]["fired"] = bad
+        else:
+            info["flight"]["fired"]["next"] = bad
+    elif how == "sites":
+        graph["sites"] = draw(not_object.filter(lambda v: v is not None))
+    elif how == "site_key":
+        graph["sites"][draw(st.sampled_from(BAD_SITE_KEYS))] = prov
+    elif how == "site_value":
+        graph["sites"][str(draw(st.integers(0, 99)))] = draw(not_object)
+    elif how == "prov":
+        k, v = _pick(draw, BAD_PROV)
+        prov[k] = v
+    elif how == "origin":
+        origin = prov["outputs"]["buf0"]
+        if draw(st.booleans()):
+            prov[draw(st.sampled_from(["outputs", "inputs"]))] = {"x": draw(not_object)}
+        else:
+            k, v = _pick(draw, BAD_ORIGIN)
+            origin[k] = v
+    elif how == "graph":
+        k, v = _pick(draw, BAD_SECTION_GRAPH)
+        graph[k] = v
+    elif how == "sources_value":
+        graph["sources"] = {"w.py": draw(garbage.filter(lambda v: not is_str(v)))}
+    else:
+        info["uid"] = draw(st.one_of(garbage, st.sampled_from([-1, 2**63, "1000", 1.0, True])).filter(
+            lambda v: v is not None and not is_count(v)))
+    return info
+
+
+_VALID_SECTION = st.sampled_from(["flight", "fired", "sites", "sources", "uid", "extra"])
+
+
+@st.composite
+def valid_section(draw):
+    """A real header with a flight recorder, sites and sources as some writer may write them."""
+    info = json.loads(json.dumps(draw(BASE_INFO)))
+    info["flight"] = json.loads(json.dumps(FLIGHT))
+    label = draw(st.sampled_from(sorted(info["graphs"])))
+    graph = info["graphs"][label] = {**info["graphs"][label], **json.loads(json.dumps(GRAPH_WITH_SITES))}
+    counts = st.integers(0, INT64_MAX)
+    for _ in range(draw(st.integers(1, 4))):
+        how = draw(_VALID_SECTION)
+        if how == "flight":
+            info["flight"][draw(st.sampled_from(["graph_calls", "calls_in_ring", "calls_dropped"]))] = draw(counts)
+            info["flight"]["ring"] = draw(st.one_of(st.none(), counts))
+            info["flight"]["dumps"].append({"reason": draw(st.text(max_size=8)), "records": draw(counts),
+                                            "graph_calls": draw(st.one_of(st.none(), st.lists(
+                                                st.integers(-2**63, 2**63 - 1), min_size=2, max_size=2))),
+                                            "time": "t"})
+        elif how == "fired":
+            fired = info["flight"]["fired"]
+            fired[draw(st.sampled_from(["launch", "seq", "site", "graph_call"]))] = draw(
+                st.one_of(st.none(), st.integers(-2**63, 2**63 - 1)))
+            fired["value"] = draw(st.sampled_from(["nan", "inf", None]))
+            fired["next"] = draw(st.sampled_from([None, {"launch": 3, "saved": ["a.pt"]}]))
+        elif how == "sites":
+            graph["sites"][str(draw(counts))] = {"nodes": draw(st.lists(st.text(max_size=5), max_size=3)),
+                                                 "module": draw(st.one_of(st.none(), st.text(max_size=5))),
+                                                 "outputs": {draw(st.text(max_size=4)): {"node": "n", "inner": True}},
+                                                 draw(st.text(min_size=1, max_size=6)): draw(garbage)}
+        elif how == "sources":
+            graph["sources"][draw(st.text(min_size=1, max_size=8))] = draw(st.text(max_size=64))
+        elif how == "uid":
+            info["uid"] = draw(st.one_of(st.none(), counts))
+        else:
+            info["flight"][draw(st.text(min_size=1, max_size=8).filter(lambda k: k not in FLIGHT_OK))] = draw(garbage)
+    return info
+
+
+def _rejects_damaged_section(info):
+    with pytest.raises(DumpError) as e:
+        RunInfo.from_dict(info)
+    assert _one_line(str(e.value))
+
+
+@settings(max_examples=1500, **_FAST)
+@given(info=damaged_section())
+def test_from_dict_rejects_every_damaged_run_section(info):
+    _rejects_damaged_section(info)
+
+
+@pytest.mark.slow
+@settings(max_examples=5000, **_FAST)
+@given(info=damaged_section())
+def test_from_dict_rejects_every_damaged_run_section_at_length(info):
+    _rejects_damaged_section(info)
+
+
+@settings(max_examples=1000, **_FAST)
+@given(info=valid_section())
+def test_run_sections_as_writers_may_write_them_load(info):
+    RunInfo.from_dict(info)  # no exception
+
+
+@settings(max_examples=300, **_FAST)
+@given(info=damaged_section())
+def test_reader_refuses_every_damaged_run_section(corpus, info):
+    run = _restore(corpus, "stats", "a")
+    with open(os.path.join(run, "run.json"), "w") as f:
+        json.dump(info, f)
+    with pytest.raises(DumpError) as e:
+        RunReader(run)
+    assert _one_line(str(e.value)) and "run.json" in str(e.value)
+
+
+# -- sites.jsonl --------------------------------------------------------------------------------
+VALID_SITE = {"graph": "graph0", "site": 0, "kernel": "k", "provenance": GRAPH_WITH_SITES["sites"]["0"]}
+SITE_OK = {"graph": is_name, "site": lambda v: is_count(v), "provenance": lambda v: type(v) is dict}
+BAD_SITE = _bad(SITE_OK)
+_SITE_HOW = st.sampled_from(["field", "field", "prov", "origin", "missing", "not_object", "bytes"])
+
+
+@st.composite
+def damaged_site_line(draw) -> bytes:
+    """One line of ``sites.jsonl`` (no line end) that is not a usable site."""
+    line = json.loads(json.dumps(VALID_SITE))
+    how = draw(_SITE_HOW)
+    if how == "bytes":
+        raw = draw(st.binary(max_size=40).filter(lambda b: b"\n" not in b and b"\r" not in b and b.strip()))
+        try:
+            d = json.loads(raw)
+            if isinstance(d, dict) and is_name(d.get("graph")) and is_count(d.get("site")):
+                raw = b"[" + raw  # (a valid site line by chance: make it not)
+        except (ValueError, RecursionError):
+            pass
+        return raw
+    if how == "field":
+        k, v = _pick(draw, BAD_SITE)
+        line[k] = v
+    elif how == "prov":
+        k, v = _pick(draw, BAD_PROV)
+        line["provenance"][k] = v
+    elif how == "origin":
+        k, v = _pick(draw, BAD_ORIGIN)
+        line["provenance"]["outputs"]["buf0"][k] = v
+    elif how == "missing":
+        del line[draw(st.sampled_from(["graph", "site", "provenance"]))]
+    else:
+        line = draw(not_object)
+    return json.dumps(line).encode()
+
+
+_ENDS = st.sampled_from([b"\n", b"\r\n", b"\r"])
+
+
+_SITE_LINES = st.lists(damaged_site_line(), min_size=1, max_size=3)
+
+
+@settings(max_examples=600, **_FAST)
+@given(bad=_SITE_LINES, at=st.integers(0, 99), end=_ENDS)
+def test_damaged_site_lines_are_notes_never_errors(corpus, bad, at, end):
+    _site_lines_are_notes(corpus, bad, at, end)
+
+
+@pytest.mark.slow
+@settings(max_examples=3500, **_FAST)
+@given(bad=_SITE_LINES, at=st.integers(0, 99), end=_ENDS)
+def test_damaged_site_lines_are_notes_never_errors_at_length(corpus, bad, at, end):
+    _site_lines_are_notes(corpus, bad, at, end)
+
+
+def _site_lines_are_notes(corpus, bad, at, end):
+    run = _restore(corpus, "stats", "a")
+    good = _site_lines(corpus)
+    lines = list(good)
+    at %= len(lines) + 1
+    lines[at:at] = bad
+    with open(os.path.join(run, "sites.jsonl"), "wb") as f:
+        f.write(b"".join(x + end for x in lines))
+    reader = RunReader(run)
+    sites = reader.sites
+    assert len(sites) == len(good)  # every good line is still read
+    notes = [n for n in reader.notes if n.startswith("sites.jsonl line ")]
+    assert [int(n.split()[2].rstrip(":")) for n in notes] == list(range(at + 1, at + 1 + len(bad)))
+    assert all(_one_line(n) for n in notes)
+    if at % 10 == 0:  # a sample through show's library call
+        assert not summarize(run).runs[0].problems
+
+
+def _site_lines(corpus) -> list[bytes]:
+    with open(os.path.join(corpus["runs"]["stats"], "sites.jsonl"), "rb") as f:
+        return [x for x in f.read().splitlines() if x.strip()]
+
+
+@settings(max_examples=100, **_FAST)
+@given(bad=st.lists(damaged_site_line(), min_size=1, max_size=3), end=_ENDS)
+def test_show_and_diff_on_damaged_site_lines(corpus, bad, end):
+    a, b = _restore(corpus, "stats", "a"), _restore(corpus, "stats", "b")
+    with open(os.path.join(a, "sites.jsonl"), "wb") as f:
+        f.write(b"".join(x + end for x in _site_lines(corpus) + bad))
+    r = _cli("show", a)
+    assert r.exit_code == 0 and "sites.jsonl line" in r.output, r.output
+    for args in (["diff", "--no-progress", a, b], ["diff", "--no-progress", b, a]):
+        assert _cli(*args).exit_code in (0, 1, 2)
+
+
+@settings(max_examples=100, **_FAST)
+@given(info=damaged_section())
+def test_show_and_diff_on_a_damaged_run_section(corpus, info):
     a = _restore(corpus, "stats", "a")
     with open(os.path.join(a, "run.json"), "w") as f:
         json.dump(info, f)

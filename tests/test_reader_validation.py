@@ -126,6 +126,14 @@ CASES = [
     ("tensor without shape", lambda r: r.pop("shape"), "tensor record lacks shape"),
     ("missing arg", lambda r: r.pop("arg"), "record lacks arg"),
     ("not an object", lambda r: r.clear(), "not a JSON object"),
+    ("scalar value of 4,000 digits", lambda r: r.update(value=int("9" * 4000)), "value is an integer of 13288 bits"),
+    ("value beyond int64", lambda r: r.update(value=2**63), "value is 9223372036854775808, not a 64-bit integer"),
+    ("value a list", lambda r: r.update(value=[1]), "value is [1]"),
+    ("stride near 2**62", lambda r: r.update(stride=[2**62] * len(r["shape"])), "stride is [4611686018427387904"),
+    ("a size beyond 2**48", lambda r: r.update(shape=[2**48 + 1], stride=[1], numel=2**48 + 1), "shape is [281474976710657]"),
+    ("more than 64 dims", lambda r: r.update(shape=[1] * 65, stride=[1] * 65, numel=1), "shape is [1, 1,"),
+    ("strides spanning 2 TiB", lambda r: r.update(shape=[2, 3], stride=[2**39, 1], numel=6, dtype="float32"),
+     "spans more than 1 TiB of float32"),
 ]
 
 
@@ -212,6 +220,28 @@ HEADER_CASES = [
     ("warnings a string", {"warnings": "disk full"}, "warnings is \"disk full\""),
     ("warnings of numbers", {"warnings": [1]}, "warnings is [1]"),
     ("run_id missing", {"run_id": KeyError}, "run header lacks run_id"),
+    ("uid negative", {"uid": -1}, "uid is -1"),
+    ("flight a list", {"flight": []}, "flight is []"),
+    ("flight ring a string", {"flight": {"ring": "3"}}, 'flight.ring is "3"'),
+    ("flight counts negative", {"flight": {"calls_dropped": -1}}, "flight.calls_dropped is -1"),
+    ("flight signals a string", {"flight": {"signals": "SIGTERM"}}, 'flight.signals is "SIGTERM"'),
+    ("flight dumps of numbers", {"flight": {"dumps": [1]}}, "flight.dumps[0] is 1"),
+    ("flight dump calls a string", {"flight": {"dumps": [{"graph_calls": "1-2"}]}},
+     'flight.dumps[0].graph_calls is "1-2"'),
+    ("flight fired a list", {"flight": {"fired": [1]}}, "flight.fired is [1]"),
+    ("flight fired value a list", {"flight": {"fired": {"value": ["nan"]}}}, 'flight.fired.value is ["nan"]'),
+    ("flight fired launch of 4,000 digits", {"flight": {"fired": {"launch": 10**3999}}},
+     "flight.fired.launch is an integer of 13285 bits"),
+    ("flight next saved a string", {"flight": {"fired": {"next": {"saved": "x.pt"}}}},
+     'flight.fired.next.saved is "x.pt"'),
+    ("graph sites a list", {"graphs": {"graph0": {"sites": [1]}}}, 'graphs["graph0"].sites is [1]'),
+    ("graph site not a number", {"graphs": {"graph0": {"sites": {"x": {}}}}}, 'graphs["graph0"].sites["x"]'),
+    ("graph site a string", {"graphs": {"graph0": {"sites": {"0": "p"}}}}, 'graphs["graph0"].sites["0"] is "p"'),
+    ("graph site nodes a string", {"graphs": {"graph0": {"sites": {"0": {"nodes": "mm"}}}}},
+     "nodes must be a list of strings"),
+    ("graph site output a list", {"graphs": {"graph0": {"sites": {"0": {"outputs": {"buf0": [1]}}}}}},
+     "an output's origin must be an object"),
+    ("graph sources a list", {"graphs": {"graph0": {"sources": ["w.py"]}}}, 'graphs["graph0"].sources is ["w.py"]'),
 ]
 
 
@@ -332,6 +362,29 @@ CPP_INFO = {"aoti_debug_version": "0.1.0", "argv": ["./model"], "device": "cuda:
             "hostname": "h", "kernels": "", "level": "stats", "phases": ["after"], "pid": 1, "rank": 3,
             "run_id": "r", "start_time": "t", "sync": True, "torch_version": "2.11", "warnings": ["disk full"],
             "world_size": 2, "writer": "cpp", "a_future_field": 1}
+
+
+#: run.json ``flight`` as the Python runtime writes it once the trigger fired (flight.py summary).
+FLIGHT = {"ring": 3, "trigger": "nonfinite", "max_records": 1000000, "graph_calls": 5, "calls_in_ring": 3,
+          "calls_written": 2, "calls_dropped": 1, "records_dropped": 0, "signals": ["SIGTERM", "SIGINT"],
+          "dumps": [{"reason": "nonfinite", "records": 12, "graph_calls": [3, 4], "time": "2026-01-01T00:00:00+0000"},
+                    {"reason": "exit", "records": 0, "graph_calls": None, "time": "t"}],
+          "fired": {"trigger": "nonfinite", "value": "nan", "graph": "graph0", "launch": 7, "kernel": "k",
+                    "kernel_call": 0, "site": None, "seq": 40, "arg": "buf1", "nan": 3, "inf": 0, "graph_call": 4,
+                    "inputs": 2, "inputs_held": "finite", "saved": ["tensors/00000040-after-k-buf1.pt"],
+                    "not_saved": ["x before: the launch wrote it (inout); see the next occurrence"],
+                    "next": {"launch": 9, "saved": []}}}
+#: A graph's entry as the reader merges ``sites.jsonl`` into it, with the copies of its sources.
+GRAPH_WITH_SITES = {"file": "/tmp/w.py", "kind": "inference", "compile_id": "0/0", "wrapper": "python",
+                    "sources": {"w.py": "0" * 64},
+                    "sites": {"0": {"nodes": ["mm"], "aten": ["aten.mm.default"], "module": "", "source": "f.py:4",
+                                    "outputs": {"buf0": {"node": "mm", "aten": "aten.mm.default"}}}}}
+
+
+def test_flight_sites_sources_and_uid_as_the_writers_write_them_load():
+    info = RunInfo.from_dict({**CPP_INFO, "flight": FLIGHT, "uid": 1000, "graphs": {"graph0": GRAPH_WITH_SITES}})
+    assert info.flight == FLIGHT and info.graphs["graph0"]["sites"]["0"]["nodes"] == ["mm"]
+    assert RunInfo.from_dict({**CPP_INFO, "flight": {**FLIGHT, "ring": None, "fired": None}, "uid": None}).flight
 
 
 def test_cpp_run_header_with_warnings_and_graph_kinds_loads():

@@ -50,7 +50,7 @@ class Prefetcher:
             if ticket < self._consumed:
                 continue
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block it
             except OSError:
                 continue  # the comparison reports unreadable files itself
             try:

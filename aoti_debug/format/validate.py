@@ -25,6 +25,16 @@ from ..errors import DumpError, RecordError
 from .schema import FORMAT_VERSION, STAT_KEYS, Kind, Role
 
 INT64_MAX = (1 << 63) - 1
+INT64_MIN = -(1 << 63)
+#: The largest size, stride or element count of a tensor record (256 Ti elements).
+MAX_DIM = 1 << 48
+#: The most bytes a tensor's sizes and strides may span (1 TiB, more than any device
+#: holds): what a reader allocates by them (replay, repro) is what a machine could have held.
+MAX_EXTENT_BYTES = 1 << 40
+#: The most dimensions a tensor record may have.
+MAX_NDIM = 64
+#: The largest float a stat may be as an integer (``float()`` of it must not overflow).
+_FLOAT_MAX = 1.7976931348623157e308
 
 PHASES = ("before", "after")
 ROLES: tuple[str, ...] = get_args(Role)
@@ -45,6 +55,11 @@ TENSOR_DTYPES = frozenset({
     "int5", "int6", "int64", "int7", "int8", "qint32", "qint8", "quint2x4", "quint4x2", "quint8", "uint1",
     "uint16", "uint2", "uint3", "uint32", "uint4", "uint5", "uint6", "uint64", "uint7", "uint8",
 })
+#: Element sizes in bytes of the dtypes wider than one byte (the rest: one byte, or less).
+DTYPE_BYTES = {
+    "complex128": 16, "float64": 8, "int64": 8, "uint64": 8, "complex64": 8, "float32": 4, "int32": 4,
+    "uint32": 4, "qint32": 4, "complex32": 4, "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2, "bits16": 2,
+}
 #: What the runtimes write as the dtype of a scalar or symint: the Python type's name.
 SCALAR_TYPES = frozenset({"int", "float", "bool", "SymInt", "SymFloat", "SymBool"})
 #: The C++ runtime names a dtype code it has no table entry for ``dtype<code>`` (its
@@ -94,17 +109,30 @@ def _flag(v: Any) -> bool:
     return type(v) is bool
 
 
-def _any(v: Any) -> bool:
-    return True
-
-
 def _choice(options: tuple[str, ...]) -> _Check:
     allowed = frozenset(options)
     return lambda v: type(v) is str and v in allowed
 
 
 def _dims(v: Any) -> bool:
-    return type(v) is list and all(type(x) is int and 0 <= x <= INT64_MAX for x in v)
+    return type(v) is list and len(v) <= MAX_NDIM and all(type(x) is int and 0 <= x <= MAX_DIM for x in v)
+
+
+def _int64(v: Any) -> bool:
+    return type(v) is int and INT64_MIN <= v <= INT64_MAX
+
+
+def _tensor_count(v: Any) -> bool:
+    return type(v) is int and 0 <= v <= MAX_DIM
+
+
+def _scalar_value(v: Any) -> bool:
+    """A scalar's or symint's value as the writers write it: a 64-bit integer, a float
+    (JSON's NaN/Infinity included), true/false, a string ("nan", "inf", a symbolic
+    expression, a type name) or null."""
+    if v is None or type(v) in (bool, float, str):
+        return True
+    return _int64(v)
 
 
 def _texts(v: Any) -> bool:
@@ -138,7 +166,9 @@ def _relpath(v: Any) -> bool:
 
 def _error(v: Any) -> bool:
     """An error measure: a non-negative number, or "nan" / "inf" as the writers spell them."""
-    if type(v) in (int, float):
+    if type(v) is int:
+        return 0 <= v <= _FLOAT_MAX
+    if type(v) is float:
         return v >= 0 and v != float("inf")
     return type(v) is str and v in ("nan", "inf")
 
@@ -149,7 +179,7 @@ def _stat(v: Any) -> bool:
     if type(v) is float:
         return v == v  # +-inf: earlier C++ runtimes' Infinity; NaN is written as null or "nan"
     if type(v) is int:
-        return abs(v) <= 1.7976931348623157e308  # float() of it must not overflow
+        return abs(v) <= _FLOAT_MAX  # float() of it must not overflow
     return type(v) is str and v in _STAT_WORDS
 
 
@@ -166,6 +196,7 @@ def _file_problem(v: Any) -> str:
 
 _COUNT = "a non-negative 64-bit integer"
 _TEXT = "a string"
+_DIMS = f"a list of at most {MAX_NDIM} integers from 0 to 2**48"
 
 
 def _one_of(options) -> str:
@@ -189,14 +220,14 @@ RECORD_FIELDS: dict[str, _Rule] = {
     "index": (_count, _COUNT),
     "expr": (_opt(_text), _TEXT),
     "dtype": (_opt(_text), _TEXT),  # which names are known depends on kind: _check_kind
-    "shape": (_opt(_dims), "a list of non-negative 64-bit integers"),
-    "stride": (_opt(_dims), "a list of non-negative 64-bit integers"),
+    "shape": (_opt(_dims), _DIMS),
+    "stride": (_opt(_dims), _DIMS),
     "device": (_opt(_text), _TEXT),
-    "numel": (_opt(_count), _COUNT),
+    "numel": (_opt(_tensor_count), "an integer from 0 to 2**48"),
     "stats": (_opt(lambda v: type(v) is dict), "an object (" + ", ".join(STAT_KEYS) + ") or null"),
     "checksum": (_opt(_checksum), "16 lower-case hex digits"),
     "file": (_opt(_relpath), _file_problem),
-    "value": (_any, "anything"),
+    "value": (_scalar_value, "a 64-bit integer, a number, a string, true, false or null"),
     "error": (_opt(_text), _TEXT),
     "skipped": (_opt(_text), _TEXT),
     "shared": (_opt(_flag), "true or false"),
@@ -232,6 +263,7 @@ INFO_FIELDS: dict[str, _Rule] = {
     "graphs": (lambda v: type(v) is dict, "an object (graph label -> graph)"),
     "warnings": (_texts, "a list of strings"),
     "flight": (lambda v: v is None or type(v) is dict, "an object (the flight recorder) or null"),
+    "uid": (_opt(_count), _COUNT + " or null"),
 }
 INFO_REQUIRED = ("format_version", "run_id", "level", "pid", "start_time")
 
@@ -243,7 +275,45 @@ GRAPH_FIELDS: dict[str, _Rule] = {
     "subgraph": (_text, _TEXT),
     "kind": (_choice(GRAPH_KINDS), _one_of(GRAPH_KINDS)),
     "compile_id": (_text, "a string (a Dynamo compile id such as 0/0)"),
+    "kernels": (_text, _TEXT),
+    "sites": (lambda v: type(v) is dict, "an object (site number -> provenance)"),
+    "sources": (lambda v: type(v) is dict and all(type(x) is str for x in v.values()),
+                "an object (file name -> sha256)"),
 }
+
+#: Keys of run.json ``flight`` (docs/format.md "Flight recorder"), as both runtimes write them.
+FLIGHT_FIELDS: dict[str, _Rule] = {
+    "ring": (_opt(_count), _COUNT + " or null"),
+    "trigger": (_opt(_text), "a string or null"),
+    "max_records": (_count, _COUNT),
+    "graph_calls": (_count, _COUNT),
+    "calls_in_ring": (_count, _COUNT),
+    "calls_written": (_count, _COUNT),
+    "calls_dropped": (_count, _COUNT),
+    "records_dropped": (_count, _COUNT),
+    "signals": (_texts, "a list of strings"),
+    "dumps": (lambda v: type(v) is list, "a list of objects (the ring's writes)"),
+    "fired": (lambda v: v is None or type(v) is dict, "an object (what the trigger fired on) or null"),
+}
+#: One entry of ``flight.dumps``.
+FLIGHT_DUMP_FIELDS: dict[str, _Rule] = {
+    "reason": (_text, _TEXT),
+    "records": (_count, _COUNT),
+    "graph_calls": (_opt(lambda v: type(v) is list and len(v) == 2 and all(_int64(x) for x in v)),
+                    "a list of two integers (the first and last graph call) or null"),
+    "time": (_text, _TEXT),
+}
+_OPT_INT = (_opt(_int64), "a 64-bit integer or null")
+_OPT_TEXT = (_opt(_text), "a string or null")
+#: ``flight.fired`` (and its ``next``).
+FLIGHT_FIRED_FIELDS: dict[str, _Rule] = {
+    "trigger": _OPT_TEXT, "value": (_opt(_choice(("nan", "inf"))), "nan, inf or null"), "graph": _OPT_TEXT,
+    "launch": _OPT_INT, "kernel": _OPT_TEXT, "kernel_call": _OPT_INT, "site": _OPT_INT, "seq": _OPT_INT,
+    "arg": _OPT_TEXT, "nan": _OPT_INT, "inf": _OPT_INT, "graph_call": _OPT_INT, "inputs": _OPT_INT,
+    "inputs_held": _OPT_TEXT, "saved": (_texts, "a list of strings"), "not_saved": (_texts, "a list of strings"),
+    "next": (lambda v: v is None or type(v) is dict, "an object (the next occurrence) or null"),
+}
+FLIGHT_NEXT_FIELDS: dict[str, _Rule] = {"launch": _OPT_INT, "saved": (_texts, "a list of strings")}
 
 
 def _fields(d: dict, spec: dict[str, _Rule], where: str, error: type[Exception]) -> None:
@@ -301,6 +371,17 @@ def _check_kind(d: dict) -> None:
     # A tensor the C++ runtime could not describe has shape [] and numel 0, with an error.
     if d.get("error") is None and numel != _numel(shape):
         raise RecordError(f"numel is {numel} but shape {show_value(shape)} holds {_numel_text(shape)} elements")
+    if _extent(shape, stride) * DTYPE_BYTES.get(dtype, 1) > MAX_EXTENT_BYTES:
+        raise RecordError(f"shape {show_value(shape)} with stride {show_value(stride)} spans more than "
+                          f"{MAX_EXTENT_BYTES >> 40} TiB of {dtype}")
+
+
+def _extent(shape: list[int], stride: list[int]) -> int:
+    """How many elements a tensor of ``shape`` and ``stride`` spans in its storage (what
+    ``torch.empty_strided`` allocates)."""
+    if 0 in shape:
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(shape, stride))
 
 
 def _numel(shape: list[int]) -> int:
@@ -333,4 +414,40 @@ def check_run_info(d: Any) -> None:
         if type(graph) is not dict:
             raise DumpError(f"{where} is {show_value(graph)}, not an object")
         _fields(graph, GRAPH_FIELDS, where + ".", DumpError)
+        for site, prov in (graph.get("sites") or {}).items():
+            _check_site(prov, site, f"{where}.sites[{show_value(site)}]")
+    flight = d.get("flight")
+    if flight is not None:
+        _check_flight(flight)
+
+
+def _check_site(prov: Any, site: str, where: str) -> None:
+    from .provenance import Provenance  # provenance has no need of this module either way
+
+    if not (site.isdigit() and len(site) <= 19 and site.isascii()):
+        raise DumpError(f"{where}: a site is named by its number, not {show_value(site)}")
+    if type(prov) is not dict:
+        raise DumpError(f"{where} is {show_value(prov)}, not an object (its provenance)")
+    try:
+        Provenance.from_dict(prov)
+    except (TypeError, ValueError, AttributeError) as e:
+        raise DumpError(f"{where}: {_phrase(e)}") from None
+
+
+def _phrase(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:160]
+
+
+def _check_flight(flight: dict) -> None:
+    _fields(flight, FLIGHT_FIELDS, "flight.", DumpError)
+    for i, dump in enumerate(flight.get("dumps") or []):
+        if type(dump) is not dict:
+            raise DumpError(f"flight.dumps[{i}] is {show_value(dump)}, not an object")
+        _fields(dump, FLIGHT_DUMP_FIELDS, f"flight.dumps[{i}].", DumpError)
+    fired = flight.get("fired")
+    if fired is not None:
+        _fields(fired, FLIGHT_FIRED_FIELDS, "flight.fired.", DumpError)
+        if fired.get("next") is not None:
+            _fields(fired["next"], FLIGHT_NEXT_FIELDS, "flight.fired.next.", DumpError)
 

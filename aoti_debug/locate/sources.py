@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from ..format.files import open_regular
 from ..format.schema import canonical_op
 from .trace import Frame
 
@@ -165,7 +166,7 @@ def _read(path: str) -> list[str] | None:
     try:
         if os.path.getsize(path) > MAX_FILE_BYTES:
             return None
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open_regular(path, MAX_FILE_BYTES, encoding="utf-8", errors="replace") as f:
             return f.read().splitlines()
     except OSError:
         return None
