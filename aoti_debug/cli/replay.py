@@ -27,12 +27,15 @@ def replay_options(fn):
               help="Replay A's launch N (repeatable).")
 @click.option("--first", "first", type=click.IntRange(min=1), default=None, metavar="K",
               help="Replay A's first K launches whose outputs differ from B's (default 1).")
+@click.option("--timeout", default="120", show_default=True, metavar="S",
+              help="Seconds a replayed kernel may run (each runs in a child process) before it is a culprit "
+                   "(hung); a kernel that crashes or raises is a culprit too.")
 @replay_options
 @click.option("--format", "-f", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Output format.")
 @output_option
 @guarded
-def replay(dump_a, dump_b, launches, first, atol, rtol, rounding_factor, fmt, output):
+def replay(dump_a, dump_b, launches, first, timeout, atol, rtol, rounding_factor, fmt, output):
     """Run A's own kernel for a launch on B's (the reference's) inputs.
 
     The launch is cut out of A's generated code and fed B's values of its inputs (paired
@@ -56,11 +59,13 @@ def replay(dump_a, dump_b, launches, first, atol, rtol, rounding_factor, fmt, ou
       aoti-debug replay dumps/compiled dumps/fp64 --launch 12
     """
     from ..replay import replay as run_replay
+    from ..replay.isolate import check_timeout
 
     if launches and first is not None:
         raise BadInput("give --launch or --first, not both")
     result = run_replay(dump_a, dump_b, launches=list(launches) or None, first=first, atol=atol, rtol=rtol,
-                        **({} if rounding_factor is None else {"rounding_factor": rounding_factor}))
+                        **({} if rounding_factor is None else {"rounding_factor": rounding_factor}),
+                        timeout=check_timeout(timeout))
     text = json.dumps(result.to_dict(), indent=1) + "\n" if fmt == "json" else str(result) + "\n"
     culprits = result.culprits
     summary = (f"culprit: launch {culprits[0].launch} {culprits[0].kernel}" if culprits

@@ -13,6 +13,11 @@ inputs, and its outputs compared with B's:
 verdict of :mod:`aoti_debug.compare.verdict`, ``suspect``, decides), ``propagator``
 when only the total error is, ``agrees`` when neither is.
 
+Each launch runs in a child process (:mod:`.isolate`): a kernel that crashes (a
+signal: a store past its buffer, a segfault), hangs (no result within the timeout) or
+raises on B's inputs is a ``culprit`` of its own (``culprit (crashed: SIGABRT)``), and
+the launches after it are still judged.
+
 B's value of an input is found the way ``diff`` pairs values (by launch, or by
 provenance across fusion and against an eager reference); an input that is the
 unchanged output of an earlier launch of A (same checksum, dtype and shape) takes the
@@ -35,6 +40,7 @@ from ..compare import verdict as _verdict
 from ..compare.diff import choose_aligner, judged_stats, judged_values
 from ..compare.metrics import Metrics, TensorComparator, tolerance
 from ..compare.value_align import reference_mode
+from .isolate import DEFAULT_TIMEOUT, OK, UNRUN, Outcome, Sandbox, check_timeout
 from .program import Program, ReplayError, program, wrapper_aliases
 
 CULPRIT, PROPAGATOR, AGREES, UNJUDGED = "culprit", "propagator", "agrees", "unjudged"
@@ -85,6 +91,15 @@ class LaunchReplay:
     note: str = ""
     why: list[str] = dataclasses.field(default_factory=list)
     """Why inputs without a counterpart in B could not be made by replaying their producer."""
+    failure: str | None = None
+    """How the replayed kernel failed, where it did: ``crashed``, ``hung`` or ``raised``."""
+    reason: str = ""
+    """The failure in one line: the signal (``SIGABRT``), ``no result in 120 s``, the exception."""
+
+    @property
+    def label(self) -> str:
+        """The verdict with its failure: ``culprit (crashed: SIGABRT)``."""
+        return f"{self.verdict} ({self.failure}: {self.reason})" if self.failure else self.verdict
 
 
 @dataclasses.dataclass
@@ -123,8 +138,8 @@ class ReplayResult:
             "a": self.path_a, "b": self.path_b, "reference": self.reference, "problems": self.problems,
             "notes": self.notes,
             "launches": [{
-                **{k: getattr(r, k) for k in ("launch", "graph", "kernel", "verdict", "from_b", "own", "derived",
-                                              "chain", "module", "source", "note")},
+                **{k: getattr(r, k) for k in ("launch", "graph", "kernel", "verdict", "label", "failure", "reason",
+                                              "from_b", "own", "derived", "chain", "module", "source", "note")},
                 "outputs": [{"arg": o.arg, "own": metrics(o.own), "total": metrics(o.total),
                              "own_failed": o.own_failed, "total_failed": o.total_failed,
                              "own_ratio": _finite(o.own_ratio), "total_ratio": _finite(o.total_ratio),
@@ -291,21 +306,29 @@ def _scalar(rec: Record) -> Any:
 
 
 class _Replayer:
-    def __init__(self, ra: RunReader, rb: RunReader, atol, rtol, factor: float):
+    def __init__(self, ra: RunReader, rb: RunReader, atol, rtol, factor: float, timeout: float = DEFAULT_TIMEOUT):
         self.ra, self.rb = ra, rb
         self.atol, self.rtol, self.factor = atol, rtol, factor
         self.comparator = TensorComparator()
-        self.programs: dict[tuple[str, int, str], Any] = {}
+        self.programs: dict[tuple[str, int, str], Program] = {}
+        self.sandbox = Sandbox(timeout)
+        """Where each replayed launch runs: a child process (:mod:`.isolate`)."""
         self._derived: dict[int, Any] = {}
         self._why: dict[int, str] = {}
 
-    def program_of(self, records: list[Record]):
+    def close(self) -> None:
+        self.sandbox.close()
+
+    def program_of(self, records: list[Record]) -> Program:
         first = records[0]
         key = (first.graph, first.site if first.site is not None else -1, first.kernel)
         if key not in self.programs:
-            prog = program(self.ra.info.graphs, records)
-            self.programs[key] = (prog, prog.load())
+            self.programs[key] = program(self.ra.info.graphs, records)
         return self.programs[key]
+
+    def run(self, prog: Program, values: dict[str, Any]) -> Outcome:
+        """``prog``'s launch on ``values``, in a child process (its crash is an outcome)."""
+        return self.sandbox.run(prog.module_source(), prog.kernel, prog.origin, [values[p] for p in prog.params])
 
     def derive(self, out: Record, paired: Counterparts, lr: LaunchReplay, depth: int):
         """A's output ``out`` as its launch computes it from B's inputs, or None."""
@@ -313,12 +336,17 @@ class _Replayer:
             self._derived[out.seq] = None
             sub = LaunchReplay(out.launch, out.graph, out.kernel, UNJUDGED)
             try:
-                prog, fn = self.program_of(paired.records[out.launch])
+                prog = self.program_of(paired.records[out.launch])
                 values = self.inputs(prog, paired, sub, depth + 1)
                 if sub.inherited:
                     self._why[out.seq] = f"launch {out.launch} was itself fed A's own {', '.join(sub.inherited)}"
                 else:
-                    self._derived[out.seq] = (fn(*[values[p] for p in prog.params]).get(out.arg), sub.chain)
+                    outcome = self.run(prog, values)
+                    if outcome.status == OK:
+                        self._derived[out.seq] = ((outcome.outputs or {}).get(out.arg), sub.chain)
+                    else:
+                        how = "failed" if outcome.status == UNRUN else outcome.status
+                        self._why[out.seq] = f"replaying launch {out.launch} {how}: {outcome.reason}"
             except Exception as e:  # the producer cannot be replayed: the input stays A's own
                 self._why[out.seq] = f"replaying launch {out.launch} failed: {type(e).__name__}: {e}"
         found = self._derived[out.seq]
@@ -418,19 +446,33 @@ class _Replayer:
         if origin is not None:
             lr.module, lr.source = origin.module or None, origin.source or None
         try:
-            prog, fn = self.program_of(records)
+            prog = self.program_of(records)
             values = self.inputs(prog, paired, lr)
-            outputs = fn(*[values[p] for p in prog.params])
-            if first.device and first.device.startswith("cuda"):
-                import torch
-
-                torch.cuda.synchronize()
         except ReplayError as e:
             lr.note = str(e)
             return lr
-        except Exception as e:  # the kernel itself failed on these inputs
-            lr.note = f"the kernel raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        except Exception as e:  # its inputs cannot be made (a value the dump holds does not fit)
+            lr.note = f"making its inputs raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             return lr
+        outcome = self.run(prog, values)
+        if outcome.status == UNRUN:
+            lr.note = outcome.reason
+            return lr
+        if outcome.failed:
+            # A kernel that crashes, hangs or raises on the reference's own inputs is
+            # where the error is born; on A's own values made upstream, it may have
+            # inherited the cause.
+            lr.failure, lr.reason = outcome.status, outcome.reason
+            words = f"; its last output: {outcome.last_words}" if outcome.last_words else ""
+            if lr.inherited:
+                lr.note = (f"it {outcome.status} ({outcome.reason}), but was fed A's own "
+                           f"{', '.join(lr.inherited)} (made by an earlier launch, without a counterpart in B): "
+                           f"what it inherited may be the cause" + "".join(f"; {w}" for w in lr.why) + words)
+            else:
+                lr.verdict = CULPRIT
+                lr.note = f"it {outcome.status} on B's inputs ({outcome.reason}){words}"
+            return lr
+        outputs = outcome.outputs or {}
         for rec in records:
             if rec.phase != "after" or rec.kind != "tensor" or rec.volatile:
                 continue
@@ -472,21 +514,28 @@ def launch_records(reader: RunReader, last: int) -> dict[int, list[Record]]:
 
 
 def replay(a, b, *, launches: Sequence[int] | None = None, first: int | None = None, atol: float | None = None,
-           rtol: float | None = None, rounding_factor: float = _verdict.ROUNDING_FACTOR) -> ReplayResult:
+           rtol: float | None = None, rounding_factor: float = _verdict.ROUNDING_FACTOR,
+           timeout: float = DEFAULT_TIMEOUT) -> ReplayResult:
     """Replay launches of run A on run B's values (see the module's docstring).
 
     Args:
         launches: A's launch numbers; by default (and with ``first``) the first
             ``first`` (1) launches whose outputs differ from B's.
+        timeout: seconds a replayed kernel may run (each runs in a child process)
+            before it is a ``culprit (hung: ...)``; compiling it may take
+            :data:`.isolate.SETUP_TIMEOUT` or this, whichever is longer.
 
     Raises:
         DumpError: a path is not a usable dump, or a launch is not in A.
         ToleranceError: a tolerance is NaN, infinite or negative (the factor not > 0).
+        ConfigError: ``timeout`` is not a positive, finite number of seconds.
     """
     from ..compare.tolerances import check_tolerances  # NaN would judge no kernel a culprit
 
     check_tolerances(atol, rtol, rounding_factor)
+    timeout = check_timeout(timeout)
     ra, rb = _as_reader(a), _as_reader(b)
+    replayer = None
     try:
         if reference_mode(ra.info) and not reference_mode(rb.info):
             raise DumpError(f"{ra.path} is an eager reference: give it second (aoti-debug replay COMPILED REFERENCE)")
@@ -510,7 +559,7 @@ def replay(a, b, *, launches: Sequence[int] | None = None, first: int | None = N
                             f"files (record it at level save)")
         if ra.info.level != "save":
             notes.append(f"run A was recorded at level {ra.info.level}: its total error is judged from its stats")
-        replayer = _Replayer(ra, rb, atol, rtol, rounding_factor)
+        replayer = _Replayer(ra, rb, atol, rtol, rounding_factor, timeout)
         paired = _counterparts(ra, rb, records)
         results = [replayer.replay(records[n], paired) for n in sorted(set(launches))]
         for r in results:
@@ -518,6 +567,8 @@ def replay(a, b, *, launches: Sequence[int] | None = None, first: int | None = N
                 problems.append(f"launch {r.launch} ({r.kernel}): {r.note}")
         return ReplayResult(ra.path, rb.path, reference_mode(rb.info), results, problems, notes)
     finally:
+        if replayer is not None:
+            replayer.close()
         ra.close()
         rb.close()
 
@@ -535,7 +586,8 @@ def render(result: ReplayResult) -> str:
     against_fp64 = result.reference == "fp64"
     for r in result.launches:
         where = f" in {r.module}" if r.module else ""
-        lines.append(f"launch {r.launch} {r.kernel} ({r.graph}){where}: {r.verdict.upper()}")
+        failure = f" ({r.failure}: {r.reason})" if r.failure else ""
+        lines.append(f"launch {r.launch} {r.kernel} ({r.graph}){where}: {r.verdict.upper()}{failure}")
         if r.from_b or r.own or r.derived:
             fed = f"  inputs from B: {', '.join(r.from_b) or '-'}"
             if r.derived:
@@ -561,9 +613,10 @@ def render(result: ReplayResult) -> str:
     culprits = result.culprits
     if culprits:
         c = culprits[0]
+        why = (f"it {c.failure} on B's own inputs ({c.reason})" if c.failure
+               else "its error is born there (beyond tolerance on B's own inputs)")
         lines.append(f"culprit: launch {c.launch} {c.kernel}{' in ' + c.module if c.module else ''}"
-                     f"{' at ' + c.source if c.source else ''}: its error is born there "
-                     f"(beyond tolerance on B's own inputs)")
+                     f"{' at ' + c.source if c.source else ''}: {why}")
     elif any(r.verdict == PROPAGATOR for r in result.launches):
         lines.append("no culprit among these: each kernel is right on B's inputs and passes on error it was fed; "
                      "replay earlier launches (--first K, or --launch N)")
