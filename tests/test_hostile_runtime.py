@@ -30,7 +30,8 @@ from aoti_debug.cli import main
 from aoti_debug.codegen.cpp_runtime import NAMESPACE, runtime_source
 from aoti_debug.errors import ConfigError
 from aoti_debug.format import reader
-from aoti_debug.format.writer import OWNER_FILE, clean_run_id, default_run_id, describe_owner
+from aoti_debug.format.writer import (LINK_REFUSED, NOT_A_DIRECTORY, OWNER_FILE, claim_run_directory, clean_run_id,
+                                      default_run_id, describe_owner)
 from aoti_debug.runtime import session
 from aoti_debug.runtime.stats import tensor_stats
 from tests.conftest import REPO, load_record, records, run_dirs, run_python, run_threads
@@ -292,6 +293,57 @@ def test_reader_ignores_the_owner_file(tmp_path):
     assert reader.find_runs(str(tmp_path)) == [a]
 
 
+#: Where a link is planted in the dump root -> who the warning says holds ``job``.
+PLANTED = {"run": LINK_REFUSED, "tensors": "an earlier run (no .owner file)",
+           "manifest.jsonl": "an earlier run (no .owner file)", "run.json": "an earlier run (no .owner file)"}
+
+
+def plant(tmp_path, where: str):
+    """``(root, target)``: a dump root with a link planted at ``job`` (``where="run"``) or,
+    in a real ``job/`` of ours, at ``job/<where>``, pointing into the empty ``target``."""
+    root, target = tmp_path / "root", tmp_path / "elsewhere"
+    root.mkdir()
+    target.mkdir()
+    if where == "run":
+        os.symlink(target, root / "job")
+    else:
+        (root / "job").mkdir()
+        os.symlink(target if where == "tensors" else target / where, root / "job" / where)
+    return str(root), str(target)
+
+
+def assert_not_followed(root: str, target: str, where: str) -> str:
+    """Nothing reached ``target``, the planted entry is as it was, the run is ``job-2``."""
+    assert os.listdir(target) == [], "written through a planted link"
+    job = os.path.join(root, "job")
+    if where == "run":
+        assert os.path.islink(job)
+    else:
+        assert os.listdir(job) == [where] and os.path.islink(os.path.join(job, where))
+    assert sorted(os.listdir(root)) == ["job", "job-2"]
+    return os.path.join(root, "job-2")
+
+
+@pytest.mark.parametrize("where", list(PLANTED))
+def test_py_never_writes_through_a_planted_link(tmp_path, capfd, where):
+    root, target = plant(tmp_path, where)
+    with env(AOTI_DEBUG_DIR=root, AOTI_DEBUG_RUN_ID="job"):
+        session.reset()
+        session._warned.clear()
+        with aoti_debug.enabled(level="save"):
+            out = torch.compile(f)(X, W)
+        aoti_debug.flush()
+        session.reset()
+    torch.testing.assert_close(out, f(X, W))
+    run_dir = assert_not_followed(root, target, where)
+    recs = assert_clean_run(run_dir)
+    assert recs and any("file" in r for r in recs) and owner(run_dir)["runtime"] == "python"
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "[aoti_debug] warning" in line]
+    assert len(warnings) == 1, warnings
+    assert (f"run directory {os.path.join(root, 'job')!r} is held by {PLANTED[where]}; this Python runtime writes "
+            f"to {run_dir!r} instead") in warnings[0]
+
+
 def test_session_counters_are_thread_safe():
     sess = session.Session(config.RunSettings())
     per_thread, threads = 5000, 8
@@ -412,6 +464,22 @@ def test_cpp_held_directory_gives_a_numbered_sibling(cpp_fn, tmp_path):
     assert info["run_id"] == "job-2" and info["rank"] == 1 and info["world_size"] == 2
     assert info["warnings"] == [f"run directory '{held}' is held by the Python runtime of pid 2 on host far; "
                                 f"this C++ runtime writes to '{run_dir}' instead"]
+
+
+@pytest.mark.parametrize("where", list(PLANTED))
+def test_cpp_never_writes_through_a_planted_link(cpp_fn, tmp_path, where):
+    root, target = plant(tmp_path, where)
+    with env(AOTI_DEBUG_DIR=root, AOTI_DEBUG_RUN_ID="job"):
+        with aoti_debug.enabled(level="save"), torch._inductor.config.patch(cpp_wrapper=True):
+            out = cpp_fn(X, W)
+    torch.testing.assert_close(out, f(X, W))
+    run_dir = assert_not_followed(root, target, where)
+    recs = assert_clean_run(run_dir)
+    assert recs and any("file" in r for r in recs) and owner(run_dir)["runtime"] == "cpp"
+    message = (f"run directory '{os.path.join(root, 'job')}' is held by {PLANTED[where]}; "
+               f"this C++ runtime writes to '{run_dir}' instead")
+    assert run_info(run_dir)["warnings"] == [message]
+    assert cpp_failures(f"claim:{os.path.join(root, 'job')}") == [message]
 
 
 def test_cpp_switching_back_continues_its_own_directory(cpp_fn, tmp_path):
@@ -649,3 +717,28 @@ def test_cpp_and_python_claim_and_describe_alike(harness, tmp_path):
     ok, path, holder, err = harness("claim", os.path.join(root, "file"), "j", "0", "1")
     assert ok == "0" and "not a directory" in err.lower()
 
+
+def test_cpp_and_python_refuse_planted_links_alike(harness, tmp_path):
+    root, target = tmp_path / "root", tmp_path / "elsewhere"
+    root.mkdir()
+    target.mkdir()
+    os.symlink(target, root / "j")
+    ok, path, holder, err = harness("claim", str(root), "j", "0", "1")
+    assert (ok, path, holder, err) == ("1", str(root / "j-2"), LINK_REFUSED, "")
+    assert claim_run_directory(str(root), "j", 0, 1, "python")[::2] == (str(root / "j-3"), LINK_REFUSED)
+    (root / "f").write_text("")
+    assert harness("claim", str(root), "f", "0", "1")[2] == NOT_A_DIRECTORY
+    assert claim_run_directory(str(root), "f", 0, 1, "python")[2] == NOT_A_DIRECTORY
+    # a multi-rank run: the shared <id>/ may exist, as a real directory; a link there is refused
+    os.symlink(target, root / "k")
+    ok, path, holder, err = harness("claim", str(root), "k", "1", "2")
+    assert (ok, path, holder) == ("1", str(root / "k-2" / "rank1"), LINK_REFUSED)
+    assert harness("claim", str(root), "k-2", "0", "2")[:3] == ["1", str(root / "k-2" / "rank0"), ""]
+    # a real run directory of ours with tensors/ -> elsewhere: never claimed (it is not new)
+    (root / "t").mkdir()
+    os.symlink(target, root / "t" / "tensors")
+    ok, path, holder, err = harness("claim", str(root), "t", "0", "1")
+    assert (ok, path, holder) == ("1", str(root / "t-2"), describe_owner(str(root / "t")))
+    assert os.listdir(target) == []
+    for claimed in ("j-2", "k-2/rank1", "k-2/rank0", "t-2"):
+        assert sorted(os.listdir(root / claimed)) == [OWNER_FILE, "tensors"], claimed

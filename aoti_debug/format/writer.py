@@ -7,8 +7,11 @@ import json
 import os
 import re
 import socket
+import stat
 import sys
+import threading
 import time
+from typing import BinaryIO
 
 from .provenance import SITES_FILE
 from .schema import FORMAT_VERSION, MANIFEST_FILE, RUN_FILE, TENSOR_DIR, RunInfo
@@ -22,6 +25,20 @@ RUN_ID_LIMIT = 100
 #: As ``schema.sanitize``, with ``-`` also kept: default ids (``<start>-p<pid>``) and the
 #: ``-<n>`` suffix of a second claimant use it, and it cannot form a path.
 _RUN_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+#: A directory below the dump root: opened only where it is one, never through a link.
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | _CLOEXEC
+#: A file this run creates: never one that was there before, never through a link.
+NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
+#: A file this run appends to (the manifest, ``sites.jsonl``): never through a link.
+_APPEND_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW | _CLOEXEC
+#: Mode of the directories the runtimes create below the dump root (the C++ runtime's too).
+DIR_MODE = 0o755
+#: Why a run directory is not used, the C++ runtime's words too (run_dir.h ``refusal_at``).
+LINK_REFUSED = "a symbolic link (links below AOTI_DEBUG_DIR are never followed)"
+NOT_A_DIRECTORY = "a file that is not a directory"
 
 
 def _process_start_stamp(pid: int) -> str:
@@ -78,7 +95,8 @@ def owner_text(runtime: str) -> str:
 def describe_owner(path: str) -> str:
     """Who holds the run directory ``path``, for a warning (the C++ runtime words it alike)."""
     try:
-        with open(os.path.join(path, OWNER_FILE), encoding="utf-8", errors="replace") as f:
+        fd = os.open(os.path.join(path, OWNER_FILE), os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+        with open(fd, encoding="utf-8", errors="replace") as f:
             text = f.read()
     except FileNotFoundError:
         return "an earlier run (no .owner file)"
@@ -95,46 +113,235 @@ def describe_owner(path: str) -> str:
     return f"the {name} runtime of pid {pid} on host {host or '?'}"
 
 
+class RefusedDirectory(OSError):
+    """A directory below the dump root that a runtime does not write through: a link,
+    not a directory, another user's, or one that changed while it was opened."""
+
+
+def refusal_at(parent_fd: int, name: str) -> str | None:
+    """Why the entry ``name`` of the directory ``parent_fd`` is no directory of this user's
+    (None: it is one, or it does not exist). Links are looked at, never followed."""
+    try:
+        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return LINK_REFUSED
+    if not stat.S_ISDIR(st.st_mode):
+        return NOT_A_DIRECTORY
+    if st.st_uid != os.geteuid():
+        return f"a directory of uid {st.st_uid} (not this user's)"
+    return None
+
+
+def open_own_dir(parent_fd: int, name: str) -> int:
+    """A descriptor of the directory ``name`` in ``parent_fd``, opened with
+    ``O_DIRECTORY|O_NOFOLLOW`` and checked to be the entry itself (device and inode as
+    ``lstat`` sees them) and this user's.
+
+    Raises:
+        RefusedDirectory: a link, not a directory, another user's, or swapped meanwhile.
+        OSError: it could not be opened otherwise (missing, no permission).
+    """
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except OSError as e:
+        why = refusal_at(parent_fd, name) if e.errno in (errno.ELOOP, errno.ENOTDIR) else None
+        if why is not None:
+            raise RefusedDirectory(e.errno, why) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        try:
+            entry = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            entry = None
+        if entry is None or (entry.st_dev, entry.st_ino) != (st.st_dev, st.st_ino):
+            raise RefusedDirectory(errno.ESTALE, "a directory that was replaced while it was opened")
+        if st.st_uid != os.geteuid():
+            raise RefusedDirectory(errno.EPERM, f"a directory of uid {st.st_uid} (not this user's)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class _Held(Exception):
+    """A candidate run directory that is not this claimant's; ``args[0]`` says why."""
+
+
+#: Run directories this process claimed: path -> (dump root, names below it, device and
+#: inode of the directory, of its ``tensors/``). A runtime that comes back to its run (a
+#: ``RunWriter`` of the run just claimed, or of a resumed one) opens it again without
+#: following a link and checks that it is the same directory: never whatever the path
+#: names by then.
+_claimed: dict[str, tuple[str, tuple[str, ...], tuple[tuple[int, int], tuple[int, int]]]] = {}
+_claimed_pid = 0
+_claimed_lock = threading.Lock()
+
+
+def _own_claims() -> dict:
+    """:data:`_claimed` for this process (a forked child has none). Caller holds :data:`_claimed_lock`."""
+    global _claimed_pid
+    if _claimed_pid != os.getpid():
+        _claimed.clear()
+        _claimed_pid = os.getpid()
+    return _claimed
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _reopen_claimed(path: str, root: str, names: tuple[str, ...], ids: tuple[tuple[int, int], ...]) -> tuple[int, int]:
+    """``(directory, tensors/)`` descriptors of the run directory this process claimed at ``path``."""
+    fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+    try:
+        for name in names:
+            parent, fd = fd, -1
+            try:
+                fd = open_own_dir(parent, name)
+            finally:
+                os.close(parent)
+        tensors = open_own_dir(fd, TENSOR_DIR)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        raise
+    if (_identity(fd), _identity(tensors)) != ids:
+        os.close(fd)
+        os.close(tensors)
+        raise RefusedDirectory(errno.ESTALE, f"{path} is no longer the directory this process claimed")
+    return fd, tensors
+
+
+def _claim_at(root_fd: int, path: str, rid: str, rank: int, world_size: int, runtime: str) -> tuple[int, int]:
+    """Create the run directory ``rid`` (``rid/rank<N>``) below ``root_fd``, new, and claim
+    it; ``(its descriptor, its tensors/ descriptor)``.
+
+    Raises:
+        _Held: it exists already, or is no directory of this user's.
+        OSError: it cannot be created (no permission, full disk).
+    """
+    parent, leaf = root_fd, rid
+    try:
+        if world_size > 1:
+            # <rid>/ is shared by the ranks of one job: it may exist, as a directory of ours.
+            try:
+                os.mkdir(rid, DIR_MODE, dir_fd=root_fd)
+            except FileExistsError:
+                pass
+            try:
+                parent = open_own_dir(root_fd, rid)
+            except RefusedDirectory as e:
+                raise _Held(e.strerror) from None
+            leaf = f"rank{rank}"
+        try:
+            os.mkdir(leaf, DIR_MODE, dir_fd=parent)  # new, made here: nobody else's files are in it
+        except FileExistsError:
+            raise _Held(refusal_at(parent, leaf) or describe_owner(path)) from None
+        try:
+            fd = open_own_dir(parent, leaf)
+        except RefusedDirectory as e:
+            raise _Held(e.strerror) from None
+        except FileNotFoundError:
+            raise _Held("a directory that was removed while it was opened") from None
+    finally:
+        if parent != root_fd:
+            os.close(parent)
+    try:
+        try:
+            owner = os.open(OWNER_FILE, NEW_FILE_FLAGS, 0o644, dir_fd=fd)
+        except FileExistsError:
+            raise _Held(describe_owner(path)) from None
+        try:
+            os.write(owner, owner_text(runtime).encode())
+        finally:
+            os.close(owner)
+        try:
+            os.mkdir(TENSOR_DIR, DIR_MODE, dir_fd=fd)
+        except FileExistsError:  # only a race can have made one: it is looked at, not followed
+            pass
+        try:
+            tensors = open_own_dir(fd, TENSOR_DIR)
+        except RefusedDirectory as e:
+            raise _Held(f"a directory whose {TENSOR_DIR}/ is {e.strerror}") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, tensors
+
+
 def claim_run_directory(root: str, run_id: str, rank: int, world_size: int,
                         runtime: str) -> tuple[str, str, str | None]:
     """Create and claim a run directory for one runtime of this process.
 
-    ``<root>/<run_id>[/rank<N>]`` is claimed by creating :data:`OWNER_FILE` in it with
-    ``O_EXCL`` (pid, runtime, host). When another process, or the other runtime of this
-    one, holds it, ``<run_id>-2``, ``-3``, ... are tried: two claimants never share a
-    directory. A directory that already holds a run but no owner file (written by an
-    older aoti_debug) counts as held.
+    ``<root>/<run_id>[/rank<N>]`` is claimed by creating it (``mkdir``: it must be new)
+    and then :data:`OWNER_FILE` in it with ``O_EXCL`` (pid, runtime, host). The dump
+    root is the user's: links in it are followed. Below it nothing is: the run directory
+    and its ``tensors/`` are opened with ``O_DIRECTORY|O_NOFOLLOW`` and checked to be the
+    entries themselves and this user's, and every file is created relative to their
+    descriptors (:class:`RunWriter`). When the directory exists already (another process,
+    the other runtime of this one, an older aoti_debug, or a link or another user's
+    directory), ``<run_id>-2``, ``-3``, ... are tried: two claimants never share a
+    directory, and a run is never written through a link.
 
     Returns:
-        ``(path, run_id, holder)``: the claimed directory, its run id, and who held the
-        first one tried (None when it was free).
+        ``(path, run_id, holder)``: the claimed directory, its run id, and who or what
+        held the first one tried (None when it was free).
 
     Raises:
         OSError: no directory could be created or claimed.
     """
     holder: str | None = None
-    for n in range(1, MAX_CLAIMS + 1):
-        rid = run_id if n == 1 else f"{run_id}-{n}"
-        path = run_directory(root, rid, rank, world_size)
-        os.makedirs(path, exist_ok=True)
-        owner = os.path.join(path, OWNER_FILE)
-        legacy = not os.path.lexists(owner) and (
-            os.path.exists(os.path.join(path, RUN_FILE)) or os.path.exists(os.path.join(path, MANIFEST_FILE)))
-        if not legacy:
+    os.makedirs(root, exist_ok=True)
+    root_fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+    try:
+        for n in range(1, MAX_CLAIMS + 1):
+            rid = run_id if n == 1 else f"{run_id}-{n}"
+            path = run_directory(root, rid, rank, world_size)
             try:
-                fd = os.open(owner, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
-            except FileExistsError:
-                pass
-            else:
-                try:
-                    os.write(fd, owner_text(runtime).encode())
-                finally:
-                    os.close(fd)
-                return path, rid, holder
-        if holder is None:
-            holder = describe_owner(path)
+                fd, tensors = _claim_at(root_fd, path, rid, rank, world_size, runtime)
+            except _Held as held:
+                if holder is None:
+                    holder = held.args[0]
+                continue
+            try:
+                ids = (_identity(fd), _identity(tensors))
+            finally:
+                os.close(fd)
+                os.close(tensors)
+            names = (rid, f"rank{rank}") if world_size > 1 else (rid,)
+            with _claimed_lock:
+                _own_claims()[path] = (root, names, ids)
+            return path, rid, holder
+    finally:
+        os.close(root_fd)
     raise OSError(errno.EEXIST, f"{run_directory(root, run_id, rank, world_size)} and {MAX_CLAIMS - 1} "
                   f"numbered siblings are all held by other runs")
+
+
+def _open_unclaimed(path: str) -> tuple[int, int]:
+    """``(directory, tensors/)`` descriptors of a run directory that a caller names itself
+    (a tool, a benchmark): made where missing; neither may be a link or another user's."""
+    path = os.path.normpath(path)
+    head, name = os.path.split(path)
+    os.makedirs(path, mode=DIR_MODE, exist_ok=True)
+    parent = os.open(head or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+    try:
+        fd = open_own_dir(parent, name)
+    finally:
+        os.close(parent)
+    try:
+        try:
+            os.mkdir(TENSOR_DIR, DIR_MODE, dir_fd=fd)
+        except FileExistsError:
+            pass
+        return fd, open_own_dir(fd, TENSOR_DIR)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 #: json.dumps(record, separators=(",", ":")) without building an encoder per record.
@@ -216,7 +423,12 @@ def encode_lines(records: list[dict]) -> bytes:
 
 
 class RunWriter:
-    """Owns one run directory: creates it, keeps ``run.json`` current, appends records.
+    """Owns one run directory: keeps ``run.json`` current, appends records, creates files.
+
+    Every file is made relative to the descriptors of the run directory and its
+    ``tensors/``, opened without following a link (and, for a directory that
+    :func:`claim_run_directory` claimed, checked to be the one it made), never by path:
+    a link planted in the dump root or in the run directory is never written through.
 
     The manifest lines of one launch side are written with one ``write`` (no buffer in
     the process), so a run that is killed leaves a manifest that is valid up to its last
@@ -226,21 +438,71 @@ class RunWriter:
     def __init__(self, path: str, info: RunInfo):
         self.path = path
         self.info = info
-        os.makedirs(os.path.join(path, TENSOR_DIR), exist_ok=True)
-        self.write_info()
-        # A raw descriptor: a file object's write and flush cost several times the
-        # system call, and every launch side appends (the C++ runtime does the same).
-        self._manifest = os.open(os.path.join(path, MANIFEST_FILE),
-                                 os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+        with _claimed_lock:
+            claimed = _own_claims().get(path)
+        if claimed is not None:
+            self._dir, self._tensors = _reopen_claimed(path, *claimed)
+        else:
+            self._dir, self._tensors = _open_unclaimed(path)
+        self._manifest = -1
+        try:
+            self.write_info()
+            # A raw descriptor: a file object's write and flush cost several times the
+            # system call, and every launch side appends (the C++ runtime does the same).
+            self._manifest = os.open(MANIFEST_FILE, _APPEND_FLAGS, 0o644, dir_fd=self._dir)
+        except BaseException:
+            self.close()
+            raise
 
     def write_info(self) -> None:
-        tmp = os.path.join(self.path, f".{RUN_FILE}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
+        """``run.json``, rewritten atomically (a new temporary file, renamed over it)."""
+        tmp = f".{RUN_FILE}.{os.getpid()}.tmp"
+        try:
+            fd = os.open(tmp, NEW_FILE_FLAGS, 0o644, dir_fd=self._dir)
+        except FileExistsError:  # left by a write that was cut short
+            os.unlink(tmp, dir_fd=self._dir)
+            fd = os.open(tmp, NEW_FILE_FLAGS, 0o644, dir_fd=self._dir)
+        with open(fd, "w", encoding="utf-8") as f:
             json.dump(self.info.to_dict(), f, indent=1, sort_keys=True)
-        os.replace(tmp, os.path.join(self.path, RUN_FILE))
+        os.replace(tmp, RUN_FILE, src_dir_fd=self._dir, dst_dir_fd=self._dir)
 
     def tensor_path(self, filename: str) -> str:
+        """Where the tensor file ``filename`` lies, for messages (files are made with
+        :meth:`open_new` or at :attr:`tensor_fd`)."""
         return os.path.join(self.path, TENSOR_DIR, filename)
+
+    @property
+    def tensor_fd(self) -> int:
+        """The descriptor of the run's ``tensors/`` (-1 once closed): tensor files are
+        created relative to it (``O_CREAT|O_EXCL|O_NOFOLLOW``)."""
+        return self._tensors
+
+    def _at(self, relpath: str) -> tuple[int, str]:
+        """The directory descriptor and name of ``relpath`` (``name`` or ``tensors/name``)."""
+        head, _, name = relpath.rpartition("/")
+        if head == TENSOR_DIR and name:
+            return self._tensors, name
+        if not head and name:
+            return self._dir, name
+        raise ValueError(f"{relpath!r} is no file of a run directory")
+
+    def open_new(self, relpath: str) -> BinaryIO:
+        """A new file of this run (``name`` or ``tensors/name``), opened for writing:
+        created with ``O_EXCL|O_NOFOLLOW`` at the run's directory descriptor.
+
+        Raises:
+            FileExistsError: something (a file, a link) is there already.
+        """
+        fd, name = self._at(relpath)
+        return open(os.open(name, NEW_FILE_FLAGS, 0o644, dir_fd=fd), "wb")
+
+    def remove(self, relpath: str) -> None:
+        """Delete this run's file ``relpath`` (``name`` or ``tensors/name``); quiet where it is gone."""
+        fd, name = self._at(relpath)
+        try:
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
 
     def fileno(self) -> int:
         """The manifest's descriptor (opened with O_APPEND: whole writes land whole)."""
@@ -269,16 +531,24 @@ class RunWriter:
         ``provenance`` being its JSON text as the emitter wrote it. One write, flushed."""
         head = json.dumps({"graph": graph, "site": site, "kernel": kernel}, separators=(",", ":"))
         line = head[:-1] + ',"provenance":' + (provenance or "{}") + "}\n"
-        with open(os.path.join(self.path, SITES_FILE), "a", encoding="utf-8") as f:
-            f.write(line)
+        fd = os.open(SITES_FILE, _APPEND_FLAGS, 0o644, dir_fd=self._dir)
+        try:
+            data = line.encode("utf-8")
+            while data:
+                data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
-        try:
-            fd, self._manifest = self._manifest, -1  # a closed number may be reused: never write to it
-            if fd >= 0:
-                os.close(fd)
-        except OSError:
-            pass
+        # A closed number may be reused: never write to it.
+        fds = (self._manifest, self._tensors, self._dir)
+        self._manifest = self._tensors = self._dir = -1
+        for fd in fds:
+            try:
+                if fd >= 0:
+                    os.close(fd)
+            except OSError:
+                pass
 
 
 def new_run_info(run_id: str, level: str, rank: int, world_size: int, **extra) -> RunInfo:

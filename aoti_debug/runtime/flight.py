@@ -340,7 +340,7 @@ class FlightRecorder:
             forget(name)
             if writer is not None:
                 try:
-                    os.unlink(os.path.join(writer.path, name))
+                    writer.remove(name)
                 except OSError:
                     pass
 
@@ -436,7 +436,8 @@ class FlightRecorder:
         filename = tensor_filename(rec["seq"], rec["phase"], rec["kernel"], rec["arg"])
         path = writer.tensor_path(filename)
         try:
-            torch.save(value.detach().to("cpu").contiguous(), path)
+            with writer.open_new(f"{TENSOR_DIR}/{filename}") as fh:  # at the run's descriptor, never by path
+                torch.save(value.detach().to("cpu").contiguous(), fh)
         except Exception as e:
             self._warn(f"flight-save-{type(e).__name__}", f"flight recorder: cannot write {path!r}: {e}")
             return False

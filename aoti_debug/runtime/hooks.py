@@ -1149,17 +1149,16 @@ def _finisher(sess, host_stats, payload, library=None):
                 rec["shared"] = True
                 return
             path = w.tensor_path(filename)
-            try:
-                if library is None or not library.write_pt(path, host):
-                    torch.save(host, path)
+            try:  # created at the run's tensors/ descriptor, never by path (format.writer.RunWriter)
+                if library is None or not library.write_pt(filename, host, dir_fd=w.tensor_fd):
+                    with w.open_new(f"tensors/{filename}") as fh:
+                        torch.save(host, fh)
                 rec["file"] = f"tensors/{filename}"
                 if key is not None:
                     sess.content_files[key] = rec["file"]
             except Exception as e:
                 try:
-                    import os
-
-                    os.unlink(path)
+                    w.remove(f"tensors/{filename}")
                 except OSError:
                     pass
                 rec["error"] = f"save: {type(e).__name__}: {e}"

@@ -79,16 +79,17 @@ class Library:
         write = getattr(lib, WRITE_PT_SYMBOL, None)  # (a CDLL function: the GIL is released for the write)
         if write is not None:
             write.restype = ctypes.c_int
-            write.argtypes = [ctypes.c_char_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p,
+            write.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p,
                               ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]
         self._write_pt = write
 
-    def write_pt(self, path: str, t: torch.Tensor) -> bool:
-        """Write ``t`` (a contiguous CPU tensor, a host copy) to ``path`` as the C++ runtime
-        writes tensor files (loadable with ``torch.load(weights_only=True)``), without the
-        GIL and without pickling in Python. False where this library does not write it
-        (another dtype, layout or subclass: the caller uses ``torch.save``); OSError, no
-        file left behind, when the write failed."""
+    def write_pt(self, path: str, t: torch.Tensor, dir_fd: int | None = None) -> bool:
+        """Write ``t`` (a contiguous CPU tensor, a host copy) to the new file ``path``
+        (relative to the directory descriptor ``dir_fd`` where given; created with
+        ``O_EXCL|O_NOFOLLOW``) as the C++ runtime writes tensor files (loadable with
+        ``torch.load(weights_only=True)``), without the GIL and without pickling in Python.
+        False where this library does not write it (another dtype, layout or subclass: the
+        caller uses ``torch.save``); OSError, no file left behind, when the write failed."""
         fn = self._write_pt
         entry = self.codes.get(t.dtype)
         if (fn is None or entry is None or type(t) not in _PLAIN or t.layout is not _STRIDED or t.device.type != "cpu"
@@ -97,8 +98,8 @@ class Library:
         ndim = t.dim()
         shape = (ctypes.c_int64 * max(ndim, 1))(*t.shape)
         err = ctypes.create_string_buffer(512)
-        rc = fn(os.fsencode(path), entry[0], shape, ndim, t.data_ptr() or None, t.numel() * t.element_size(), err,
-                len(err))
+        rc = fn(-1 if dir_fd is None else dir_fd, os.fsencode(path), entry[0], shape, ndim, t.data_ptr() or None,
+                t.numel() * t.element_size(), err, len(err))
         if rc == -1:
             raise OSError(err.value.decode("utf-8", "replace"))
         return rc == 0

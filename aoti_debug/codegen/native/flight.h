@@ -302,7 +302,9 @@ void bury(Shared& S, Flight& F) {
     for (auto c = S.content_files.begin(); c != S.content_files.end();) {
       c = c->second == name ? S.content_files.erase(c) : std::next(c);
     }
-    ::unlink((S.path + "/" + name).c_str());
+    const char* leaf = nullptr;
+    const int at = run_file_at(S, name, leaf);
+    if (at >= 0) ::unlinkat(at, leaf, 0);
   }
 }
 
@@ -366,7 +368,10 @@ bool save_record(Shared& S, FlightRecord& r, const Site& site, AtenTensorHandle 
   if (err.empty()) err = host_values(h, t, dev);
   const TypeInfo* ti = type_info(t.dtype);
   if (err.empty() && !ti) err = "unsupported dtype";
-  if (err.empty()) err = write_pt(S.path + "/" + name, *ti, t.shape, t.numel, t.data, t.nbytes, S.force_zip64);
+  const char* leaf = nullptr;
+  const int at = run_file_at(S, name, leaf);
+  if (err.empty())
+    err = write_pt_at(at, leaf, S.path + "/" + name, *ti, t.shape, t.numel, t.data, t.nbytes, S.force_zip64);
 #else
   (void)h;
   (void)dev;

@@ -121,12 +121,14 @@ AOTI_DEBUG_EXPORT int aoti_debug_rt_kept_launches(const int64_t* spec, uint64_t 
 
 // A tensor file as the C++ runtime writes one (pt_writer.h), for the Python runtime's
 // writer thread at level save (runtime/native_stats.py, Library.write_pt): `nbytes`
-// contiguous bytes at `data`, of c10::ScalarType `code` and shape `shape[0..ndim)`.
-// Returns 0; -2 for what this runtime does not write (the caller uses torch.save); -1
-// with the error's text in `err` (at most `cap` bytes, NUL included) when the file could
-// not be written (none is left behind). Called without the GIL (ctypes.CDLL).
-AOTI_DEBUG_EXPORT int aoti_debug_rt_write_pt(const char* path, int32_t code, const int64_t* shape, int32_t ndim,
-                                             const void* data, uint64_t nbytes, char* err, size_t cap) {
+// contiguous bytes at `data`, of c10::ScalarType `code` and shape `shape[0..ndim)`, to
+// the new file `path` in the directory `dir_fd` (-1: `path` is a path), made with
+// O_EXCL|O_NOFOLLOW. Returns 0; -2 for what this runtime does not write (the caller uses
+// torch.save); -1 with the error's text in `err` (at most `cap` bytes, NUL included) when
+// the file could not be written (none is left behind). Called without the GIL (ctypes.CDLL).
+AOTI_DEBUG_EXPORT int aoti_debug_rt_write_pt(int dir_fd, const char* path, int32_t code, const int64_t* shape,
+                                             int32_t ndim, const void* data, uint64_t nbytes, char* err,
+                                             size_t cap) {
   try {
     const AOTI_DEBUG_NS::TypeInfo* ti = AOTI_DEBUG_NS::type_info(code);
     if (!ti || !path || ndim < 0 || (ndim && !shape) || (nbytes && !data)) return -2;
@@ -137,7 +139,8 @@ AOTI_DEBUG_EXPORT int aoti_debug_rt_write_pt(const char* path, int32_t code, con
       numel *= d;
     }
     if (static_cast<uint64_t>(numel) * static_cast<uint64_t>(ti->unit * ti->units) != nbytes) return -2;
-    const std::string e = AOTI_DEBUG_NS::write_pt(path, *ti, dims, numel, data, nbytes, false);
+    const std::string e =
+        AOTI_DEBUG_NS::write_pt_at(dir_fd >= 0 ? dir_fd : AT_FDCWD, path, path, *ti, dims, numel, data, nbytes, false);
     if (e.empty()) return 0;
     if (err && cap) {
       const size_t n = std::min(cap - 1, e.size());

@@ -167,9 +167,12 @@ void central_entry(std::string& o, const ZipEntry& e, bool zip64) {
   }
 }
 
-// Writes `path`; returns "" or an error text. `data` is `nbytes` contiguous bytes.
-std::string write_pt(const std::string& path, const TypeInfo& ti, const std::vector<int64_t>& shape,
-                     int64_t numel, const void* data, uint64_t nbytes, bool force_zip64) {
+// Writes the new file `name` in the directory `dir_fd` (AT_FDCWD: `name` is a path),
+// created with O_EXCL|O_NOFOLLOW: never a file that was there, never through a link.
+// Returns "" or an error text naming `shown`. `data` is `nbytes` contiguous bytes.
+std::string write_pt_at(int dir_fd, const char* name, const std::string& shown, const TypeInfo& ti,
+                        const std::vector<int64_t>& shape, int64_t numel, const void* data, uint64_t nbytes,
+                        bool force_zip64) {
   auto crc = [](const void* p, size_t n) { return crc32_of(p, n); };
   std::string pkl = tensor_pickle(ti, shape, numel);
   static const std::string kByteorder = "little";
@@ -220,8 +223,8 @@ std::string write_pt(const std::string& path, const TypeInfo& ti, const std::vec
   put32(tail, big_cd ? 0xffffffffu : static_cast<uint32_t>(cd_offset));
   put16(tail, 0);
 
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return "save: cannot open " + path + ": " + errno_text(errno);
+  int fd = ::openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return "save: cannot open " + shown + ": " + errno_text(errno);
   struct iovec iov[3] = {
       {const_cast<char*>(head.data()), head.size()},
       {const_cast<void*>(data), static_cast<size_t>(nbytes)},
@@ -233,7 +236,7 @@ std::string write_pt(const std::string& path, const TypeInfo& ti, const std::vec
     ssize_t w = ::writev(fd, iov + first, 3 - first);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      err = "save: cannot write " + path + ": " + errno_text(w < 0 ? errno : ENOSPC);
+      err = "save: cannot write " + shown + ": " + errno_text(w < 0 ? errno : ENOSPC);
       break;
     }
     size_t left = static_cast<size_t>(w);
@@ -246,9 +249,15 @@ std::string write_pt(const std::string& path, const TypeInfo& ti, const std::vec
       iov[first].iov_len -= left;
     }
   }
-  if (::close(fd) != 0 && err.empty()) err = "save: cannot close " + path + ": " + errno_text(errno);
-  if (!err.empty()) ::unlink(path.c_str());
+  if (::close(fd) != 0 && err.empty()) err = "save: cannot close " + shown + ": " + errno_text(errno);
+  if (!err.empty()) ::unlinkat(dir_fd, name, 0);
   return err;
+}
+
+// write_pt_at for a path (a new file there, not through a link at its last component).
+inline std::string write_pt(const std::string& path, const TypeInfo& ti, const std::vector<int64_t>& shape,
+                            int64_t numel, const void* data, uint64_t nbytes, bool force_zip64) {
+  return write_pt_at(AT_FDCWD, path.c_str(), path, ti, shape, numel, data, nbytes, force_zip64);
 }
 
 }  // namespace

@@ -50,6 +50,18 @@ std::string tensor_file_name(int64_t seq, const char* phase, const char* kernel,
       sanitize(arg, 40) + ".pt";
 }
 
+// The directory descriptor a run file `name` ("tensors/<leaf>" or "<leaf>") is made or
+// removed at, and its name there: files are never opened by path below the run directory.
+int run_file_at(const Shared& S, const std::string& name, const char*& leaf) {
+  const size_t n = std::strlen(schema::kTensorDir);
+  if (name.size() > n + 1 && name.compare(0, n, schema::kTensorDir) == 0 && name[n] == '/') {
+    leaf = name.c_str() + n + 1;
+    return S.tensor_fd;
+  }
+  leaf = name.c_str();
+  return S.dir_fd;
+}
+
 // kind, dtype, shape, stride, device, numel: what a record says of any tensor.
 const TypeInfo* record_metadata(AtenTensorHandle h, HostTensor& t, std::string& err, JsonObject& rec) {
   namespace R = schema::rec;
@@ -93,7 +105,10 @@ std::string save_values(Shared& S, const Site& site, const Arg& a, const char* p
   }
   S.bytes_written += static_cast<int64_t>(t.nbytes);
   std::string fname = tensor_file_name(S.seq, phase, site.kernel, a.name);
-  std::string werr = write_pt(S.path + "/" + fname, ti, t.shape, t.numel, t.data, t.nbytes, S.force_zip64);
+  const char* leaf = nullptr;
+  const int at = run_file_at(S, fname, leaf);
+  std::string werr = write_pt_at(at, leaf, S.path + "/" + fname, ti, t.shape, t.numel, t.data, t.nbytes,
+                                 S.force_zip64);
   if (!werr.empty()) {
     warn_once(S, "save", werr);
     return werr;
@@ -266,8 +281,7 @@ void write_site(Shared& S, const Site& site, const std::string& label) {
   obj.str("graph", label).num("site", site.id).str("kernel", site.kernel);
   obj.raw("provenance", (site.provenance && *site.provenance) ? site.provenance : "{}");
   std::string line = obj.close() + "\n";
-  std::string path = S.path + "/" + schema::kSitesFile;
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int fd = ::openat(S.dir_fd, schema::kSitesFile, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
   bool ok = fd >= 0 && write_all(fd, line.data(), line.size()) == 0;
   if (fd >= 0) ::close(fd);
   if (!ok) warn_once(S, "sites", "cannot append to the sites file in '" + S.path + "'");

@@ -1,7 +1,10 @@
-// The run directory: <AOTI_DEBUG_DIR>/<run-id>/[rank<N>/], claimed by this runtime
-// with an O_EXCL .owner file (format.writer.claim_run_directory), and the manifest it
-// appends to. A new run starts in a new process (fork) or when AOTI_DEBUG_DIR or
-// AOTI_DEBUG_RUN_ID changed since the last record.
+// The run directory: <AOTI_DEBUG_DIR>/<run-id>/[rank<N>/], created new by this runtime
+// and claimed with an O_EXCL .owner file (format.writer.claim_run_directory), and the
+// manifest it appends to. Below the dump root no link is followed: the run directory and
+// its tensors/ are opened with O_DIRECTORY|O_NOFOLLOW, checked (fstat against lstat, our
+// uid) and kept open (Shared::dir_fd, tensor_fd); every file is created relative to them.
+// A new run starts in a new process (fork) or when AOTI_DEBUG_DIR or AOTI_DEBUG_RUN_ID
+// changed since the last record.
 #ifndef AOTI_DEBUG_PART_RUN_DIR_H
 #define AOTI_DEBUG_PART_RUN_DIR_H
 
@@ -11,6 +14,7 @@
 #include <cstring>
 #include <ctime>
 #include <string>
+#include <vector>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -43,6 +47,7 @@ std::string run_directory(const std::string& root, const std::string& run_id, in
 }
 
 
+// The dump root and the directories above it: the user's, made where missing, links followed.
 bool mkdirs(const std::string& path, std::string& err) {
   std::string cur;
   size_t i = 0;
@@ -130,8 +135,10 @@ std::string owner_text() {
 // format.writer.describe_owner: who holds the run directory `path`, for a warning.
 std::string describe_owner(const std::string& path) {
   std::string owner = path + "/" + schema::kOwnerFile;
-  FILE* f = std::fopen(owner.c_str(), "rb");
+  int fd = ::open(owner.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  FILE* f = fd >= 0 ? ::fdopen(fd, "rb") : nullptr;
   if (!f) {
+    if (fd >= 0) ::close(fd);
     if (errno == ENOENT) return "an earlier run (no .owner file)";
     return std::string("another runtime (its .owner file is unreadable: ") + std::strerror(errno) + ")";
   }
@@ -164,42 +171,225 @@ std::string describe_owner(const std::string& path) {
   return "the " + name + " runtime of pid " + std::to_string(pid) + " on host " + (host.empty() ? "?" : host);
 }
 
-// format.writer.claim_run_directory: create <root>/<id>[/rank<N>] and claim it with an
-// O_EXCL .owner file (pid, runtime, host). When another process, or this process's
-// Python runtime, holds it, <id>-2, -3, ... are tried: two claimants never share a
-// directory. A directory with a run but no .owner (an older aoti_debug) counts as held.
-// Sets S.path and S.run_id; `holder` says who held the first one tried ("" if free).
+// format.writer.refusal_at: why the entry `name` of the directory `parent` is no
+// directory of this user's, or "" (it is one, or it does not exist). Links are looked
+// at, never followed. The Python runtime words them alike.
+std::string refusal_at(int parent, const char* name) {
+  struct stat st;
+  if (::fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return "";
+  if (S_ISLNK(st.st_mode)) return "a symbolic link (links below AOTI_DEBUG_DIR are never followed)";
+  if (!S_ISDIR(st.st_mode)) return "a file that is not a directory";
+  if (st.st_uid != ::geteuid()) return "a directory of uid " + std::to_string(st.st_uid) + " (not this user's)";
+  return "";
+}
+
+// format.writer.open_own_dir: the directory `name` in `parent`, opened with
+// O_DIRECTORY|O_NOFOLLOW and checked to be that entry (device and inode as lstat sees
+// them) and this user's. -1 with `why` set where it is refused (a link, not a directory,
+// another user's, swapped meanwhile); -1 with `why` empty and errno kept where it could
+// not be opened otherwise.
+int open_own_dir(int parent, const char* name, std::string& why) {
+  why.clear();
+  int fd = ::openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    if (e == ELOOP || e == ENOTDIR) why = refusal_at(parent, name);
+    errno = e;
+    return -1;
+  }
+  struct stat st, entry;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    errno = e;
+    return -1;
+  }
+  if (::fstatat(parent, name, &entry, AT_SYMLINK_NOFOLLOW) != 0 || entry.st_dev != st.st_dev ||
+      entry.st_ino != st.st_ino) {
+    why = "a directory that was replaced while it was opened";
+  } else if (st.st_uid != ::geteuid()) {
+    why = "a directory of uid " + std::to_string(st.st_uid) + " (not this user's)";
+  }
+  if (!why.empty()) {
+    ::close(fd);
+    errno = EPERM;
+    return -1;
+  }
+  return fd;
+}
+
+// Device and inode of a descriptor's file, appended to `out`.
+bool add_identity(int fd, std::vector<uint64_t>& out) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return false;
+  out.push_back(static_cast<uint64_t>(st.st_dev));
+  out.push_back(static_cast<uint64_t>(st.st_ino));
+  return true;
+}
+
+// The run's directory descriptors (closed when a run ends or a new one starts).
+void set_run_fds(Shared& S, int dir_fd, int tensor_fd) {
+  if (S.dir_fd >= 0) ::close(S.dir_fd);
+  if (S.tensor_fd >= 0) ::close(S.tensor_fd);
+  S.dir_fd = dir_fd;
+  S.tensor_fd = tensor_fd;
+}
+
+// format.writer._claim_at: create the run directory `rid` (`rid`/rank<N>) below
+// `root_fd`, new, and claim it. 1: claimed (`dir_fd`, `tensor_fd` open); 0: held or
+// refused, `why` says by whom or what; -1: it cannot be created (`err`).
+int claim_at(int root_fd, const std::string& path, const std::string& rid, int rank, int world_size, int& dir_fd,
+             int& tensor_fd, std::string& why, std::string& err) {
+  int parent = root_fd;
+  std::string leaf = rid;
+  if (world_size > 1) {
+    // <rid>/ is shared by the ranks of one job: it may exist, as a directory of ours.
+    std::string shared_dir = path.substr(0, path.rfind('/'));
+    if (::mkdirat(root_fd, rid.c_str(), 0755) != 0 && errno != EEXIST) {
+      err = "cannot create " + shared_dir + ": " + errno_text(errno);
+      return -1;
+    }
+    parent = open_own_dir(root_fd, rid.c_str(), why);
+    if (parent < 0) {
+      if (!why.empty()) return 0;
+      err = "cannot open " + shared_dir + ": " + errno_text(errno);
+      return -1;
+    }
+    leaf = "rank" + std::to_string(rank);
+  }
+  int fd = -1;
+  int e = 0;
+  if (::mkdirat(parent, leaf.c_str(), 0755) != 0) {  // new, made here: nobody else's files are in it
+    e = errno;
+    if (e == EEXIST) {
+      why = refusal_at(parent, leaf.c_str());
+      if (why.empty()) why = describe_owner(path);
+    }
+  } else {
+    fd = open_own_dir(parent, leaf.c_str(), why);
+    e = errno;
+    if (fd < 0 && why.empty() && e == ENOENT) why = "a directory that was removed while it was opened";
+  }
+  if (parent != root_fd) ::close(parent);
+  if (fd < 0) {
+    if (!why.empty()) return 0;
+    err = "cannot create " + path + ": " + errno_text(e);
+    return -1;
+  }
+  int owner = ::openat(fd, schema::kOwnerFile, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (owner < 0) {
+    e = errno;
+    ::close(fd);
+    if (e == EEXIST) {
+      why = describe_owner(path);
+      return 0;
+    }
+    err = "cannot create " + path + "/" + schema::kOwnerFile + ": " + errno_text(e);
+    return -1;
+  }
+  std::string text = owner_text();
+  write_fd(owner, text.data(), text.size());
+  ::close(owner);
+  if (::mkdirat(fd, schema::kTensorDir, 0755) != 0 && errno != EEXIST) {
+    err = "cannot create " + path + "/" + schema::kTensorDir + ": " + errno_text(errno);
+    ::close(fd);
+    return -1;
+  }
+  int tensors = open_own_dir(fd, schema::kTensorDir, why);
+  if (tensors < 0) {
+    e = errno;
+    ::close(fd);
+    if (!why.empty()) {
+      why = std::string("a directory whose ") + schema::kTensorDir + "/ is " + why;
+      return 0;
+    }
+    err = "cannot open " + path + "/" + schema::kTensorDir + ": " + errno_text(e);
+    return -1;
+  }
+  dir_fd = fd;
+  tensor_fd = tensors;
+  return 1;
+}
+
+// format.writer.claim_run_directory: create <root>/<id>[/rank<N>] (new: mkdir) and claim
+// it with an O_EXCL .owner file (pid, runtime, host). When it exists already (another
+// process, this process's Python runtime, an older aoti_debug, a link or another user's
+// directory), <id>-2, -3, ... are tried: two claimants never share a directory and no
+// run is written through a link. Sets S.path, S.run_id and the run's directory
+// descriptors; `holder` says who or what held the first one tried ("" if free).
 bool claim_run(Shared& S, const std::string& root, const std::string& id, std::string& holder,
                std::string& err) {
+  if (!mkdirs(root, err)) return false;
+  int root_fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (root_fd < 0) {
+    err = "cannot open " + root + ": " + errno_text(errno);
+    return false;
+  }
   for (int n = 1; n <= schema::kMaxClaims; ++n) {
     std::string rid = n == 1 ? id : id + "-" + std::to_string(n);
     std::string path = run_directory(root, rid, S.rank, S.world_size);
-    if (!mkdirs(path, err)) return false;
-    std::string owner = path + "/" + schema::kOwnerFile;
-    struct stat st;
-    bool legacy = ::lstat(owner.c_str(), &st) != 0 &&
-        (::stat((path + "/" + schema::kRunFile).c_str(), &st) == 0 ||
-         ::stat((path + "/" + schema::kManifestFile).c_str(), &st) == 0);
-    if (!legacy) {
-      int fd = ::open(owner.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-      if (fd >= 0) {
-        std::string text = owner_text();
-        write_fd(fd, text.data(), text.size());
-        ::close(fd);
-        S.path = path;
-        S.run_id = rid;
-        return true;
-      }
-      if (errno != EEXIST) {
-        err = "cannot create " + owner + ": " + errno_text(errno);
-        return false;
-      }
+    int fd = -1, tensors = -1;
+    std::string why;
+    int got = claim_at(root_fd, path, rid, S.rank, S.world_size, fd, tensors, why, err);
+    if (got < 0) {
+      ::close(root_fd);
+      return false;
     }
-    if (holder.empty()) holder = describe_owner(path);
+    if (got == 0) {
+      if (holder.empty()) holder = why;
+      continue;
+    }
+    ::close(root_fd);
+    std::vector<uint64_t> ids;
+    add_identity(fd, ids);
+    add_identity(tensors, ids);
+    claims().dir_ids[path] = ids;
+    set_run_fds(S, fd, tensors);
+    S.path = path;
+    S.run_id = rid;
+    return true;
   }
+  ::close(root_fd);
   err = run_directory(root, id, S.rank, S.world_size) + " and " + std::to_string(schema::kMaxClaims - 1) +
       " numbered siblings are all held by other runs";
   return false;
+}
+
+// format.writer._reopen_claimed: the run directory S.path (run id S.run_id below `root`)
+// that this runtime claimed before, opened again without following a link; it must be
+// the very directory it made (device and inode, and those of its tensors/).
+bool reopen_claimed(Shared& S, const std::string& root, std::string& err) {
+  int root_fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (root_fd < 0) {
+    err = "cannot open " + root + ": " + errno_text(errno);
+    return false;
+  }
+  std::string why;
+  int dir = open_own_dir(root_fd, S.run_id.c_str(), why);
+  int e = errno;
+  ::close(root_fd);
+  if (dir >= 0 && S.world_size > 1) {
+    int rank_dir = open_own_dir(dir, ("rank" + std::to_string(S.rank)).c_str(), why);
+    e = errno;
+    ::close(dir);
+    dir = rank_dir;
+  }
+  int tensors = dir >= 0 ? open_own_dir(dir, schema::kTensorDir, why) : -1;
+  if (dir >= 0 && tensors < 0) e = errno;
+  std::vector<uint64_t> ids;
+  if (tensors >= 0) {
+    add_identity(dir, ids);
+    add_identity(tensors, ids);
+  }
+  if (tensors < 0 || ids != claims().dir_ids[S.path]) {
+    err = tensors < 0 ? S.path + ": " + (why.empty() ? errno_text(e) : why)
+                      : S.path + " is no longer the directory this process claimed";
+    if (dir >= 0) ::close(dir);
+    if (tensors >= 0) ::close(tensors);
+    return false;
+  }
+  set_run_fds(S, dir, tensors);
+  return true;
 }
 
 // Caller holds S.mu. Starts a new run when this is a new process (fork) or the
@@ -224,10 +414,12 @@ void ensure_run(Shared& S, const Site& site, const DeviceOps* dev) {
   }
   if (C.pid != pid) {  // the parent's directories are not this process's
     C.dirs.clear();
+    C.dir_ids.clear();
     C.pid = pid;
   }
   if (S.manifest_fd >= 0) ::close(S.manifest_fd);
   S.manifest_fd = -1;
+  set_run_fds(S, -1, -1);
   if (S.opened && S.pid == pid && S.usable) S.last_seq[S.path] = S.seq;
   S.pid = pid;
   S.opened = true;
@@ -280,6 +472,11 @@ void ensure_run(Shared& S, const Site& site, const DeviceOps* dev) {
     S.run_id = known->second.second;
     auto it = S.last_seq.find(S.path);
     S.seq = it == S.last_seq.end() ? 0 : it->second;
+    std::string err;
+    if (!reopen_claimed(S, dir, err)) {
+      warn_once(S, "dump-dir", "cannot open dump directory '" + S.path + "': " + err);
+      return;
+    }
   } else {
     std::string holder, err;
     if (!claim_run(S, dir, S.run_id, holder, err)) {
@@ -294,15 +491,10 @@ void ensure_run(Shared& S, const Site& site, const DeviceOps* dev) {
     C.dirs[wanted] = {S.path, S.run_id};
     S.seq = 0;
   }
-  std::string err;
-  if (!mkdirs(S.path + "/" + schema::kTensorDir, err)) {
-    warn_once(S, "dump-dir", "cannot create dump directory '" + S.path + "': " + err);
-    return;
-  }
-  std::string manifest = S.path + "/" + schema::kManifestFile;
-  S.manifest_fd = ::open(manifest.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  S.manifest_fd = ::openat(S.dir_fd, schema::kManifestFile, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
+                           0644);
   if (S.manifest_fd < 0) {
-    warn_once(S, "dump-dir", "cannot open '" + manifest + "': " + errno_text(errno));
+    warn_once(S, "dump-dir", "cannot open '" + S.path + "/" + schema::kManifestFile + "': " + errno_text(errno));
     return;
   }
   S.usable = true;

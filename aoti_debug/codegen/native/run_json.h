@@ -53,11 +53,19 @@ std::string device_label(const DeviceOps* dev) {
   return "cpu";
 }
 
-bool write_file_atomic(const std::string& path, const std::string& text, std::string& err) {
-  std::string tmp = path + ".cpp." + std::to_string(static_cast<long>(::getpid())) + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+// The file `name` of the directory `dir_fd` (`shown` in messages), replaced atomically:
+// a new temporary file (O_EXCL|O_NOFOLLOW) renamed over it, never a write through a link.
+bool write_file_atomic_at(int dir_fd, const char* name, const std::string& shown, const std::string& text,
+                          std::string& err) {
+  std::string tmp = std::string(name) + ".cpp." + std::to_string(static_cast<long>(::getpid())) + ".tmp";
+  const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = ::openat(dir_fd, tmp.c_str(), flags, 0644);
+  if (fd < 0 && errno == EEXIST) {  // left by a write that was cut short
+    ::unlinkat(dir_fd, tmp.c_str(), 0);
+    fd = ::openat(dir_fd, tmp.c_str(), flags, 0644);
+  }
   if (fd < 0) {
-    err = "cannot write " + tmp + ": " + errno_text(errno);
+    err = "cannot write " + shown + ".cpp.tmp: " + errno_text(errno);
     return false;
   }
   const char* p = text.data();
@@ -66,18 +74,18 @@ bool write_file_atomic(const std::string& path, const std::string& text, std::st
     ssize_t w = ::write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      err = "cannot write " + tmp + ": " + errno_text(errno);
+      err = "cannot write " + shown + ": " + errno_text(errno);
       ::close(fd);
-      ::unlink(tmp.c_str());
+      ::unlinkat(dir_fd, tmp.c_str(), 0);
       return false;
     }
     p += w;
     n -= static_cast<size_t>(w);
   }
   ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = "cannot write " + path + ": " + errno_text(errno);
-    ::unlink(tmp.c_str());
+  if (::renameat(dir_fd, tmp.c_str(), dir_fd, name) != 0) {
+    err = "cannot write " + shown + ": " + errno_text(errno);
+    ::unlinkat(dir_fd, tmp.c_str(), 0);
     return false;
   }
   return true;
@@ -144,7 +152,7 @@ void write_info(Shared& S) {
   if (!S.owns_info || !S.usable) return;
   claims().info_stale = false;
   std::string err;
-  if (!write_file_atomic(S.path + "/" + schema::kRunFile, run_info_json(S), err)) {
+  if (!write_file_atomic_at(S.dir_fd, schema::kRunFile, S.path + "/" + schema::kRunFile, run_info_json(S), err)) {
     warn_once(S, "run-json", "cannot update run.json: " + err);
   }
 }

@@ -41,6 +41,9 @@ struct Shared {
   int sync = 0;
   int rank = 0, world_size = 1;
   int manifest_fd = -1;
+  // The run directory and its tensors/, opened without following a link (run_dir.h):
+  // every file of the run is created relative to them, never by path.
+  int dir_fd = -1, tensor_fd = -1;
   int64_t seq = 0, launch = 0, graphs = 0;
   int64_t bytes_written = 0, max_bytes = -1;
   // AOTI_DEBUG_SAVE_LAUNCHES: inclusive (first, last) ranges, last -1 = to the end;
@@ -68,6 +71,9 @@ inline Shared& shared() {
 struct Claims {
   long pid = 0;  // the process the claims belong to (a forked child has none)
   std::map<std::string, std::pair<std::string, std::string>> dirs;  // requested -> (claimed dir, run id)
+  // claimed dir -> device and inode of it and of its tensors/: a run this runtime comes
+  // back to is opened again and must be the very directory it made (run_dir.h).
+  std::map<std::string, std::vector<uint64_t>> dir_ids;
   std::string failures;       // every warning, one JSON [key, message] per line (capped)
   int64_t failure_count = 0;
   std::vector<std::string> run_warnings;  // the current run's, one per key: run.json "warnings"
