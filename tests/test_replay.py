@@ -162,14 +162,21 @@ def test_bad_input_is_one_line(dumps, tmp_path):
         result = runner.invoke(cli_main, args)
         assert result.exit_code == 2 and text in result.output, (args, result.output)
         assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
-    # The generated source is gone (another machine, a cleared cache): it says so.
+    # A dump without copies of its sources (an older aoti_debug) is refused unless
+    # --trust; then the file it names is read, and where it is gone it says so.
     moved = tmp_path / "moved"
     shutil.copytree(buggy, moved)
+    shutil.rmtree(moved / "sources")
     info = json.loads((moved / "run.json").read_text())
     for g in info["graphs"].values():
+        g.pop("sources")
         g["file"] = str(tmp_path / "gone.py")
     (moved / "run.json").write_text(json.dumps(info))
     result = runner.invoke(cli_main, ["replay", str(moved), ref, "--launch", "1"])
+    assert result.exit_code == 2 and "no verified copy" in result.output and "--trust" in result.output, \
+        result.output
+    assert len(result.output.strip().splitlines()) == 1
+    result = runner.invoke(cli_main, ["replay", str(moved), ref, "--launch", "1", "--trust"])
     assert result.exit_code == 2 and "no longer exists" in result.output, result.output
 
 

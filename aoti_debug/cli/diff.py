@@ -8,6 +8,7 @@ import click
 
 from ..errors import AotiDebugError
 from ._common import BadInput, FiniteNonNegative, echo, emit, output_options
+from .replay import trust_args, trust_option
 
 class _Progress:
     """A click progress bar over A's manifest bytes, on a terminal only."""
@@ -58,9 +59,10 @@ class _Progress:
 @click.option("--replay", "replay_first", type=click.IntRange(min=1), default=None, metavar="K",
               help="Then replay A's first K divergent launches on B's inputs (as aoti-debug replay): "
                    "which kernel is the culprit, which only propagate the error.")
+@trust_option
 @output_options
 def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, full, progress, plot, rounding_factor,
-         replay_first, fmt, output):
+         replay_first, trust, fmt, output):
     """Compare DUMP_A against DUMP_B (the reference) and name the first divergence.
 
     Each DUMP is a run directory or a dump root holding exactly one run. Records are
@@ -133,7 +135,8 @@ def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, fu
         launches = divergent_launches(result, replay_first)
         if launches:
             replayed = replay(dump_a, dump_b, launches=launches, atol=atol, rtol=rtol,
-                              **({} if rounding_factor is None else {"rounding_factor": rounding_factor}))
+                              **({} if rounding_factor is None else {"rounding_factor": rounding_factor}),
+                              **trust_args(trust))
             echo("\n" + str(replayed), err=output is not None or fmt != "table")
         else:
             echo("replay: no output of A differs from B's", err=True)

@@ -10,6 +10,23 @@ import click
 from ._common import BadInput, FiniteNonNegative, echo, emit, guarded, output_option
 
 
+def trust_option(fn):
+    """``--trust``: run generated code of a dump recorded by another user or machine
+    (shared with ``diff --replay`` and ``repro``)."""
+    return click.option("--trust", is_flag=True,
+                        help="Run the dump's generated code although another user or machine recorded it (it is "
+                             "listed first), or, for a dump without verified copies of its sources, the files it "
+                             "names. Without it, replay asks on a terminal and refuses elsewhere.")(fn)
+
+
+def trust_args(trust: bool) -> dict:
+    """How the library asks before running a dump's code: a prompt on a terminal, else
+    a refusal naming --trust; notes on stderr."""
+    interactive = sys.stdin.isatty() and sys.stderr.isatty()
+    return {"trust": trust, "confirm": (lambda text: click.confirm(text, default=False, err=True))
+            if interactive else None, "say": lambda text: click.echo(text, err=True)}
+
+
 def replay_options(fn):
     """The tolerances replay judges a kernel's own error by (shared with ``diff --replay``)."""
     fn = click.option("--rounding-factor", type=FiniteNonNegative(1.0), default=None, metavar="X",
@@ -31,11 +48,12 @@ def replay_options(fn):
               help="Seconds a replayed kernel may run (each runs in a child process) before it is a culprit "
                    "(hung); a kernel that crashes or raises is a culprit too.")
 @replay_options
+@trust_option
 @click.option("--format", "-f", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Output format.")
 @output_option
 @guarded
-def replay(dump_a, dump_b, launches, first, timeout, atol, rtol, rounding_factor, fmt, output):
+def replay(dump_a, dump_b, launches, first, timeout, atol, rtol, rounding_factor, trust, fmt, output):
     """Run A's own kernel for a launch on B's (the reference's) inputs.
 
     The launch is cut out of A's generated code and fed B's values of its inputs (paired
@@ -45,8 +63,11 @@ def replay(dump_a, dump_b, launches, first, timeout, atol, rtol, rounding_factor
     --rounding-factor times eager's own error); one that is right on B's inputs while
     A's recorded output differs is a PROPAGATOR (it inherited the error).
 
-    Needs A recorded on this machine (its generated code must still be in the Inductor
-    cache) and B at level save; A at level stats is judged by its stats for the total
+    Runs only A's own generated code: the copy of each graph's source that A's run
+    directory keeps, checked against the sha256 run.json records (a copy that does not
+    match is refused). A dump recorded by another user or on another machine is run
+    only after --trust (or a yes on a terminal); see docs/replay.md "Trust model".
+    Needs B at level save; A at level stats is judged by its stats for the total
     error (the own error needs B's files only). Replays generated C++ and Triton kernels,
     user-defined Triton kernels, and extern kernels and fallbacks of the Python wrapper;
     of a C++ wrapper or AOTInductor dump, its generated C++ kernels (AOTInductor writes them beside the wrapper).
@@ -65,7 +86,7 @@ def replay(dump_a, dump_b, launches, first, timeout, atol, rtol, rounding_factor
         raise BadInput("give --launch or --first, not both")
     result = run_replay(dump_a, dump_b, launches=list(launches) or None, first=first, atol=atol, rtol=rtol,
                         **({} if rounding_factor is None else {"rounding_factor": rounding_factor}),
-                        timeout=check_timeout(timeout))
+                        timeout=check_timeout(timeout), **trust_args(trust))
     text = json.dumps(result.to_dict(), indent=1) + "\n" if fmt == "json" else str(result) + "\n"
     culprits = result.culprits
     summary = (f"culprit: launch {culprits[0].launch} {culprits[0].kernel}" if culprits
@@ -82,9 +103,11 @@ def replay(dump_a, dump_b, launches, first, timeout, atol, rtol, rounding_factor
               help="Directory to write (must be new or empty, unless --force).")
 @click.option("--reference", "-r", default=None, metavar="DUMP_B",
               help="Feed the launch the reference's inputs and expect its outputs (else the run's own).")
-@click.option("--force", is_flag=True, help="Replace DIR if it is not empty.")
+@click.option("--force", is_flag=True, help="Replace DIR if it holds a previous repro (its .aoti_debug_repro "
+                                            "marker); nothing else is ever replaced.")
+@trust_option
 @guarded
-def repro(dump, launch, out_dir, reference, force):
+def repro(dump, launch, out_dir, reference, force, trust):
     """Write launch N of DUMP as a standalone repro in DIR.
 
     DIR holds run.py, the kernel and its launch code (kernel.py, cut out of the
@@ -100,5 +123,5 @@ def repro(dump, launch, out_dir, reference, force):
     """
     from ..replay.repro import write_repro
 
-    path = write_repro(dump, launch, out_dir, reference=reference, force=force)
+    path = write_repro(dump, launch, out_dir, reference=reference, force=force, **trust_args(trust))
     echo(f"repro of launch {launch} written to {path}: python {path}/run.py")

@@ -229,6 +229,9 @@ class RunInfo:
     rank: int = 0
     world_size: int = 1
     hostname: str = ""
+    uid: int | None = None
+    """The user id of the recording process (None: not known, e.g. an older dump):
+    replay asks before running code from a dump of another user or machine."""
     writer: str = "python"
     graphs: dict = dataclasses.field(default_factory=dict)
     """graph label -> what it is: ``wrapper``, ``file``, ``subgraph``, ``kind``

@@ -3,12 +3,14 @@
 :func:`replay` names the kernel where an error is born (``culprit``) and those that
 only pass it on (``propagator``); :func:`write_repro` writes a launch as a directory
 that reproduces it with torch alone. Both run the launch's own generated code, cut out
-of the wrapper that the dump names (:mod:`.program`): that is code from the Inductor
-cache of the machine that recorded the run, so replay dumps that you recorded.
+(:mod:`.program`) of the copy of the wrapper that the run directory keeps, checked
+against its recorded sha256 (:mod:`.trust`); nothing else a dump says is ever code
+(:mod:`.safe`). A dump of another user or machine runs only with ``trust``.
 """
 
 from .engine import AGREES, CULPRIT, PROPAGATOR, UNJUDGED, LaunchReplay, ReplayResult, replay
 from .program import Program, ReplayError, program
+from .trust import Sources
 
 __all__ = ["AGREES", "CULPRIT", "PROPAGATOR", "UNJUDGED", "LaunchReplay", "Program", "ReplayError",
-           "ReplayResult", "program", "replay"]
+           "ReplayResult", "Sources", "program", "replay"]

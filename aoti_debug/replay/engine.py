@@ -42,6 +42,8 @@ from ..compare.metrics import Metrics, TensorComparator, tolerance
 from ..compare.value_align import reference_mode
 from .isolate import DEFAULT_TIMEOUT, OK, UNRUN, Outcome, Sandbox, check_timeout
 from .program import Program, ReplayError, program, wrapper_aliases
+from .safe import shown
+from .trust import Sources
 
 CULPRIT, PROPAGATOR, AGREES, UNJUDGED = "culprit", "propagator", "agrees", "unjudged"
 
@@ -189,8 +191,13 @@ class Counterparts:
         return self.paired.get(seq)
 
 
-def _counterparts(ra: RunReader, rb: RunReader | None, records: dict[int, list[Record]]) -> Counterparts:
-    """B's record of each of A's ``records`` (:func:`launch_records`); none without B."""
+def _counterparts(ra: RunReader, rb: RunReader | None, records: dict[int, list[Record]],
+                  sources: Sources | None = None) -> Counterparts:
+    """B's record of each of A's ``records`` (:func:`launch_records`); none without B.
+
+    Args:
+        sources: A's verified generated sources, whose aliases (``buf31 = buf30[0]``)
+            pair more values; None: without them."""
     found = Counterparts(records)
     if rb is None or not records:
         return found
@@ -211,7 +218,7 @@ def _counterparts(ra: RunReader, rb: RunReader | None, records: dict[int, list[R
         """The last record of A that wrote ``name`` (through the wrapper's aliases), and
         the view of it that ``name`` is (None: the value itself, as its record holds it)."""
         if graph not in aliases:
-            aliases[graph] = wrapper_aliases(ra.info.graphs, graph)
+            aliases[graph] = wrapper_aliases(sources, graph) if sources is not None else {}
         for _ in range(8):
             rec = written.get((graph, name))
             if rec is not None or name not in aliases[graph]:
@@ -306,8 +313,11 @@ def _scalar(rec: Record) -> Any:
 
 
 class _Replayer:
-    def __init__(self, ra: RunReader, rb: RunReader, atol, rtol, factor: float, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, ra: RunReader, rb: RunReader, atol, rtol, factor: float, sources: Sources | None = None,
+                 timeout: float = DEFAULT_TIMEOUT):
         self.ra, self.rb = ra, rb
+        self.sources = sources if sources is not None else Sources(ra)
+        """A's generated code, as replay may run it (checked copies, :mod:`.trust`)."""
         self.atol, self.rtol, self.factor = atol, rtol, factor
         self.comparator = TensorComparator()
         self.programs: dict[tuple[str, int, str], Program] = {}
@@ -323,7 +333,7 @@ class _Replayer:
         first = records[0]
         key = (first.graph, first.site if first.site is not None else -1, first.kernel)
         if key not in self.programs:
-            self.programs[key] = program(self.ra.info.graphs, records)
+            self.programs[key] = program(self.sources, records)
         return self.programs[key]
 
     def run(self, prog: Program, values: dict[str, Any]) -> Outcome:
@@ -513,22 +523,33 @@ def launch_records(reader: RunReader, last: int) -> dict[int, list[Record]]:
     return dict(found)
 
 
+def _nonempty(reader: RunReader, which: str) -> None:
+    if next(iter(reader.records()), None) is None:
+        raise DumpError(f"run {which} ({shown(reader.path)}) has no records (an empty manifest): nothing to replay "
+                        f"or judge")
+
+
 def replay(a, b, *, launches: Sequence[int] | None = None, first: int | None = None, atol: float | None = None,
-           rtol: float | None = None, rounding_factor: float = _verdict.ROUNDING_FACTOR,
-           timeout: float = DEFAULT_TIMEOUT) -> ReplayResult:
+           rtol: float | None = None, rounding_factor: float = _verdict.ROUNDING_FACTOR, trust: bool = False,
+           confirm=None, say=None, timeout: float = DEFAULT_TIMEOUT) -> ReplayResult:
     """Replay launches of run A on run B's values (see the module's docstring).
 
     Args:
         launches: A's launch numbers; by default (and with ``first``) the first
             ``first`` (1) launches whose outputs differ from B's.
+        trust, confirm, say: who may run A's generated code (:class:`.trust.Sources`):
+            by default only the dump's verified copies, of a dump this user recorded
+            on this machine.
         timeout: seconds a replayed kernel may run (each runs in a child process)
             before it is a ``culprit (hung: ...)``; compiling it may take
             :data:`.isolate.SETUP_TIMEOUT` or this, whichever is longer.
 
     Raises:
-        DumpError: a path is not a usable dump, or a launch is not in A.
-        ToleranceError: a tolerance is NaN, infinite or negative (the factor not > 0).
+        DumpError: a path is not a usable dump (or holds no records), or a launch is not in A.
+        ReplayError: A's generated code may not be run (no verified copy, a hash that
+            does not match, another user's or machine's dump without ``trust``).
         ConfigError: ``timeout`` is not a positive, finite number of seconds.
+        ToleranceError: a tolerance is NaN, infinite or negative (the factor not > 0).
     """
     from ..compare.tolerances import check_tolerances  # NaN would judge no kernel a culprit
 
@@ -537,6 +558,8 @@ def replay(a, b, *, launches: Sequence[int] | None = None, first: int | None = N
     ra, rb = _as_reader(a), _as_reader(b)
     replayer = None
     try:
+        _nonempty(ra, "A")
+        _nonempty(rb, "B")
         if reference_mode(ra.info) and not reference_mode(rb.info):
             raise DumpError(f"{ra.path} is an eager reference: give it second (aoti-debug replay COMPILED REFERENCE)")
         problems: list[str] = []
@@ -559,8 +582,12 @@ def replay(a, b, *, launches: Sequence[int] | None = None, first: int | None = N
                             f"files (record it at level save)")
         if ra.info.level != "save":
             notes.append(f"run A was recorded at level {ra.info.level}: its total error is judged from its stats")
-        replayer = _Replayer(ra, rb, atol, rtol, rounding_factor, timeout)
-        paired = _counterparts(ra, rb, records)
+        sources = Sources(ra, trust=trust, confirm=confirm, say=say)
+        # Before anything runs: what would run is A's own verified code, or nothing.
+        if launches:
+            sources.vouch({r.graph for recs in records.values() for r in recs})
+        replayer = _Replayer(ra, rb, atol, rtol, rounding_factor, sources, timeout)
+        paired = _counterparts(ra, rb, records, sources)
         results = [replayer.replay(records[n], paired) for n in sorted(set(launches))]
         for r in results:
             if r.verdict == UNJUDGED and r.note:
@@ -624,4 +651,9 @@ def render(result: ReplayResult) -> str:
         lines.append(f"note: {n}")
     for p in result.problems:
         lines.append(f"problem: {p}")
-    return "\n".join(lines)
+    # A dump's names may hold newlines or bytes that are no text: each line stays one line.
+    return "\n".join(_readable(line) for line in lines)
+
+
+def _readable(text: str) -> str:
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)

@@ -1,6 +1,7 @@
 """One launch of a compiled graph as a program of its own: its kernel and its launch code.
 
-A dump names, per graph, the generated source it ran (``run.json`` ``graphs[..].file``)
+A dump keeps, per graph, a copy of the generated source it ran, with its sha256
+(``run.json`` ``graphs[..].sources``; :mod:`.trust` hands out only copies that match)
 and, per record, the launch site (``Record.site``) and the value's name in the wrapper
 (``arg``) and the expression that computed it (``expr``). From these, a launch is cut
 out of the generated code as a small Python module that needs torch (and Triton for
@@ -21,6 +22,12 @@ GPU kernels) only:
   (Triton kernels, shim calls of extern kernels) are not cut out: replay them from a
   Python-wrapper dump of the same model.
 
+Nothing the dump says is pasted into the program as code: kernel and value names are
+checked to be plain identifiers, expressions to be names, constants, subscripts and
+``reinterpret_tensor`` calls, C++ parameter types to be known element types, and every
+string the program holds is a literal made by :mod:`.safe`. The only code is the
+generated source's own, verified.
+
 Every value the launch code reads by an expression (``reinterpret_tensor(buf3, ...)``)
 becomes a parameter of its own, bound to a tensor of the recorded shape and strides.
 :class:`Program` holds the module's text; :meth:`Program.load` executes it (it compiles
@@ -38,12 +45,9 @@ import textwrap
 import types
 from typing import Callable, Sequence
 
-from ..errors import AotiDebugError
 from ..format.schema import Record
-
-
-class ReplayError(AotiDebugError):
-    """A launch cannot be replayed; the message says what is missing and what to do."""
+from .safe import ReplayError, check_expr, cpp_type, identifier, kernel_name, py_literal, shown, value_name
+from .trust import GraphSource, Sources
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,9 +96,11 @@ class Program:
 
     def module_source(self) -> str:
         body = textwrap.indent(self.body.rstrip() + "\n", "    ")
-        returns = ", ".join(f"{name!r}: {expr}" for name, expr in self.results)
-        return (f"{self.header.rstrip()}\n\n\ndef launch({', '.join(self.params)}):\n"
-                f'    """{self.kernel}, cut out of {os.path.basename(self.origin)}."""\n'
+        returns = ", ".join(f"{py_literal(name)}: {_result_expr(expr)}" for name, expr in self.results)
+        params = ", ".join(identifier(p, "value name") for p in self.params)
+        doc = py_literal(f"{self.kernel}, cut out of {os.path.basename(self.origin)}.")
+        return (f"{self.header.rstrip()}\n\n\ndef launch({params}):\n"
+                f"    {doc}\n"
                 f"{body}    return {{{returns}}}\n")
 
     def load(self) -> Callable[..., dict]:
@@ -102,19 +108,30 @@ class Program:
         module = types.ModuleType(f"aoti_debug_replay_{re.sub(r'[^0-9A-Za-z_]', '_', self.kernel)}")
         module.__file__ = self.origin
         try:
-            exec(compile(self.module_source(), f"<replay of {self.kernel}>", "exec"), module.__dict__)
+            exec(compile(self.module_source(), f"<replay of {shown(self.kernel)}>", "exec"), module.__dict__)
+        except ReplayError:
+            raise
         except Exception as e:
-            raise ReplayError(f"cannot compile {self.kernel} from {self.origin}: {type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''}") from None
+            raise ReplayError(f"cannot compile {shown(self.kernel)} from {shown(self.origin)}: {type(e).__name__}: "
+                              f"{shown(str(e).splitlines()[0] if str(e) else '')}") from None
         return module.__dict__["launch"]
 
 
 # ------------------------------------------------------------------------------ helpers
+def _result_expr(expr: str) -> str:
+    """What ``launch`` returns for a value: its name, or an element of one (``buf30[0]``)."""
+    m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(\[\d{1,6}\])?", expr)
+    if m is None:
+        raise ReplayError(f"{shown(expr)} is not a value name: not replayed")
+    return identifier(m.group(1), "value name") + (m.group(2) or "")
+
+
 def launch_values(records: Sequence[Record]) -> dict[str, Value]:
     """The launch's values by name, from its records (one launch, both phases)."""
     before: dict[str, Record] = {}
     after: dict[str, Record] = {}
     for r in records:
+        value_name(r.arg)  # a name that is not a plain identifier is refused before it reaches code
         (before if r.phase == "before" else after)[r.arg] = r
     names = list(dict.fromkeys([*before, *after]))
     return {n: Value(_identifier(n), before.get(n), after.get(n)) for n in names}
@@ -125,53 +142,40 @@ def _identifier(arg: str) -> str:
     return name if name.isidentifier() and not name[0].isdigit() else f"v_{name}"
 
 
-def _source_of(reader_info_graphs: dict, graph: str) -> tuple[str, str]:
-    g = reader_info_graphs.get(graph) or reader_info_graphs.get(graph.split("/")[0]) or {}
-    path, wrapper = g.get("file"), g.get("wrapper", "python")
-    if not path:
-        raise ReplayError(f"the dump does not say which generated source {graph} ran "
-                          f"(recorded by an older aoti_debug): re-record it")
-    if not os.path.isfile(path):
-        raise ReplayError(f"the generated source of {graph} no longer exists ({path}; the Inductor cache was "
-                          f"cleared or the run was on another machine): re-record on this machine and replay there")
-    return path, wrapper
-
-
-def program(graphs: dict, records: Sequence[Record]) -> Program:
+def program(sources: Sources, records: Sequence[Record]) -> Program:
     """The program of the launch whose records (both phases) are ``records``.
 
     Args:
-        graphs: the run's ``RunInfo.graphs``.
+        sources: the run's generated sources, as replay may run them (:class:`.trust.Sources`).
 
     Raises:
-        ReplayError: the source is gone, or this kind of launch cannot be cut out.
+        ReplayError: the source is gone or unverified, a name or expression of the dump
+            is not plain, or this kind of launch cannot be cut out.
     """
     first = records[0]
-    path, wrapper = _source_of(graphs, first.graph)
-    with open(path, encoding="utf-8", errors="replace") as f:
-        text = f.read()
+    src = sources.source(first.graph)
+    kernel_name(first.kernel, src.wrapper)
     values = launch_values(records)
-    if wrapper == "cpp" or path.endswith(".cpp"):
-        return _cpp_program(first, path, text, values)
-    return _python_program(first, path, text, values)
+    if src.wrapper == "cpp":
+        return _cpp_program(first, src, values)
+    return _python_program(first, src.path, src.text, values)
 
 
 View = tuple  # (size, stride, storage offset), as reinterpret_tensor takes them
 
 
-def wrapper_aliases(graphs: dict, graph: str) -> dict[str, tuple[str, View | None]]:
+def wrapper_aliases(sources: Sources, graph: str) -> dict[str, tuple[str, View | None]]:
     """Names the graph's Python wrapper binds to another value: ``buf31 = buf30[0]`` (an
     element of an extern kernel's tuple), ``buf5 = buf2`` (a reused buffer),
     ``buf20 = reinterpret_tensor(buf19, (2, 12, 256), (3072, 256, 1), 0)`` (a view of
     one) -> what they name, as records name it (``buf30[0]``), and the view. Empty for a
     C++ wrapper or a lost source."""
     try:
-        path, wrapper = _source_of(graphs, graph)
-        if wrapper == "cpp" or not path.endswith(".py"):
+        src = sources.source(graph)
+        if src.wrapper == "cpp":
             return {}
-        with open(path, encoding="utf-8", errors="replace") as f:
-            tree = ast.parse(f.read())
-    except (ReplayError, OSError, SyntaxError, ValueError):
+        tree = ast.parse(src.text)
+    except (ReplayError, OSError, SyntaxError, ValueError, RecursionError):
         return {}
     found: dict[str, tuple[str, View | None]] = {}
     for node in ast.walk(tree):
@@ -200,9 +204,9 @@ _AD_NAMES = ("_aoti_debug", "_AD_SITE_", "_aoti_debug_graph")
 def _launch_lines(text: str, r: Record) -> tuple[int, list[str]]:
     """The line number of the launch hook and the lines up to its done hook."""
     lines = text.splitlines()
-    if r.site is not None and r.site >= 0:
-        start = re.compile(rf"^\s*_aoti_debug\.launch\(_AD_SITE_{r.site}\b")
-        stop = re.compile(rf"^\s*_aoti_debug\.done\(_AD_SITE_{r.site}\b")
+    if isinstance(r.site, int) and not isinstance(r.site, bool) and r.site >= 0:
+        start = re.compile(rf"^\s*_aoti_debug\.launch\(_AD_SITE_{int(r.site)}\b")
+        stop = re.compile(rf"^\s*_aoti_debug\.done\(_AD_SITE_{int(r.site)}\b")
     else:
         tag = re.escape(f"# {r.kernel!r}")
         start = re.compile(rf"^\s*_aoti_debug\.launch\(.*{tag}\s*$")
@@ -215,7 +219,7 @@ def _launch_lines(text: str, r: Record) -> tuple[int, list[str]]:
                 if start.match(lines[j]):
                     break
             break
-    raise ReplayError(f"launch site {r.site} ({r.kernel}) is not in the generated wrapper: was it "
+    raise ReplayError(f"launch site {shown(r.site)} ({shown(r.kernel)}) is not in the generated wrapper: was it "
                       f"compiled at another level or kernel filter? re-record it")
 
 
@@ -243,6 +247,7 @@ def _substitute(body: str, values: dict[str, Value]) -> str:
     for v in values.values():
         for rec in (v.before, v.after):
             if rec is not None and rec.expr and rec.expr != rec.arg:
+                check_expr(rec.expr, f"expression of {rec.arg}")
                 element = _ELEMENT.match(rec.arg)
                 exprs.append((rec.expr, _identifier(element.group(1)) if element else v.name))
     for expr, name in sorted(set(exprs), key=lambda e: -len(e[0])):
@@ -475,36 +480,24 @@ def _cpp_call_args(text: str, kernel: str, names: set[str]) -> list[str]:
 _CPP_LITERAL = re.compile(r"^\(?\s*(-?\d+)(?:L|LL|UL|ULL)?\s*\)?$")
 
 
-def _kernel_sources(path: str, text: str):
-    """The wrapper's own text, then the kernel files AOTInductor writes beside it
-    (``<hash>.kernel.cpp``: the wrapper only declares its kernels)."""
-    yield text
-    folder = os.path.dirname(path)
-    try:
-        names = sorted(n for n in os.listdir(folder) if n.endswith(".cpp") and n != os.path.basename(path))
-    except OSError:
-        return
-    for name in names:
+def _cpp_program(first: Record, src: GraphSource, values: dict[str, Value]) -> Program:
+    kernel = identifier(first.kernel, "kernel name")
+    path, text = src.path, src.text
+    # The wrapper's own text, then the kernel files AOTInductor writes beside it
+    # (``<hash>.kernel.cpp``: the wrapper only declares its kernels); the dump keeps both.
+    for source_text in (text, *src.extra):
         try:
-            with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
-                yield f.read()
-        except OSError:
-            continue
-
-
-def _cpp_program(first: Record, path: str, text: str, values: dict[str, Value]) -> Program:
-    for source_text in _kernel_sources(path, text):
-        try:
-            definition, arg_types = _cpp_definition(source_text, first.kernel)
+            definition, arg_types = _cpp_definition(source_text, kernel)
             break
         except ReplayError as e:
             missing = e
     else:
         raise missing
+    arg_types = [cpp_type(t) for t in arg_types]
     tensors = {v.record.arg for v in values.values() if v.record.kind == "tensor"}
-    call_args = _cpp_call_args(text, first.kernel, tensors)
+    call_args = _cpp_call_args(text, kernel, tensors)
     if len(call_args) != len(arg_types):
-        raise ReplayError(f"{first.kernel} takes {len(arg_types)} arguments but is called with {len(call_args)}")
+        raise ReplayError(f"{kernel} takes {len(arg_types)} arguments but is called with {len(call_args)}")
     by_arg = {v.record.arg: v for v in values.values()}
     params: list[str] = []
     passed: list[str] = []
@@ -519,21 +512,22 @@ def _cpp_program(first: Record, path: str, text: str, values: dict[str, Value]) 
         elif re.fullmatch(r"[A-Za-z_]\w*", expr) and expr in by_arg:
             name = by_arg[expr].name
         else:
-            raise ReplayError(f"{first.kernel} is passed {expr!r}, which the dump does not record")
+            raise ReplayError(f"{kernel} is passed {shown(expr)}, which the dump does not record")
         if name not in params:
             params.append(name)
         passed.append(name)
     for v in values.values():
         if v.name not in params:
-            raise ReplayError(f"{first.kernel}'s value {v.record.arg} is not one of its call's arguments")
+            raise ReplayError(f"{kernel}'s value {v.record.arg} is not one of its call's arguments")
     source = f"{_CPP_PREFIX}\n{definition}\n"
     header = "\n".join([
         "import torch",
         "from torch._inductor.async_compile import AsyncCompile",
         "async_compile = AsyncCompile()",
-        f"{_identifier(first.kernel)} = async_compile.cpp_pybinding({arg_types!r}, r'''\n{source}''')",
+        f"{kernel} = async_compile.cpp_pybinding({py_literal(arg_types)}, {py_literal(source)})",
         "async_compile.wait(globals())",
     ])
-    body = f"{_identifier(first.kernel)}({', '.join(passed)})"
+    args = [str(int(a)) if a.lstrip("-").isdigit() else identifier(a, "value name") for a in passed]
+    body = f"{kernel}({', '.join(args)})"
     results = tuple((v.after.arg, v.name) for v in values.values() if v.after is not None)
     return Program(first.kernel, "cpp", path, header, body, tuple(params), results, values, source)

@@ -33,6 +33,7 @@ from .. import config
 from ..format.schema import RunInfo, print_lines
 from ..format.writer import (EncodedLines, RunWriter, claim_run_directory, clean_run_id, default_run_id,
                              encode_lines, new_run_info, run_directory)
+from . import sources as _sources
 from .flight import FlightRecorder, GraphCall
 
 #: Host memory that may be queued for writing before the model thread waits.
@@ -61,6 +62,23 @@ def warn_once(key: str, message: str) -> None:
         sys.stderr.flush()
     except Exception:
         pass
+
+
+def _with_sources(run_dir: str, label: str, origin: dict, graphs: dict) -> dict:
+    """``origin`` with the hashes of the copies of its generated source that the run
+    directory keeps for replay (:mod:`.sources`): copied once per graph; a subgraph
+    shares its graph's. A copy that fails is warned about once and left out."""
+    path = origin.get("file")
+    if not path:
+        return origin
+    base = graphs.get(label.split("/", 1)[0])
+    if base is not None and base.get("file") == path and _sources.SOURCES_KEY in base:
+        return {**origin, _sources.SOURCES_KEY: base[_sources.SOURCES_KEY]}
+    try:
+        return {**origin, _sources.SOURCES_KEY: _sources.copy_sources(run_dir, label, path)}
+    except Exception as e:  # never takes the model down: replay then says the copy is missing
+        warn_once("source-copy", f"cannot keep a copy of {path} for replay: {e}")
+        return origin
 
 
 #: Run directories the Python runtime of this process claimed: requested -> (claimed, run id),
@@ -400,7 +418,8 @@ class Session:
             if resumed:
                 with self._count_lock:
                     self.seq = max(self.seq, _last_seq.get(self.path, 0))
-            self.info = new_run_info(self.run_id, level, st.rank, st.world_size, device=device)
+            self.info = new_run_info(self.run_id, level, st.rank, st.world_size, device=device,
+                                     uid=os.getuid() if hasattr(os, "getuid") else None)
             if self.flight is not None:
                 self.info.flight = self.flight.summary()
             self._writer = RunWriter(self.path, self.info)
@@ -412,7 +431,7 @@ class Session:
         self.graph_labels[handle] = label
         w = self._writer
         if w is not None and self.info is not None:
-            self.info.graphs[label] = origin
+            self.info.graphs[label] = _with_sources(w.path, label, origin, self.info.graphs)
             self._write_info()
 
     def _write_info(self) -> None:

@@ -14,6 +14,7 @@
 #include "graph.h"
 #include "interface.h"
 #include "json.h"
+#include "sources.h"
 #include "state.h"
 #include "text.h"
 
@@ -141,6 +142,7 @@ std::string run_info_json(Shared& S) {
   key(I::kStartTime); json_str(o, S.start_time); o += ",\n";
   key(I::kSync); o += S.sync ? "true,\n" : "false,\n";
   key(I::kTorchVersion); json_str(o, AOTI_DEBUG_TORCH_VERSION); o += ",\n";
+  key(I::kUid); o += std::to_string(static_cast<long>(::getuid())) + ",\n";
   key(I::kWarnings); str_list(claims().run_warnings); o += ",\n";  // this run's, one per kind
   key(I::kWorldSize); o += std::to_string(S.world_size) + ",\n";
   key(I::kWriter); json_str(o, "cpp"); o += "\n}";
@@ -161,7 +163,10 @@ void write_info(Shared& S) {
 void register_graph(Shared& S, Local& L, const std::string& label, const Site& site, const void* anchor) {
   if (!S.usable || !L.registered.insert(label).second) return;
   std::string o = "{\"file\": ";
-  json_str(o, graph_file(anchor, site.file));
+  std::string file = graph_file(anchor, site.file);
+  json_str(o, file);
+  std::string copies = copy_sources(S, label, file);  // what replay may run (sources.h)
+  if (!copies.empty()) o += ", \"sources\": " + copies;
   if (site.graph && *site.graph) {
     o += ", \"subgraph\": ";
     json_str(o, site.graph);
