@@ -19,6 +19,7 @@ import stat
 import sys
 from typing import Callable, Iterable
 
+from ..format.files import open_regular
 from ..format.reader import RunReader
 from ..format.schema import RUN_FILE
 from ..runtime.sources import FILE_NAME, SOURCES_KEY, graph_folder, sha256_of
@@ -64,7 +65,7 @@ def _read_regular(path: str, what: str) -> bytes:
             raise ReplayError(f"{what} {shown(path)} is not a regular file: not replayed")
         if st.st_size > _MAX_BYTES:
             raise ReplayError(f"{what} {shown(path)} is larger than {_MAX_BYTES >> 20} MiB: not replayed")
-        with open(path, "rb") as f:
+        with open_regular(path, _MAX_BYTES, follow=False) as f:
             return f.read(_MAX_BYTES + 1)
     except OSError as e:
         raise ReplayError(f"cannot read {what} {shown(path)}: {e.strerror or e}") from None
