@@ -55,7 +55,8 @@ class _Progress:
                    "(.png or .svg; needs matplotlib).")
 @click.option("--rounding-factor", type=FiniteNonNegative(1.0), default=None, metavar="X",
               help="Against an fp64 reference (run --reference fp64): a value is rounding while its error "
-                   "is at most X times eager's own error, else suspect (default 8).")
+                   "is at most X times eager's own error, else suspect (default 8; 3 for bfloat16, float16 "
+                   "and float8 values).")
 @click.option("--replay", "replay_first", type=click.IntRange(min=1), default=None, metavar="K",
               help="Then replay A's first K divergent launches on B's inputs (as aoti-debug replay): "
                    "which kernel is the culprit, which only propagate the error.")

@@ -31,7 +31,7 @@ def replay_options(fn):
     """The tolerances replay judges a kernel's own error by (shared with ``diff --replay``)."""
     fn = click.option("--rounding-factor", type=FiniteNonNegative(1.0), default=None, metavar="X",
                       help="Against an fp64 reference: a kernel's own error beyond X times eager's own makes it "
-                           "the culprit (default 8).")(fn)
+                           "the culprit (default 8; 3 for bfloat16, float16 and float8 values).")(fn)
     fn = click.option("--rtol", type=FiniteNonNegative(), default=None, help="Relative tolerance (default: per dtype).")(fn)
     fn = click.option("--atol", type=FiniteNonNegative(), default=None, help="Absolute tolerance (default: per dtype).")(fn)
     return fn
