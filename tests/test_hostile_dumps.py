@@ -13,7 +13,6 @@ import dataclasses
 import io
 import json
 import os
-import shutil
 import signal
 import socket
 import struct
@@ -25,33 +24,18 @@ import zipfile
 
 import pytest
 import torch
-from click.testing import CliRunner
 
-from aoti_debug.cli import main
 from aoti_debug.cli._common import INTERNAL_ERROR
 from aoti_debug.errors import DumpError, RecordError
 from aoti_debug.format.files import FileTooLarge, NotRegularFile, iter_lines, open_regular
 from aoti_debug.format.reader import MAX_LINE, MAX_RUN_BYTES, RunReader
 from tests.conftest import REPO
-from tests.test_reader_validation import build_real_runs, read_lines, write_lines
+from tests.test_reader_validation import build_real_runs, cli, copy_of, read_lines, write_lines
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     return build_real_runs(tmp_path_factory)
-
-
-def copy_of(run: str, dst, name: str = "copy") -> str:
-    out = os.path.join(str(dst), name)
-    shutil.copytree(run, out)
-    return out
-
-
-def cli(*args):
-    result = CliRunner().invoke(main, [*map(str, args)])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    assert "Traceback" not in result.output and INTERNAL_ERROR not in result.output, result.output
-    return result
 
 
 def error_line(result) -> str:

@@ -69,8 +69,8 @@ def write_lines(run: str, recs: list) -> None:
         f.writelines(json.dumps(r) + "\n" for r in recs)
 
 
-def copy_of(run: str, dst) -> str:
-    out = os.path.join(str(dst), "copy")
+def copy_of(run: str, dst, name: str = "copy") -> str:
+    out = os.path.join(str(dst), name)
     shutil.copytree(run, out)
     return out
 

@@ -44,23 +44,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @contextlib.contextmanager
-def wrong_tanh(scale: float = 1.0001):
-    """A compiler bug: Inductor's lowering of ``aten.tanh`` made ``scale`` times too large.
+def wrong_lowering(op, scale: float):
+    """A compiler bug: Inductor's lowering of ``op`` made ``scale`` times too large.
 
     The caches are off meanwhile: their keys do not know the lowering, and a clean
     compile must neither read nor leave a wrong artifact."""
     from torch._inductor import lowering as L
 
-    aten = torch.ops.aten
-    original = L.lowerings[aten.tanh.default]
-    L.lowerings[aten.tanh.default] = lambda *a, **k: L.lowerings[aten.mul.Tensor](original(*a, **k), scale)
+    original = L.lowerings[op]
+    L.lowerings[op] = lambda *a, **k: L.lowerings[torch.ops.aten.mul.Tensor](original(*a, **k), scale)
     try:
         with torch._inductor.config.patch(fx_graph_cache=False, fx_graph_remote_cache=False,
                                           autotune_local_cache=False), \
                 torch._functorch.config.patch(enable_autograd_cache=False):
             yield
     finally:
-        L.lowerings[aten.tanh.default] = original
+        L.lowerings[op] = original
+
+
+def wrong_tanh(scale: float = 1.0001):
+    """``aten.tanh`` made ``scale`` times too large (:func:`wrong_lowering`): the GELU of GPT-2's MLP."""
+    return wrong_lowering(torch.ops.aten.tanh.default, scale)
 
 
 class Dumps:

@@ -30,28 +30,16 @@ import aoti_debug  # noqa: E402
 from aoti_debug.compare.verdict import SUSPECT  # noqa: E402
 from tests.conftest import dump_dir_restored, only_run  # noqa: E402
 from tests.real_models import BUILDERS  # noqa: E402
+from tests.test_reference import wrong_lowering  # noqa: E402
 
 #: The first norm each model computes: where an ``rsqrt`` bug is born.
 FIRST_NORM = {"llama": "layers.0.input_layernorm", "gpt2": "h.0.ln_1", "bert": "embeddings.LayerNorm"}
 
 
-@contextlib.contextmanager
 def wrong_rsqrt(scale: float = 1.01):
     """A compiler bug: Inductor's lowering of ``aten.rsqrt`` made ``scale`` times too large
-    (every RMSNorm and LayerNorm goes through it). The caches are off meanwhile: their
-    keys do not know the lowering."""
-    from torch._inductor import lowering as L
-
-    aten = torch.ops.aten
-    original = L.lowerings[aten.rsqrt.default]
-    L.lowerings[aten.rsqrt.default] = lambda *a, **k: L.lowerings[aten.mul.Tensor](original(*a, **k), scale)
-    try:
-        with torch._inductor.config.patch(fx_graph_cache=False, fx_graph_remote_cache=False,
-                                          autotune_local_cache=False), \
-                torch._functorch.config.patch(enable_autograd_cache=False):
-            yield
-    finally:
-        L.lowerings[aten.rsqrt.default] = original
+    (every RMSNorm and LayerNorm goes through it; :func:`wrong_lowering`)."""
+    return wrong_lowering(torch.ops.aten.rsqrt.default, scale)
 
 
 class Dumps:

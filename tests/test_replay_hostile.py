@@ -40,17 +40,9 @@ from aoti_debug.replay.safe import check_expr, cpp_type, identifier, kernel_name
 from aoti_debug.runtime.sources import graph_folder
 from tests.conftest import only_run
 from tests.test_reference import wrong_tanh
+from tests.test_replay import _TanhMLP
 
 CULPRIT_LAUNCH = 2  # cpp_fused_mul_tanh_0: the wrong tanh
-
-
-class _TanhMLP(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.l1, self.l2 = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
-
-    def forward(self, x):
-        return self.l2(torch.tanh(self.l1(x)) * 2).sum(-1) + x.mean()
 
 
 @pytest.fixture(scope="module")

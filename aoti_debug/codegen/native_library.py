@@ -84,7 +84,8 @@ def _cache_root() -> str:
 
 #: x86 vector ISAs the runtime's stats loops are compiled for, best first: the CPU flags
 #: each needs (``/proc/cpuinfo``) and the compiler flags Inductor's ``VecAVX512`` and
-#: ``VecAVX2`` use for them (torch 2.11 and 2.13).
+#: ``VecAVX2`` use for them (torch 2.11 and 2.13). Not the extensions Inductor adds on CPUs
+#: that have them (VNNI, AVX512-BF16, AMX): the stats loops use none of them.
 _X86_ISAS = (
     ("avx512", ("avx512f", "avx512dq", "avx512vl", "avx512bw", "fma"),
      ("-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma")),
