@@ -20,8 +20,9 @@ __all__ = ["printable", "UNPRINTABLE"]
 _BIDI = (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)
 #: Code points never printed raw: C0 controls (tab and newline too: inside a value
 #: they forge table cells and lines), DEL, C1 controls (U+0080-U+009F: 8-bit CSI and
-#: OSC to many terminals) and :data:`_BIDI`.
-UNPRINTABLE = frozenset((*range(0x20), 0x7F, *range(0x80, 0xA0), *_BIDI))
+#: OSC to many terminals), :data:`_BIDI`, and lone surrogates (U+D800-U+DFFF: a path's
+#: bytes that are not UTF-8, as Python decodes them; no terminal or UTF-8 file takes them).
+UNPRINTABLE = frozenset((*range(0x20), 0x7F, *range(0x80, 0xA0), *_BIDI, *range(0xD800, 0xE000)))
 
 
 _SHORT = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}

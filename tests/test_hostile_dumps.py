@@ -390,3 +390,23 @@ def test_hostile_record_values_are_problems_in_show_diff_and_repro(runs, tmp_pat
         # What repro allocates by is only what the reader let through.
         r = cli("repro", run, "--launch", launch, "-o", tmp_path / f"repro{launch}", *trust)
         assert r.exit_code in (0, 1, 2)
+
+
+# -- names that are not UTF-8 ------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", ["table", "markdown", "html", "json", "csv"])
+def test_a_dump_directory_whose_name_is_not_utf8_is_reported(runs, tmp_path, fmt):
+    """Python decodes such a name with lone surrogates: a human-readable report shows
+    them as escapes, a JSON or CSV file keeps the path's bytes, and nothing fails."""
+    run = copy_of(runs["stats"], tmp_path, name=os.fsdecode(b"run\xff"))
+    shown = cli("diff", run, runs["stats"], "-f", fmt)
+    assert shown.exit_code == 0, shown.output
+    out = tmp_path / os.fsdecode(b"report\xfe.txt")
+    written = cli("diff", run, runs["stats"], "-f", fmt, "--all", "-o", str(out))
+    assert written.exit_code == 0 and "report\\udcfe.txt" in written.output, written.output
+    data = out.read_bytes()
+    if fmt == "csv":
+        assert data.startswith(b"status,")
+    elif fmt == "json":
+        assert json.loads(data)["verdict"] and b"run\\udcff" in data
+    else:
+        assert b"run\\udcff" in data and b"\xff" not in data

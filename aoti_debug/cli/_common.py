@@ -151,7 +151,9 @@ def emit(text: str, output: str | None, summary: str, fmt: str = "table") -> Non
         click.echo(text, nl=False, color=True if raw else None)
         return
     try:
-        with open(output, "w", encoding="utf-8") as f:
+        # surrogateescape: a JSON or CSV report keeps a path's non-UTF-8 bytes as they were
+        # (the human-readable formats escaped them above).
+        with open(output, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(text)
     except OSError as e:
         raise BadInput(f"cannot write {output}: {e.strerror or e}") from None
