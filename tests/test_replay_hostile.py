@@ -21,6 +21,7 @@ level save with the Python wrapper, against its fp64 reference; each test edits 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -296,6 +297,8 @@ def test_other_host_or_user_needs_trust(recorded, cwd, field, value):
     for args in _all_commands(foreign, b, cwd / "r"):
         result = runner.invoke(cli_main, args)
         _one_line_error(result, args)
+        # diff --replay too: asked before the diff, never after a whole report.
+        assert len(result.output.strip().splitlines()) == 1, (args, result.output)
         last = result.output.strip().splitlines()[-1]
         assert "--trust" in last and "was recorded" in last, result.output
     result = runner.invoke(cli_main, ["replay", foreign, b, "--launch", str(CULPRIT_LAUNCH), "--trust"])
@@ -448,3 +451,18 @@ def test_builder_refuses_what_is_not_plain():
             check_expr(bad)
     for s in payloads():
         assert eval(py_literal(s)) == s and "\n" not in py_literal(s) and py_literal(s).isascii()
+
+
+def test_an_input_larger_than_free_memory_is_a_note_not_an_allocation():
+    """A dump may declare any tensor size validation lets through (up to a TiB); replay
+    checks it against the free memory before it allocates anything."""
+    from aoti_debug.format.schema import Record
+    from aoti_debug.replay.engine import materialise
+
+    rec = Record(seq=1, launch=7, graph="graph0", wrapper="python", kernel="k", op="k", kernel_call=0,
+                 phase="before", arg="in_ptr0", dtype="float32", shape=[1 << 38], stride=[1], device="cpu",
+                 numel=1 << 38)
+    with pytest.raises(ReplayError, match=r"in_ptr0 of launch 7 needs 1024.0 GiB and cpu has .* GiB free"):
+        materialise(rec, None)
+    small = dataclasses.replace(rec, shape=[2, 3], stride=[3, 1], numel=6)
+    assert materialise(small, None).shape == (2, 3)

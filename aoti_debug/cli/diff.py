@@ -8,7 +8,7 @@ import click
 
 from ..errors import AotiDebugError
 from ._common import BadInput, FiniteNonNegative, echo, emit, output_options
-from .replay import trust_args, trust_option
+from .replay import trust_option, vouched_early
 
 class _Progress:
     """A click progress bar over A's manifest bytes, on a terminal only."""
@@ -106,6 +106,8 @@ def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, fu
             require_matplotlib()
         except AotiDebugError as e:
             raise BadInput(str(e)) from None
+    # Asked (or refused) before the diff, so a refusal is not printed after a whole report.
+    replay_trust = vouched_early(dump_a, trust) if replay_first is not None else None
     bar = _Progress(progress)
     try:
         # The plot needs every pair, passing ones too: kept apart (keep_all), so the
@@ -136,8 +138,7 @@ def diff(dump_a, dump_b, atol, rtol, kernels, ignore, show_all, limit, align, fu
         launches = divergent_launches(result, replay_first)
         if launches:
             replayed = replay(dump_a, dump_b, launches=launches, atol=atol, rtol=rtol,
-                              **({} if rounding_factor is None else {"rounding_factor": rounding_factor}),
-                              **trust_args(trust))
+                              rounding_factor=rounding_factor, **replay_trust)
             echo("\n" + str(replayed), err=output is not None or fmt != "table")
         else:
             echo("replay: no output of A differs from B's", err=True)

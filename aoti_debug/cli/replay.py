@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from ..errors import AotiDebugError
+from ..printable import printable
 from ._common import BadInput, FiniteNonNegative, echo, emit, guarded, output_option
 
 
@@ -23,8 +25,25 @@ def trust_args(trust: bool) -> dict:
     """How the library asks before running a dump's code: a prompt on a terminal, else
     a refusal naming --trust; notes on stderr."""
     interactive = sys.stdin.isatty() and sys.stderr.isatty()
-    return {"trust": trust, "confirm": (lambda text: click.confirm(text, default=False, err=True))
-            if interactive else None, "say": lambda text: click.echo(text, err=True)}
+    # What is asked quotes the dump (its user, host, files): escaped like every report.
+    return {"trust": trust, "confirm": (lambda text: click.confirm(printable(text, keep_newlines=True), default=False,
+                                                                   err=True))
+            if interactive else None, "say": lambda text: echo(text, err=True)}
+
+
+def vouched_early(dump: str, trust: bool) -> dict:
+    """Asks (or refuses) about running ``dump``'s code before a long command starts
+    (``diff --replay``: its report would otherwise come first), and returns the
+    :func:`trust_args` for the replay after it, which then does not ask again."""
+    from ..format.reader import RunReader
+    from ..replay.trust import Sources
+
+    args = trust_args(trust)
+    try:
+        Sources(RunReader(dump), **args).vouch()
+    except AotiDebugError as e:
+        raise BadInput(str(e)) from None
+    return {**args, "confirm": lambda text: True}  # the user answered already
 
 
 def replay_options(fn):
@@ -85,8 +104,7 @@ def replay(dump_a, dump_b, launches, first, timeout, atol, rtol, rounding_factor
     if launches and first is not None:
         raise BadInput("give --launch or --first, not both")
     result = run_replay(dump_a, dump_b, launches=list(launches) or None, first=first, atol=atol, rtol=rtol,
-                        **({} if rounding_factor is None else {"rounding_factor": rounding_factor}),
-                        timeout=check_timeout(timeout), **trust_args(trust))
+                        rounding_factor=rounding_factor, timeout=check_timeout(timeout), **trust_args(trust))
     text = json.dumps(result.to_dict(), indent=1) + "\n" if fmt == "json" else str(result) + "\n"
     culprits = result.culprits
     summary = (f"culprit: launch {culprits[0].launch} {culprits[0].kernel}" if culprits

@@ -371,12 +371,12 @@ def _check_kind(d: dict) -> None:
     # A tensor the C++ runtime could not describe has shape [] and numel 0, with an error.
     if d.get("error") is None and numel != _numel(shape):
         raise RecordError(f"numel is {numel} but shape {show_value(shape)} holds {_numel_text(shape)} elements")
-    if _extent(shape, stride) * DTYPE_BYTES.get(dtype, 1) > MAX_EXTENT_BYTES:
+    if extent(shape, stride) * DTYPE_BYTES.get(dtype, 1) > MAX_EXTENT_BYTES:
         raise RecordError(f"shape {show_value(shape)} with stride {show_value(stride)} spans more than "
                           f"{MAX_EXTENT_BYTES >> 40} TiB of {dtype}")
 
 
-def _extent(shape: list[int], stride: list[int]) -> int:
+def extent(shape: list[int], stride: list[int]) -> int:
     """How many elements a tensor of ``shape`` and ``stride`` spans in its storage (what
     ``torch.empty_strided`` allocates)."""
     if 0 in shape:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from collections import defaultdict
 from typing import Any, Sequence
@@ -36,6 +37,7 @@ from ..config import KernelFilter
 from ..errors import DumpError, RecordError
 from ..format.reader import RunReader
 from ..format.schema import Record
+from ..format.validate import extent
 from ..compare import verdict as _verdict
 from ..compare.diff import choose_aligner, judged_stats, judged_values
 from ..compare.metrics import Metrics, TensorComparator, tolerance
@@ -279,13 +281,42 @@ def _device(rec: Record):
     return device
 
 
+def _room(device) -> int | None:
+    """Bytes free for a new tensor on ``device`` (None: unknown)."""
+    import torch
+
+    try:
+        if device.type == "cuda":
+            return torch.cuda.mem_get_info(device)[0]
+        if device.type == "cpu":
+            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, RuntimeError):
+        pass
+    return None
+
+
 def materialise(rec: Record, value: Any):
     """A tensor with ``rec``'s dtype, shape, strides and device holding ``value`` (any
-    tensor of its element count; zeros where ``value`` is None)."""
+    tensor of its element count; zeros where ``value`` is None).
+
+    Raises:
+        ReplayError: the tensor would not fit in the device's free memory (a dump may
+            declare any size up to validate's bound; nothing is allocated then).
+    """
     import torch
 
     shape, stride = list(rec.shape or []), list(rec.stride or [])
-    out = torch.empty_strided(shape, stride, dtype=_torch_dtype(rec.dtype), device=_device(rec))
+    dtype, device = _torch_dtype(rec.dtype), _device(rec)
+    need = extent(shape, stride) * dtype.itemsize
+    room = _room(device)
+    if room is not None and need > room:
+        raise ReplayError(f"{rec.arg} of launch {rec.launch} needs {need / 2**30:.1f} GiB and {device} has "
+                          f"{room / 2**30:.1f} GiB free: replay it on a machine with more memory")
+    try:
+        out = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+    except RuntimeError as e:  # out of memory, or an allocator limit below the free memory
+        raise ReplayError(f"{rec.arg} of launch {rec.launch}: cannot allocate {need / 2**30:.1f} GiB on {device} "
+                          f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
     if value is None:
         return out.zero_()
     value = value.reshape(shape) if list(value.shape) != shape else value
@@ -313,7 +344,7 @@ def _scalar(rec: Record) -> Any:
 
 
 class _Replayer:
-    def __init__(self, ra: RunReader, rb: RunReader, atol, rtol, factor: float, sources: Sources | None = None,
+    def __init__(self, ra: RunReader, rb: RunReader, atol, rtol, factor: float | None, sources: Sources | None = None,
                  timeout: float = DEFAULT_TIMEOUT):
         self.ra, self.rb = ra, rb
         self.sources = sources if sources is not None else Sources(ra)
@@ -530,13 +561,16 @@ def _nonempty(reader: RunReader, which: str) -> None:
 
 
 def replay(a, b, *, launches: Sequence[int] | None = None, first: int | None = None, atol: float | None = None,
-           rtol: float | None = None, rounding_factor: float = _verdict.ROUNDING_FACTOR, trust: bool = False,
+           rtol: float | None = None, rounding_factor: float | None = None, trust: bool = False,
            confirm=None, say=None, timeout: float = DEFAULT_TIMEOUT) -> ReplayResult:
     """Replay launches of run A on run B's values (see the module's docstring).
 
     Args:
         launches: A's launch numbers; by default (and with ``first``) the first
             ``first`` (1) launches whose outputs differ from B's.
+        rounding_factor: against an fp64 reference, how many times eager's own error
+            an own error may be and stay rounding; None: fitted to the model's dtype
+            (:func:`aoti_debug.compare.verdict.factor_for`), as ``diff`` judges.
         trust, confirm, say: who may run A's generated code (:class:`.trust.Sources`):
             by default only the dump's verified copies, of a dump this user recorded
             on this machine.

@@ -215,7 +215,7 @@ def write_repro(dump, launch: int, out_dir: str, reference=None, force: bool = F
         sources.vouch({r.graph for r in records})
         prog = program(sources, records)
         paired = _counterparts(ra, rb, by_launch, sources)
-        replayer = _Replayer(ra, rb if rb is not None else ra, None, None, _verdict.ROUNDING_FACTOR, sources)
+        replayer = _Replayer(ra, rb if rb is not None else ra, None, None, None, sources)
         lr = LaunchReplay(launch, records[0].graph, records[0].kernel, "")
         values = replayer.inputs(prog, paired, lr)
         files: dict[str, torch.Tensor] = {}
