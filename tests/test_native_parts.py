@@ -185,6 +185,63 @@ def test_json_and_names_as_python_writes_them(gen):
         assert run("sanitize", str(limit), *STRINGS) == [schema.sanitize(s, limit) for s in STRINGS]
 
 
+# --------------------------------------------------------------------------- sources.h alone
+_SOURCES = r"""
+#include "sources.h"
+#include <cstdio>
+using namespace AOTI_DEBUG_NS;
+// run_dir wrapper.cpp: copies the wrapper into run_dir (opened as a descriptor) and prints
+// run.json's hashes ("" where refused) and the warning.
+int main(int argc, char** argv) {
+  Shared& S = shared();
+  S.path = argv[1];
+  S.dir_fd = ::open(argv[1], O_RDONLY | O_DIRECTORY);
+  std::string copies = copy_sources(S, "graph0", argv[2]);
+  std::printf("%s\n", copies.c_str());
+  return 0;
+}
+"""
+
+
+def test_cpp_source_copies_never_go_through_a_link(gen, tmp_path):
+    """The C++ runtime's copies of a wrapper (native/sources.h) are made through the run
+    directory's descriptor: a link planted at sources/ or sources/<graph>/ is refused
+    with one warning, a link at a copy's name is replaced."""
+    import hashlib
+
+    exe = build_exe(gen, _SOURCES, "sources")
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    wrapper = tmp_path / "gen" / "cabc.cpp"
+    wrapper.parent.mkdir()
+    wrapper.write_text("// generated wrapper\n")
+    (wrapper.parent / "kernels.cpp").write_text("// its kernels\n")
+
+    def copy(run):
+        proc = subprocess.run([exe, str(run), str(wrapper)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip(), proc.stderr
+
+    planted = tmp_path / "run1"
+    planted.mkdir()
+    os.symlink(target, planted / "sources")
+    out, err = copy(planted)
+    assert out == "" and "symbolic link" in err, err
+    inner = tmp_path / "run2"
+    (inner / "sources").mkdir(parents=True)
+    os.symlink(target, inner / "sources" / "graph0")
+    out, err = copy(inner)
+    assert out == "" and "symbolic link" in err, err
+    good = tmp_path / "run3"
+    (good / "sources" / "graph0").mkdir(parents=True)
+    os.symlink(target / "x.cpp", good / "sources" / "graph0" / "cabc.cpp")
+    out, err = copy(good)
+    want = {n: hashlib.sha256((wrapper.parent / n).read_bytes()).hexdigest() for n in ("cabc.cpp", "kernels.cpp")}
+    assert json.loads(out) == want, (out, err)
+    assert not (good / "sources" / "graph0" / "cabc.cpp").is_symlink()
+    assert os.listdir(target) == []
+
+
 # --------------------------------------------------------------------------- pt_writer.h alone
 _PT = r"""
 #include "pt_writer.h"

@@ -171,3 +171,35 @@ def test_the_dump_root_may_be_a_link(tmp_path):
     RunWriter(path, info(rid)).close()
     assert sorted(os.listdir(real / "job")) == sorted([OWNER_FILE, RUN_FILE, MANIFEST_FILE, TENSOR_DIR])
 
+
+
+# -- the copies of generated sources (runtime/sources.py; native/sources.h in test_native_parts)
+def test_source_copies_never_go_through_a_link_in_the_run_directory(planted, tmp_path):
+    from aoti_debug.runtime.sources import SOURCES_DIR, copy_sources, graph_folder
+
+    root, target = planted
+    wrapper = tmp_path / "cabcdef.py"
+    wrapper.write_text("print('generated')\n")
+    run = root / "run"
+    run.mkdir()
+    fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.symlink(target, run / SOURCES_DIR)
+        with pytest.raises(RefusedDirectory, match="symbolic link"):
+            copy_sources(fd, "graph0", str(wrapper))
+        os.unlink(run / SOURCES_DIR)
+        (run / SOURCES_DIR).mkdir()
+        os.symlink(target, run / graph_folder("graph0"))
+        with pytest.raises(RefusedDirectory, match="symbolic link"):
+            copy_sources(fd, "graph0", str(wrapper))
+        os.unlink(run / graph_folder("graph0"))
+        # A link at a copy's own name is replaced, not written through.
+        (run / graph_folder("graph0")).mkdir()
+        os.symlink(target / "planted.py", run / graph_folder("graph0") / wrapper.name)
+        copied = copy_sources(fd, "graph0", str(wrapper))
+        kept = run / graph_folder("graph0") / wrapper.name
+        assert not kept.is_symlink() and kept.read_text() == "print('generated')\n"
+        assert list(copied) == [wrapper.name]
+    finally:
+        os.close(fd)
+    assert os.listdir(target) == []

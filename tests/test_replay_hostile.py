@@ -141,22 +141,29 @@ def _all_commands(a: str, b: str, out) -> list[list[str]]:
     ]
 
 
-def _run_everything(a: str, b: str, cwd, out_name: str = "repro") -> list:
+def _run_commands(commands: list[list[str]], cwd) -> list:
+    """Each CLI command, then any ``run.py`` a ``repro -o DIR`` among them wrote (in a
+    subprocess, as a user runs it); no marker may appear after any of them."""
     runner = CliRunner()
     results = []
-    for args in _all_commands(a, b, cwd / out_name):
+    for args in commands:
         result = runner.invoke(cli_main, args)
         if args[0] != "diff":  # diff's own report of a name that is no text: not replay's to render
             assert "Traceback" not in result.output and "internal error" not in result.output, (args, result.output)
         assert result.exception is None or isinstance(result.exception, SystemExit), (args, result.exception)
         _no_marker(cwd)
         results.append((args, result))
-    if os.path.exists(cwd / out_name / "run.py"):
-        proc = subprocess.run([sys.executable, str(cwd / out_name / "run.py")], cwd=str(cwd), capture_output=True,
-                              text=True, timeout=600)
-        _no_marker(cwd)
-        results.append((["run.py"], proc))
+    for args in commands:
+        run_py = os.path.join(args[args.index("-o") + 1], "run.py") if args[0] == "repro" else None
+        if run_py is not None and os.path.exists(run_py):
+            proc = subprocess.run([sys.executable, run_py], cwd=str(cwd), capture_output=True, text=True, timeout=600)
+            _no_marker(cwd)
+            results.append((["run.py"], proc))
     return results
+
+
+def _run_everything(a: str, b: str, cwd, out_name: str = "repro") -> list:
+    return _run_commands(_all_commands(a, b, cwd / out_name), cwd)
 
 
 # ------------------------------------------------------------------ names are never code
@@ -174,10 +181,18 @@ def test_injected_names_never_run(recorded, cwd, where):
             elif where == "expr" and r["launch"] in (1, CULPRIT_LAUNCH, 3):
                 r["expr"] = payload
         _edit_records(hostile, edit)
-        for args, result in _run_everything(hostile, b, cwd, f"repro-{where}{i}"):
-            if args[0] == "replay" and "--launch" in args:
+        # Every hostile launch in one replay (each refused on its own), and repro of one.
+        # diff --replay builds its programs with the same builder: run for one payload
+        # only (it also replays launches that are not hostile, a worker each).
+        commands = [["replay", hostile, b, "--launch", "1", "--launch", str(CULPRIT_LAUNCH), "--launch", "3"],
+                    ["repro", hostile, "--launch", str(CULPRIT_LAUNCH), "-r", b, "-o", str(cwd / f"repro-{where}{i}")]]
+        if i == 0:
+            commands.append(["diff", hostile, b, "--replay", "3"])
+        for args, result in _run_commands(commands, cwd):
+            if args[0] == "replay":
                 # refused (unjudged: nothing replayable), never run
                 assert result.exit_code == 2, (payload, args, result.output)
+                assert result.output.count("not replayed") >= 3, (payload, result.output)
         # the unedited dump names none of these payloads as code either: its code is its own
     _no_marker(cwd)
 
@@ -202,18 +217,24 @@ def test_injected_graph_file_names_never_run(recorded, cwd):
 
 
 def test_injected_dump_directory_names_never_run(recorded, cwd):
+    """Every payload at once, each a folder of the dump's path: a path pasted into code
+    would carry all of them (and one that broke the program would fail the verdicts)."""
     a, b = recorded
-    for i, payload in enumerate(payloads()):
+    path = cwd
+    for payload in payloads():
         name = payload.replace("/", "_").replace("\x00", "_")
         try:
-            hostile = _copy(a, cwd / name)
+            (path / name).mkdir()
         except (OSError, UnicodeEncodeError):
             continue  # a name this file system cannot hold
-        results = _run_everything(hostile, b, cwd, f"repro-dir{i}")
-        # the culprit is named, the repro written; run.py reproduces it, and ran no payload
-        assert results[0][1].exit_code == 1 and "CULPRIT" in results[0][1].output, (payload, results[0][1].output)
-        assert results[4][1].exit_code == 0, (payload, results[4][1].output)
-        assert results[5][1].returncode == 1, results[5][1].stdout + results[5][1].stderr
+        path = path / name
+    assert len(path.relative_to(cwd).parts) >= len(payloads()) - 1, path
+    hostile = _copy(a, path / "dump")
+    results = _run_everything(hostile, b, cwd, "repro-dir")
+    # the culprit is named, the repro written; run.py reproduces it, and ran no payload
+    assert results[0][1].exit_code == 1 and "CULPRIT" in results[0][1].output, results[0][1].output
+    assert results[4][1].exit_code == 0, results[4][1].output
+    assert results[5][1].returncode == 1, results[5][1].stdout + results[5][1].stderr
 
 
 def test_non_utf8_dump_directory_name(recorded, cwd):

@@ -6,7 +6,7 @@ each a header that includes what it uses so that it builds alone (the native tes
 that): ``interface.h`` (what the wrapper passes), ``json.h``, ``text.h``, ``state.h``
 (process-wide state and warnings), ``env.h``, ``graph.h``, ``dtypes.h``, ``names.h``,
 ``threads.h``, ``stats.h``, ``host_tensor.h``, ``device_driver.h``, ``device_ring.h``,
-``device_stats.h``, ``device_launch.h``, ``sources.h``, ``run_json.h``, ``crc.h``, ``pt_writer.h``,
+``device_stats.h``, ``device_launch.h``, ``own_dir.h``, ``sources.h``, ``run_json.h``, ``crc.h``, ``pt_writer.h``,
 ``manifest.h``, ``records.h``, ``flight.h``,
 ``flight_hooks.h``, ``run_dir.h``, ``entry.h``, and the wrapper-side glue (``glue_*.h``).
 
@@ -71,6 +71,7 @@ PARTS: tuple[tuple[str, str], ...] = (
     ("device_ring.h", "records"),
     ("device_stats.h", "records"),
     ("device_launch.h", "records"),
+    ("own_dir.h", "records"),
     ("sources.h", "records"),
     ("run_json.h", "records"),
     ("crc.h", "files"),

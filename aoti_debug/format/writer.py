@@ -472,6 +472,11 @@ class RunWriter:
         return os.path.join(self.path, TENSOR_DIR, filename)
 
     @property
+    def dir_fd(self) -> int:
+        """The descriptor of the run directory itself (-1 once closed)."""
+        return self._dir
+
+    @property
     def tensor_fd(self) -> int:
         """The descriptor of the run's ``tensors/`` (-1 once closed): tensor files are
         created relative to it (``O_CREAT|O_EXCL|O_NOFOLLOW``)."""

@@ -237,7 +237,8 @@ class Sandbox:
             run_limit = self.timeout
             setup_limit = max(self.timeout, SETUP_TIMEOUT)
             request = {"dir": job, "kernel": kernel, "origin": origin,
-                       "alarm": math.ceil(setup_limit + run_limit) + 60}
+                       "alarm": math.ceil(setup_limit + run_limit) + 60,
+                       "cpp": "async_compile.cpp" in source}
             try:
                 self._proc.stdin.write((json.dumps(request) + "\n").encode())
                 self._proc.stdin.flush()
@@ -423,11 +424,22 @@ def main() -> None:
     torch = sys.modules.get("torch")
     forking = hasattr(os, "fork") and not (torch is not None and torch.cuda.is_initialized())
     os.write(proto, b"ready\n")
+    probed = False
     while True:
         line = sys.stdin.buffer.readline()
         if not line:
-            return
+            os._exit(0)  # nothing buffered to flush (the protocol is raw writes); no teardown of torch
         job = json.loads(line)
+        if job.get("cpp") and not probed:
+            # Inductor picks the CPU's vector ISA by building and running probe programs
+            # (seconds; cached per process): once here, not in every forked child.
+            probed = True
+            try:
+                from torch._inductor import cpu_vec_isa
+
+                cpu_vec_isa.pick_vec_isa()
+            except Exception:  # noqa: BLE001 - the child probes again and reports what fails
+                pass
         if not forking:
             os._exit(_child(job, proto))
         pid = os.fork()

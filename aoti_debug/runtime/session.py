@@ -64,7 +64,7 @@ def warn_once(key: str, message: str) -> None:
         pass
 
 
-def _with_sources(run_dir: str, label: str, origin: dict, graphs: dict) -> dict:
+def _with_sources(run_fd: int, label: str, origin: dict, graphs: dict) -> dict:
     """``origin`` with the hashes of the copies of its generated source that the run
     directory keeps for replay (:mod:`.sources`): copied once per graph; a subgraph
     shares its graph's. A copy that fails is warned about once and left out."""
@@ -75,7 +75,7 @@ def _with_sources(run_dir: str, label: str, origin: dict, graphs: dict) -> dict:
     if base is not None and base.get("file") == path and _sources.SOURCES_KEY in base:
         return {**origin, _sources.SOURCES_KEY: base[_sources.SOURCES_KEY]}
     try:
-        return {**origin, _sources.SOURCES_KEY: _sources.copy_sources(run_dir, label, path)}
+        return {**origin, _sources.SOURCES_KEY: _sources.copy_sources(run_fd, label, path)}
     except Exception as e:  # never takes the model down: replay then says the copy is missing
         warn_once("source-copy", f"cannot keep a copy of {path} for replay: {e}")
         return origin
@@ -431,7 +431,7 @@ class Session:
         self.graph_labels[handle] = label
         w = self._writer
         if w is not None and self.info is not None:
-            self.info.graphs[label] = _with_sources(w.path, label, origin, self.info.graphs)
+            self.info.graphs[label] = _with_sources(w.dir_fd, label, origin, self.info.graphs)
             self._write_info()
 
     def _write_info(self) -> None:

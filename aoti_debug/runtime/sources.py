@@ -18,6 +18,8 @@ import hashlib
 import os
 import re
 
+from ..format.writer import DIR_MODE, NEW_FILE_FLAGS, open_own_dir
+
 SOURCES_DIR = "sources"
 #: The key of a graph entry of run.json holding ``{file name: sha256}``.
 SOURCES_KEY = "sources"
@@ -52,21 +54,35 @@ def source_files(path: str) -> list[str]:
     return files
 
 
-def copy_sources(run_dir: str, label: str, path: str) -> dict[str, str]:
+def copy_sources(run_fd: int, label: str, path: str) -> dict[str, str]:
     """Copies graph ``label``'s generated sources (wrapper ``path``) into the run
-    directory; ``{file name: sha256}`` of what it copied.
+    directory whose descriptor is ``run_fd``; ``{file name: sha256}`` of what it copied.
+
+    Every step goes through directory descriptors (``mkdir``/``open`` at a descriptor,
+    ``O_NOFOLLOW``, each folder checked to be the entry it opened and this user's), never
+    through a path: a link planted in the run directory, or swapped in while it copies,
+    is refused, never written through.
 
     Raises:
-        OSError: the wrapper cannot be read or the copy cannot be written.
+        OSError: the wrapper cannot be read or the copy cannot be written (a
+            :class:`~aoti_debug.format.writer.RefusedDirectory` for a planted link).
     """
-    folder = run_dir
-    for part in graph_folder(label).split(os.sep):  # never through a link planted in the run directory
-        folder = os.path.join(folder, part)
-        try:
-            os.mkdir(folder, 0o755)
-        except FileExistsError:
-            if os.path.islink(folder) or not os.path.isdir(folder):
-                raise OSError(f"{folder} is not a directory of the run") from None
+    folder = os.dup(run_fd)
+    try:
+        for part in graph_folder(label).split(os.sep):
+            try:
+                os.mkdir(part, DIR_MODE, dir_fd=folder)
+            except FileExistsError:
+                pass  # made by an earlier copy, or planted: open_own_dir tells them apart
+            inner = open_own_dir(folder, part)
+            os.close(folder)
+            folder = inner
+        return _copy_into(folder, path)
+    finally:
+        os.close(folder)
+
+
+def _copy_into(folder: int, path: str) -> dict[str, str]:
     copied: dict[str, str] = {}
     for i, src in enumerate(source_files(path)):
         name = os.path.basename(src)
@@ -85,15 +101,15 @@ def copy_sources(run_dir: str, label: str, path: str) -> dict[str, str]:
             if i == 0:
                 raise OSError(f"{src} is larger than {_MAX_BYTES >> 20} MiB")
             continue
-        tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        tmp = f".{name}.{os.getpid()}.tmp"
         try:
-            fd = os.open(tmp, flags, 0o644)
+            fd = os.open(tmp, NEW_FILE_FLAGS, 0o644, dir_fd=folder)
         except FileExistsError:  # left by a copy that was cut short
-            os.unlink(tmp)
-            fd = os.open(tmp, flags, 0o644)
+            os.unlink(tmp, dir_fd=folder)
+            fd = os.open(tmp, NEW_FILE_FLAGS, 0o644, dir_fd=folder)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(tmp, os.path.join(folder, name))  # replaces a link itself, never writes through it
+        # Replaces a link at the name itself, never writes through it.
+        os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
         copied[name] = sha256_of(data)
     return copied

@@ -21,6 +21,7 @@
 
 #include "constants.h"
 #include "json.h"
+#include "own_dir.h"
 #include "state.h"
 #include "text.h"
 
@@ -113,13 +114,16 @@ bool read_small_file(const std::string& path, std::string& out) {
   return ok;
 }
 
-bool write_copy(const std::string& path, const std::string& data, std::string& err) {
-  std::string tmp = path + "." + std::to_string(static_cast<long>(::getpid())) + ".tmp";
+// Writes `data` as the file `name` of the directory `dir`: a new temporary file
+// (O_EXCL|O_NOFOLLOW at the descriptor), renamed over `name` (a link there is replaced,
+// never written through).
+bool write_copy(int dir, const std::string& name, const std::string& data, std::string& err) {
+  std::string tmp = "." + name + "." + std::to_string(static_cast<long>(::getpid())) + ".tmp";
   const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-  int fd = ::open(tmp.c_str(), flags, 0644);
+  int fd = ::openat(dir, tmp.c_str(), flags, 0644);
   if (fd < 0 && errno == EEXIST) {  // left by a copy that was cut short
-    ::unlink(tmp.c_str());
-    fd = ::open(tmp.c_str(), flags, 0644);
+    ::unlinkat(dir, tmp.c_str(), 0);
+    fd = ::openat(dir, tmp.c_str(), flags, 0644);
   }
   bool ok = fd >= 0;
   for (size_t done = 0; ok && done < data.size();) {
@@ -129,21 +133,46 @@ bool write_copy(const std::string& path, const std::string& data, std::string& e
     else done += static_cast<size_t>(w);
   }
   if (fd >= 0 && ::close(fd) != 0) ok = false;
-  // rename replaces a link itself, never writes through it
-  if (ok && ::rename(tmp.c_str(), path.c_str()) == 0) return true;
-  err = "cannot write " + path + ": " + errno_text(errno);
-  ::unlink(tmp.c_str());
+  if (ok && ::renameat(dir, tmp.c_str(), dir, name.c_str()) == 0) return true;
+  err = "cannot write " + name + ": " + errno_text(errno);
+  ::unlinkat(dir, tmp.c_str(), 0);
   return false;
 }
 
+// The folder `rel` ("sources/<graph>") below the run directory `run_fd`, made where
+// missing and opened part by part with open_own_dir; -1 with `why` set where refused.
+int open_source_folder(int run_fd, const std::string& rel, std::string& why) {
+  int dir = ::fcntl(run_fd, F_DUPFD_CLOEXEC, 0);
+  if (dir < 0) {
+    why = errno_text(errno);
+    return -1;
+  }
+  size_t start = 0;
+  while (start <= rel.size()) {
+    size_t slash = rel.find('/', start);
+    std::string part = rel.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    ::mkdirat(dir, part.c_str(), 0755);  // EEXIST: made earlier, or planted (open_own_dir tells)
+    int inner = open_own_dir(dir, part.c_str(), why);
+    if (inner < 0 && why.empty()) why = errno_text(errno);
+    ::close(dir);
+    if (inner < 0) return -1;
+    dir = inner;
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  return dir;
+}
+
 // Caller holds S.mu. Copies a C++ wrapper `file` and the .cpp files beside it into the
-// run directory; returns run.json's `{"name": "sha256", ...}`, or "" where the wrapper
-// could not be copied (warned once: replay then says the dump holds no verified copy).
+// run directory (through S.dir_fd, never a path); returns run.json's
+// `{"name": "sha256", ...}`, or "" where the wrapper could not be copied (warned once:
+// replay then says the dump holds no verified copy).
 std::string copy_sources(Shared& S, const std::string& label, const std::string& file) {
   size_t slash = file.rfind('/');
   std::string dir = slash == std::string::npos ? "." : file.substr(0, slash);
   std::string main = slash == std::string::npos ? file : file.substr(slash + 1);
   if (main.size() < 5 || main.compare(main.size() - 4, 4, ".cpp") != 0) return "";  // a .so: no source left
+  if (S.dir_fd < 0) return "";
   std::vector<std::string> names{main};
   if (DIR* d = ::opendir(dir.c_str())) {
     std::vector<std::string> beside;
@@ -155,22 +184,22 @@ std::string copy_sources(Shared& S, const std::string& label, const std::string&
     std::sort(beside.begin(), beside.end());
     names.insert(names.end(), beside.begin(), beside.end());
   }
-  std::string folder = S.path + "/" + source_folder(label);
-  for (const std::string& d : {S.path + "/sources", folder}) {  // never through a link planted in the run
-    struct stat st;
-    if (::mkdir(d.c_str(), 0755) != 0 && (::lstat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
-      warn_once(S, "source-copy", "cannot keep a copy of " + file + " for replay: " + d + " is not a directory");
-      return "";
-    }
+  std::string why;
+  int folder = open_source_folder(S.dir_fd, source_folder(label), why);
+  if (folder < 0) {
+    warn_once(S, "source-copy", "cannot keep a copy of " + file + " for replay: " + S.path + "/" +
+                                    source_folder(label) + ": " + why);
+    return "";
   }
   std::string o = "{";
   bool any = false;
   for (size_t i = 0; i < names.size(); ++i) {
     std::string data, err;
     bool ok = plain_file_name(names[i]) && read_small_file(dir + "/" + names[i], data) &&
-              write_copy(folder + "/" + names[i], data, err);
+              write_copy(folder, names[i], data, err);
     if (!ok) {
       if (i == 0) {
+        ::close(folder);
         warn_once(S, "source-copy", "cannot keep a copy of " + file + " for replay" + (err.empty() ? "" : ": " + err));
         return "";
       }
@@ -182,6 +211,7 @@ std::string copy_sources(Shared& S, const std::string& label, const std::string&
     json_str(o, sha256_hex(data));
     any = true;
   }
+  ::close(folder);
   return o + "}";
 }
 
