@@ -394,6 +394,33 @@ def test_from_dict_rejects_every_damaged_record(rec):
     assert _one_line(str(e.value))
 
 
+def _rules_pass(rec: dict) -> bool:
+    """The field rules one call at a time (validate._fields), what the compiled check
+    of a key order must agree with."""
+    from aoti_debug.format import validate
+
+    if any(k not in rec for k in validate.RECORD_REQUIRED):
+        return False
+    try:
+        validate._fields(rec, validate.RECORD_FIELDS, "", RecordError)
+    except RecordError:
+        return False
+    return True
+
+
+@settings(max_examples=3000, **_FAST)
+@given(rec=st.one_of(damaged_record(), valid_record()))
+def test_the_compiled_field_check_agrees_with_the_rules(rec):
+    """validate._fields_checker writes the rules of a key order out as one function: it
+    passes exactly what the rules pass (a record it failed wrongly would only cost the
+    plain path; one it passed wrongly would be damage let through)."""
+    from aoti_debug.format import validate
+
+    if type(rec) is not dict:  # damage of another kind: check_record refuses it first
+        return
+    assert validate._compile_fields_check(tuple(rec))(rec) == _rules_pass(rec), rec
+
+
 @settings(max_examples=2700, **_FAST)
 @given(info=damaged_info())
 def test_from_dict_rejects_every_damaged_run_header(info):

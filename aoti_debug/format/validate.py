@@ -325,21 +325,101 @@ def _fields(d: dict, spec: dict[str, _Rule], where: str, error: type[Exception])
                                  f"{key} is {show_value(value)}, not {expected}"))
 
 
+#: The same checks as :data:`RECORD_FIELDS`, written out inline (``{v}``: the value) for
+#: :func:`_fields_checker`; a field without one calls its rule.
+_INLINE = {
+    **dict.fromkeys(("seq", "launch", "kernel_call", "index"), "type({v}) is int and 0 <= {v} <= INT64_MAX"),
+    **dict.fromkeys(("graph", "kernel", "arg"), "type({v}) is str and {v} != ''"),
+    "op": "type({v}) is str",
+    "wrapper": "type({v}) is str and {v} in _RECORD_WRAPPERS",
+    "phase": "type({v}) is str and {v} in _PHASES",
+    "role": "type({v}) is str and {v} in _ROLES",
+    "kind": "type({v}) is str and {v} in _KINDS",
+    **dict.fromkeys(("expr", "dtype", "device", "error", "skipped", "volatile"), "{v} is None or type({v}) is str"),
+    **dict.fromkeys(("shared", "uninitialised"), "{v} is None or type({v}) is bool"),
+    **dict.fromkeys(("reused", "site"), "{v} is None or (type({v}) is int and 0 <= {v} <= INT64_MAX)"),
+    "numel": "{v} is None or (type({v}) is int and 0 <= {v} <= MAX_DIM)",
+    "stats": "{v} is None or type({v}) is dict",
+    "shape": "{v} is None or _dims({v})",
+    "stride": "{v} is None or _dims({v})",
+}
+_CHECKERS: dict[tuple, Callable[[dict], bool]] = {}
+#: Distinct key orders a reader compiles a checker for (a writer has one or two; a
+#: hand-made manifest may have any number, and those beyond take the plain path).
+_MAX_CHECKERS = 64
+
+
+def _fields_checker(keys: tuple) -> Callable[[dict], bool] | None:
+    """:func:`_compile_fields_check` of ``keys``, made once; None once
+    :data:`_MAX_CHECKERS` are made."""
+    fn = _CHECKERS.get(keys)
+    if fn is None and len(_CHECKERS) < _MAX_CHECKERS:
+        fn = _CHECKERS[keys] = _compile_fields_check(keys)
+    return fn
+
+
+def _compile_fields_check(keys: tuple) -> Callable[[dict], bool]:
+    """A function that is True for a record with exactly these ``keys`` (in this order)
+    whose every field passes :data:`RECORD_FIELDS` and whose required keys are all
+    there: :func:`_fields` without a call per field. False where anything fails (then
+    :func:`_fields` says what)."""
+    env = {"INT64_MAX": INT64_MAX, "MAX_DIM": MAX_DIM, "_dims": _dims, "_RECORD_WRAPPERS": frozenset(RECORD_WRAPPERS),
+           "_PHASES": frozenset(PHASES), "_ROLES": frozenset(ROLES), "_KINDS": frozenset(KINDS)}
+    lines = ["def check(d):"]
+    if not all(k in keys for k in RECORD_REQUIRED):
+        lines.append("    return False")
+    for i, key in enumerate(k for k in keys if k in RECORD_FIELDS):  # only known names reach the code
+        lines.append(f"    v = d[{key!r}]")
+        if key in _INLINE:
+            test = _INLINE[key].format(v="v")
+        else:
+            env[f"rule{i}"] = RECORD_FIELDS[key][0]
+            test = f"rule{i}(v)"
+        lines.append(f"    if not ({test}):\n        return False")
+    lines.append("    return True")
+    exec("\n".join(lines), env)  # noqa: S102 - the text is built above from this module's names
+    return env["check"]
+
+
 def check_record(d: Any) -> None:
     """Raise :class:`RecordError` naming the first thing wrong with manifest record ``d``."""
     if type(d) is not dict:
         raise RecordError("not a JSON object")
-    missing = [k for k in RECORD_REQUIRED if k not in d]
-    if missing:
-        raise RecordError("record lacks " + ", ".join(missing))
-    _fields(d, RECORD_FIELDS, "", RecordError)
+    fast = _fields_checker(tuple(d))
+    if fast is None or not fast(d):
+        missing = [k for k in RECORD_REQUIRED if k not in d]
+        if missing:
+            raise RecordError("record lacks " + ", ".join(missing))
+        _fields(d, RECORD_FIELDS, "", RecordError)
     stats = d.get("stats")
     if stats is not None:
         _check_stats(stats)
     _check_kind(d)
 
 
+_STAT_NUMBERS, _STAT_COUNTS = STAT_KEYS[:5], STAT_KEYS[5:]
+
+
+def _stats_pass(stats: dict) -> bool:
+    """True where :func:`_check_stats` passes ``stats`` and every number is a float (as
+    both writers write them); False where it may not (then it says what)."""
+    try:
+        for key in _STAT_NUMBERS:
+            v = stats[key]
+            if type(v) is not float or v != v:
+                return False
+        for key in _STAT_COUNTS:
+            v = stats[key]
+            if type(v) is not int or not 0 <= v <= INT64_MAX:
+                return False
+    except KeyError:
+        return False
+    return True
+
+
 def _check_stats(stats: dict) -> None:
+    if _stats_pass(stats):
+        return
     missing = [k for k in STAT_KEYS if k not in stats]
     if missing:
         # An absent count would read as "no NaN": never guess it.
