@@ -165,12 +165,20 @@ def _describe(launch: Launch) -> Provenance | None:
     fused: list[Any] = []
     outputs: dict[str, ValueOrigin] = {}
     output_nodes: list[Any] = []
+    updates: set[str] = set()  # the node names whose value the launch writes into a graph input
     for a in launch.args:
         if not a.after:
             continue
-        buf = _buffer(graph, base_name(a.expr) if a.expr else a.name)
+        name = base_name(a.expr) if a.expr else a.name
+        buf = _buffer(graph, name)
         if buf is None:
             buf = _buffer(graph, a.name.split("[", 1)[0])
+        written = _written_into(graph, name)
+        if written is not None:  # a graph input the launch updates in place
+            outputs[a.name] = value_origin(written, output=True)
+            output_nodes.append(written)
+            updates.add(str(written.name))
+            continue
         if buf is None:
             continue
         origins = _origins(buf)
@@ -183,6 +191,14 @@ def _describe(launch: Launch) -> Provenance | None:
                 fused.append(node)
     if not fused and not outputs:
         return None
+    if updates:
+        # The buffer the same kernel also writes that value to is a copy on the way: the
+        # node's value is the updated input (what the user's tensor holds after the call).
+        import dataclasses
+
+        for arg, origin in list(outputs.items()):
+            if origin.node in updates and not _written_into(graph, base_name(arg)):
+                outputs[arg] = dataclasses.replace(origin, inner=True)
     inputs = _input_origins(graph, launch, fused)
     order = _order(fused + output_nodes)
     fused.sort(key=lambda n: order.get(n, -1))
@@ -198,6 +214,30 @@ def _describe(launch: Launch) -> Provenance | None:
     return Provenance(nodes=tuple(str(n.name) for n in fused), aten=tuple(atens), module=first.module,
                       module_raw=first.module_raw, source=first.source, code=first.code,
                       outputs=tuple(sorted(outputs.items())), inputs=tuple(sorted(inputs.items())))
+
+
+def _updates(fx_graph) -> dict:
+    """Graph input name -> the node whose value an ``aten.copy_`` into it writes: how a
+    post-grad graph updates an input in place (``x.copy_(y)``, an optimizer's ``add_``,
+    a KV cache), and Inductor makes the kernel that computes the value write it there."""
+    import torch
+
+    out = {}
+    for n in fx_graph.nodes:
+        if n.op == "call_function" and n.target is torch.ops.aten.copy_.default and len(n.args) >= 2:
+            dst, src = n.args[0], n.args[1]
+            if getattr(dst, "op", None) == "placeholder" and getattr(src, "op", None) == "call_function":
+                out[str(dst.name)] = src
+    return out
+
+
+def _written_into(graph, name: str):
+    """The FX node whose value a launch writes into graph input ``name`` (None: ``name``
+    is no input updated in place)."""
+    try:
+        return _cached(graph.graph, "updates", _updates).get(name)
+    except Exception:
+        return None
 
 
 def _graph_inputs(fx_graph) -> tuple[dict, dict]:

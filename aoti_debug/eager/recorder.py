@@ -13,7 +13,12 @@ post-grad node's ``from_node`` chain) and the reference has that node's value:
   compiled run keys a weight by the node that reads it);
 * a view (a value that shares storage with an input of its node) and a tuple are not
   recorded: no compiled kernel makes them (a tuple's elements are the values of the
-  ``getitem`` nodes that take them apart).
+  ``getitem`` nodes that take them apart);
+* an in-place update (``x.copy_(y)``, ``p.add_(g)``: a node that returns the very tensor
+  it read) is recorded as that node's value, the tensor as it updated it: a compiled
+  kernel writes it (into the graph input itself), and an optimizer step or a cache
+  update is wrong there or nowhere. The tensor it updated is no ``before`` record of
+  that node (it no longer holds what the node read).
 
 In ``fp64`` mode every node also runs on float64 copies of its inputs (floating dtypes
 in its arguments become float64, ``.float()`` becomes ``.double()``, each node under
@@ -231,7 +236,9 @@ class Recorder:
         return copy
 
     # -- recording -----------------------------------------------------------------------
-    def _site(self, node: fx.Node) -> Site | None:
+    def _site(self, node: fx.Node, updated: tuple[fx.Node, ...] = ()) -> Site | None:
+        """The site of ``node`` (``updated``: the inputs it updates in place, which are
+        not its inputs' records)."""
         if node in self.sites:
             return self.sites[node]
         target = _target_name(node)
@@ -239,7 +246,7 @@ class Recorder:
         origin = self._origin(node, target) if self.kernels.matches(node.name, target) else None
         if origin is not None:
             source, code = origin.source, origin.code
-            inputs = [a for a in node.all_input_nodes if a.op == "placeholder"]
+            inputs = [a for a in node.all_input_nodes if a.op == "placeholder" and a not in updated]
             prov = Provenance(nodes=(node.name,), aten=(origin.aten,), module=origin.module, source=source, code=code,
                               outputs=(("out", origin),),
                               inputs=tuple(sorted((a.name, origin) for a in inputs)))
@@ -263,12 +270,13 @@ class Recorder:
             return
         try:
             reads = [env[a] for a in node.all_input_nodes]
-            if value.layout == torch.strided and _storages([value]) & _storages(reads):
+            updated = tuple(a for a in node.all_input_nodes if env[a] is value)  # in place: the same tensor
+            if not updated and value.layout == torch.strided and _storages([value]) & _storages(reads):
                 return  # a view of what the node read: no kernel makes it
-            site = self._site(node)
+            site = self._site(node, updated)
             if site is None:
                 return
-            placeholders = [env[a] for a in node.all_input_nodes if a.op == "placeholder"]
+            placeholders = [env[a] for a in node.all_input_nodes if a.op == "placeholder" and a not in updated]
             self.handle.launch(site, placeholders)
             if value64 is None:
                 self.handle.done(site, (value,))
