@@ -345,3 +345,6 @@ def test_gpt2_backward_only_bug_is_named_at_the_embedding(gpt2_training):
                  and rc.verdict == SUSPECT)
     module = RunReader(ref).provenance(first.b).output(first.b.arg).module
     assert module in ("model.transformer.wte", "model.transformer.wpe"), module
+    # ... and the report names it too: the first divergence's module, as the user wrote it.
+    assert fd.module in ("model.transformer.wte", "model.transformer.wpe"), str(fd)
+    assert "model.transformer.w" in str(result), str(result)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import keyword
 import os
 import shutil
 import subprocess
@@ -455,6 +456,15 @@ def test_builder_refuses_what_is_not_plain():
             value_name(bad)
     assert value_name("buf30[0]") == ("buf30", 0) and value_name("arg0_1") == ("arg0_1", None)
     assert value_name("buf4#2") == ("buf4", None)
+    # Literals a user-defined Triton kernel is passed: never spelled as names (v_32).
+    from aoti_debug.replay.program import _identifier
+
+    for literal in ("32", "-1.5e-05", "4096", "True", "None"):
+        assert value_name(literal) == (literal, None)
+        assert _identifier(literal).isidentifier() and not keyword.iskeyword(_identifier(literal)), literal
+    for bad in ("32)", "1_000", "0x10", "1e", "--1", "3.", "True()"):
+        with pytest.raises(ReplayError):
+            value_name(bad)
     assert kernel_name("extern_kernels.mm", "python") and kernel_name("torch.ops.aten.__and__.Tensor", "python")
     for bad in payloads() + ["extern_kernels.mm"]:
         with pytest.raises(ReplayError):

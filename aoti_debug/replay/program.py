@@ -39,6 +39,7 @@ from __future__ import annotations
 import ast
 import builtins
 import dataclasses
+import keyword
 import os
 import re
 import textwrap
@@ -138,8 +139,10 @@ def launch_values(records: Sequence[Record]) -> dict[str, Value]:
 
 
 def _identifier(arg: str) -> str:
+    """The parameter name of value ``arg`` (checked by :func:`.safe.value_name`): a
+    literal (``32``, ``True``) or an element (``buf30[0]``) made an identifier."""
     name = re.sub(r"\W", "_", arg)
-    return name if name.isidentifier() and not name[0].isdigit() else f"v_{name}"
+    return name if name.isidentifier() and not keyword.iskeyword(name) else f"v_{name}"
 
 
 def program(sources: Sources, records: Sequence[Record]) -> Program:

@@ -33,6 +33,8 @@ class ReplayError(AotiDebugError):
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: A value: a name, one element of it (``buf30[0]``), or a C++ shim's n-th output (``buf4#2``).
 _VALUE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[(\d{1,6})\]|#\d{1,6})?")
+#: A number as a wrapper spells a literal argument.
+_NUMBER = re.compile(r"-?[0-9]{1,30}(?:\.[0-9]{1,30})?(?:[eE][-+]?[0-9]{1,3})?")
 #: Names of the instrumentation the wrapper calls (never a value of a launch).
 _RESERVED_PREFIXES = ("_aoti_debug", "_AD_", "__")
 
@@ -76,8 +78,13 @@ def identifier(name: Any, what: str) -> str:
 
 def value_name(arg: Any) -> tuple[str, int | None]:
     """A record's ``arg`` as ``(name, element)``: ``buf3``, ``buf30[0]`` (an element of
-    a tuple or list) or ``buf4#2`` (a C++ shim's third output: no element). A builtin's name is refused too: it would become a parameter that
-    hides the builtin from the launch code."""
+    a tuple or list), ``buf4#2`` (a C++ shim's third output: no element), or a literal
+    the launch passes (``32``, ``-1.5e-05``, ``True``: a user-defined Triton kernel's
+    argument whose parameter Inductor does not name), which the program never spells
+    as a name. A builtin's name is refused: it would become a parameter that hides the
+    builtin from the launch code."""
+    if isinstance(arg, str) and (_NUMBER.fullmatch(arg) or arg in ("True", "False", "None")):
+        return arg, None
     m = _VALUE.fullmatch(arg) if isinstance(arg, str) else None
     if m is None or not _plain(m.group(1)) or hasattr(builtins, m.group(1)):
         raise ReplayError(f"the dump's value name {shown(arg)} is not a plain identifier (or one element "
