@@ -14,7 +14,7 @@ one and the device copies (``elementwise_kernel``: what the C++ runtime made of 
 tensors before it read them in place). It also prints the median parts of a lockstep
 step: the call's return (the host's issue time), the wait for the device, the flush. A
 process per configuration: Dynamo would recompile a base model once aoti_debug is
-enabled. Compare checkouts by alternating their processes in one call of the device tool
+enabled. Compare checkouts by alternating their processes on one machine in one sitting
 (absolute times only from the GPU).
 
 ``--launches`` (level stats, no timing): the C++ runtime's device trace

@@ -7,8 +7,8 @@ is not there yet, as on a new machine; on CUDA a fresh Triton cache too), Python
 wrapper, level stats: the
 first call's seconds (Dynamo, Inductor, the model's C++ kernels, the library's build, the
 first run) with the build started when the wrapper is made (``prebuild.start_early``, as
-aoti_debug does) against started only when the wrapper's header asks for it (as before
-session 36), and an uninstrumented compile for scale. Rounds alternate the configs;
+aoti_debug does) against started only when the wrapper's header asks for it, and an
+uninstrumented compile for scale. Rounds alternate the configs;
 prints the median of each and its ratio to the uninstrumented one.
 """
 

@@ -29,8 +29,8 @@ against its parent under the same load (rows ``this`` and ``other``).
 
 Every process is pinned to one CPU (``--cpu``, default the first this process may use):
 on a shared machine each core has its own neighbours, and a process the scheduler keeps
-on the busier one is slower by up to half, whatever code it runs (seen on a 2-core VM
-like CI's: two processes of the same base configuration 0.565 and 0.860 ms a step).
+on the busier one is slower by up to half, whatever code it runs (seen on a shared 2-core
+x86_64 machine: two processes of the same base configuration 0.565 and 0.860 ms a step).
 
 stdout and stderr of the timed steps go to /dev/null: the terminal is not the cost.
 Each step gets a new input (identical steps would let our content dedup skip every

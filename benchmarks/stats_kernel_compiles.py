@@ -13,9 +13,9 @@ runs in a fresh process with fresh Inductor and Triton caches:
 * ``stats``: level stats; every stats-kernel compile in the first call is timed (Triton's
   ``jit_cache_hook`` and ``jit_post_compile_hook``) and its specialization kept. The
   wrapper's module starts the variants its layouts predict on threads when it is
-  imported (``fused_stats.precompile``, since session 36) and the launches wait for them;
+  imported (``fused_stats.precompile``) and the launches wait for them;
 * ``stats, no precompile``: the same without that (each variant compiled at its first
-  launch, one after another, as before session 36);
+  launch, one after another, on the model's thread);
 * ``preload N``: ``stats``'s variants compiled first on N threads (``JITFunction.preload``
   of the kept specializations), timed on their own, then the model's first call, which
   should compile none of them: how much of the cost a compile ahead of the first call,

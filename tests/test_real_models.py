@@ -519,7 +519,7 @@ def gpt2_unfused(builder, tmp_path_factory):
 
 
 def test_other_fusion_aligns_by_provenance(builder, gpt2_unfused):
-    """Issue 12's case: with other fusion settings the launch-level pairing is wrong
+    """A run compiled with other fusion settings: the launch-level pairing is wrong
     (kernels differ, exit 2); values paired by provenance are equal, and a perturbed
     weight is named at its module."""
     ref = builder.ref("gpt2")

@@ -139,7 +139,7 @@ def value_expr(expr: str, views: bool) -> str:
     as a lazy value the runtime evaluates when it reads it. Inline, each such expression
     would add a shim call, an error check and a cleanup to the wrapper's (large) function
     before and after the launch: the largest part of the C++ compile time the
-    instrumentation added (docs/benchmarks.md). ``views``: a view of a tensor handle is
+    instrumentation added. ``views``: a view of a tensor handle is
     passed as plain data (``view(...)``); not under AOTInductor, whose stack-allocated
     tensors are no handles."""
     if "(" not in expr:

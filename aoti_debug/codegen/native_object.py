@@ -2,8 +2,8 @@
 
 An AOTI package must need nothing of aoti_debug where it runs, so the runtime goes into
 the package's ``.so``. Compiled into every wrapper, it made an instrumented wrapper's
-compile up to 1.7x slower (docs/benchmarks.md). Instead, the runtime for a level's
-features (``names``, ``files``: stats/print/save; ``cpp_runtime.features``)
+compile up to 1.7x slower (docs/performance.md, "Compile time"). Instead, the runtime
+for a level's features (``names``, ``files``: stats/print/save; ``cpp_runtime.features``)
 is compiled once per content hash, compiler, flags and torch into an object
 (``native/object.cpp``), in Inductor's cache directory next to the JIT runtime library,
 with -fPIC and hidden visibility, so that the package exports nothing that the inlined

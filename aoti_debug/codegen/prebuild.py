@@ -7,7 +7,7 @@ keeps it in Inductor's cache (``TORCHINDUCTOR_CACHE_DIR``, else
 ring records, the C++ wrapper's runtime), AOTInductor's two runtime objects, and on a
 CUDA machine the stats kernels' pack for its GPU with the object AOTInductor links it
 from. Each is built once per content hash, compiler and torch, and takes from seconds to
-a minute (the library: about 20 s of g++ at -O3 on this project's 2-core VM). Building them
+a minute (the library: about 20 s of g++ at -O3 on a 2-core x86_64 machine). Building them
 here, once (an image's build step, a job's setup), takes that out of the first compile.
 
 What this does not build: the Python wrapper's Triton stats kernels on CUDA, whose
@@ -65,7 +65,7 @@ def prebuild(library: bool = True, objects: tuple[str, ...] = OBJECT_VARIANTS, p
     builds = [("runtime library (Python wrapper, cpp_wrapper)", native_library.build_spec)] if library else []
     builds += [(f"AOTInductor runtime object '{v}'", lambda v=v: native_object.object_spec(v)) for v in objects]
     # one compiler process each, at once where there are cores for them (the library and
-    # the 'files' object take about as long: 21 s and 18 s on a 2-core VM)
+    # the 'files' object take about as long: 21 s and 18 s on a 2-core x86_64 machine)
     workers = max(1, min(len(builds), os.cpu_count() or 1))
     with ThreadPoolExecutor(workers, thread_name_prefix="aoti_debug_prebuild") as pool:
         steps = list(pool.map(lambda b: _build(*b), builds))

@@ -1,4 +1,4 @@
-"""Stats of CUDA tensors on the device in the C++ wrapper and AOTInductor (issue 13):
+"""Stats of CUDA tensors on the device in the C++ wrapper and AOTInductor:
 records equal to the Python wrapper's and to the C++ host path's (min, max, absmax, nan,
 inf and checksum to the bit; mean and std within fused_stats' tolerance), on float32,
 bfloat16, float16 and int64 tensors, NaN/Inf and a non-contiguous one; what crosses to

@@ -226,7 +226,7 @@ def test_planned_sides_repeat_their_launches_bit_for_bit(tmp_path, monkeypatch):
     # (A side planned a call later, such as a tuple side, repeats its launches a call later too.)
     assert library_calls[0] == 0 and library_calls[2] > 10, library_calls
     # From call 2 the library's functions take the sides whose launches it kept: its side
-    # function or its express hooks (session 24: the check from the call after the kept one).
+    # function or its express hooks (the check from the call after the kept one).
     assert side_calls[3] + express_done[3] > 10, (side_calls, express_done, fused_stats.express_left())
     assert library_calls[3] + side_calls[3] + express_done[3] >= library_calls[2], (library_calls, side_calls)
     # The attention fallback's output, a tuple (its RNG seeds on the CPU: read by the

@@ -4,8 +4,8 @@
 // Session.submit_planned, SideRun.add) do in Python, on the same Python objects, in the
 // same order, under the same locks (taken without waiting: a lock some other thread
 // holds sends the hook back to Python, which waits for it). ~20 us of interpreter a side
-// on an H100 host were the bookkeeping around the side function's ~6 us (session 25's
-// hook_parts.py); here it is C-API calls.
+// on an H100 host were the bookkeeping around the side function's ~6 us
+// (benchmarks/hook_parts.py); here it is C-API calls.
 //
 // Whatever this function does not take (a session or CUDA-graph capture the hook must
 // look at, a side whose plan has no template or spec yet, a segment to turn over, host

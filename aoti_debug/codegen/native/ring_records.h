@@ -7,9 +7,9 @@
 // of each record, in record order): after the manifest lines in the output buffer, for
 // the writer to print. Called without the GIL (ctypes.CDLL): it touches no Python object.
 // On the calling thread only: formatting a batch in parts on the runtime's threads was
-// tried twice (sessions 24 and 34) and lost on the GPU host each time (a second OpenMP team
-// spinning beside torch's: a lockstep flush 4-17 ms instead of ~0.7; docs/benchmarks.md
-// sessions 25 and 35). A debugging tool does not take cores from the model it instruments.
+// measured and lost on the GPU host (a second OpenMP team spinning beside torch's: a
+// lockstep flush 4-17 ms instead of ~0.7; docs/performance.md, "The lockstep flush").
+// A debugging tool does not take cores from the model it instruments.
 #ifndef AOTI_DEBUG_PART_RING_RECORDS_H
 #define AOTI_DEBUG_PART_RING_RECORDS_H
 
