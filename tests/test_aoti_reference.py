@@ -217,3 +217,24 @@ def test_rsqrt_bug_in_the_package_is_suspect_at_the_first_rmsnorm(models):
     clean = CliRunner().invoke(cli_main, ["diff", "--no-progress", models.package("llama"),
                                           models.reference("llama", "fp64")])
     assert clean.exit_code == 0, clean.output
+
+
+@pytest.mark.slow
+def test_replay_and_repro_of_the_package_name_the_rsqrt_kernel(models, tmp_path):
+    """The package's own C++ kernel, replayed on the fp64 reference's inputs, is the
+    culprit; its repro reproduces the mismatch without aoti_debug."""
+    from aoti_debug.replay import replay
+    from aoti_debug.replay.repro import write_repro
+    from tests.test_replay import _run_repro
+
+    buggy = models.package("llama", bug=True)
+    ref = models.reference("llama", "fp64")
+    result = replay(buggy, ref, first=1)
+    assert result.exit_code == 1 and result.culprits, str(result)
+    culprit = result.culprits[0]
+    assert "rsqrt" in culprit.kernel and culprit.module == FIRST_NORM["llama"], str(result)
+    out = write_repro(buggy, culprit.launch, str(tmp_path / "repro"), reference=ref)
+    proc = _run_repro(out, str(tmp_path))
+    assert proc.returncode == 1 and "MISMATCH" in proc.stdout, proc.stdout + proc.stderr
+    clean = replay(models.package("llama"), ref, launches=[culprit.launch])
+    assert clean.exit_code == 0 and not clean.culprits, str(clean)

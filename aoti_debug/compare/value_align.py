@@ -141,7 +141,7 @@ def reference_key(reader: RunReader, r: Record, written: set, graph_ids: dict[st
     base = r.arg.split("[", 1)[0]  # an element of a returned tuple: the tuple's node
     if r.phase == "after":
         origin, kind = prov.output(r.arg) or prov.output(base), "value"
-    elif (r.graph, r.arg) not in written and _row_major(r):
+    elif (r.graph, r.arg) not in written and _row_major(r) and not _saved_activation(gid, base):
         # (A weight read through a transposing view holds other values than the weight
         # itself, in a square shape even the same shape: only plain reads are keyed.)
         origin, kind = prov.input(r.arg) or prov.input(base), "input"
@@ -160,6 +160,19 @@ def reference_key(reader: RunReader, r: Record, written: set, graph_ids: dict[st
     # input by shape: a launch may read a weight through a transposing view.
     size = r.numel if kind == "value" else tuple(r.shape or ())
     return (kind, gid, instance, r.model_dtype or r.dtype, size)
+
+
+#: The inputs of a backward graph that are no forward value: parameters and graph inputs
+#: (AOTAutograd's ``primals_N``) and the incoming gradients (``tangents_N``).
+_BACKWARD_OWN_INPUTS = ("primals_", "tangents_")
+
+
+def _saved_activation(gid: str, arg: str) -> bool:
+    """Whether ``arg``, read by a launch of graph ``gid``, is a forward value a backward
+    graph was handed (``add_19``, ``rsqrt_2``): compared where the forward made it, by
+    the verdict against float64; read again here, it is no value of its own (in bfloat16
+    a tolerance would call the compiled forward's rounding a difference)."""
+    return gid.startswith("b") and not arg.startswith(_BACKWARD_OWN_INPUTS)
 
 
 def _row_major(r: Record) -> bool:
@@ -234,7 +247,7 @@ class _Scan:
                 continue
             if key is None:
                 if reference:
-                    self._explain(reader, r, start)
+                    self._explain(reader, r, start, graph_ids.get(r.graph, ""))
                 continue
             if not reference:
                 self.keys[start] = (*key, repeats[key])
@@ -247,7 +260,11 @@ class _Scan:
             training = {g for g in reader.info.graphs if _graph_info(reader, g).get("kind") in ("forward", "backward")}
             self._keep_last(found, first_launch, repeats, read_later, training)
 
-    def _explain(self, reader: RunReader, r: Record, start: int) -> None:
+    def _explain(self, reader: RunReader, r: Record, start: int, gid: str = "") -> None:
+        if r.phase == "before" and _saved_activation(gid, r.arg.split("[", 1)[0]):
+            self.why[start] = ("a forward value the backward graph was handed: compared where the forward "
+                               "graph made it")
+            return
         prov = reader.provenance(r) if r.phase == "after" else None
         origin = prov.output(r.arg) or prov.output(r.arg.split("[", 1)[0]) if prov is not None else None
         if origin is not None and origin.inner:
