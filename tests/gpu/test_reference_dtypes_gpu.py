@@ -86,3 +86,57 @@ def test_one_percent_rsqrt_bug_is_suspect_at_the_first_norm(runs, level):
     assert result.exit_code == 1 and first is not None, _explain(result)
     assert first.module.endswith(FIRST_NORM["llama"]) and first.kernel.startswith("triton_"), str(first)
     assert any(rc.first and rc.verdict == SUSPECT for rc in result.records), _explain(result)
+
+
+# ------------------------------------------------------------------------- AOTInductor
+class Packages:
+    """The bf16 Llama exported once; its fp64 reference (record_reference) and the dumps
+    of its AOTInductor packages (clean, and with the rsqrt bug), each made on first use."""
+
+    def __init__(self, runs: Runs):
+        self.runs, self.root = runs, runs.root
+        with torch.no_grad():
+            self.program = torch.export.export(runs.model, runs.inputs)
+        self._dumps: dict[str, str] = {}
+
+    def reference(self) -> str:
+        if "ref" not in self._dumps:
+            d = str(self.root / "aoti-ref")
+            with dump_dir_restored():
+                out = aoti_debug.record_reference(self.program, self.runs.inputs, dump_dir=d, dtype=torch.float64)
+            torch.testing.assert_close(out, self.runs.eager, rtol=0, atol=0)
+            self._dumps["ref"] = only_run(d)
+        return self._dumps["ref"]
+
+    def package(self, bug: bool = False) -> str:
+        name = "aoti-bug" if bug else "aoti"
+        if name not in self._dumps:
+            with (wrong_rsqrt() if bug else contextlib.nullcontext()), aoti_debug.enabled(level="save"):
+                pkg = torch._inductor.aoti_compile_and_package(self.program,
+                                                               package_path=str(self.root / f"{name}.pt2"))
+            runner = torch._inductor.aoti_load_package(pkg)
+            d = str(self.root / name)
+            with dump_dir_restored(), torch.no_grad():
+                os.environ["AOTI_DEBUG_DIR"] = d  # read by the .so when a run starts
+                runner(*self.runs.inputs)
+            self._dumps[name] = only_run(d)
+        return self._dumps[name]
+
+
+@pytest.fixture(scope="module")
+def packages(runs):
+    return Packages(runs)
+
+
+def test_clean_bf16_llama_package_is_rounding_everywhere_it_looks(packages):
+    result = aoti_debug.diff(packages.package(), packages.reference(), keep_all=True)
+    assert result.exit_code == 0, _explain(result)
+    assert not result.coverage.blind and result.coverage.compared >= 20, result.coverage.line()
+
+
+def test_one_percent_rsqrt_bug_in_the_package_is_suspect_at_the_first_norm(packages):
+    result = aoti_debug.diff(packages.package(bug=True), packages.reference())
+    first = result.first_divergence
+    assert result.exit_code == 1 and first is not None, _explain(result)
+    assert first.module.endswith(FIRST_NORM["llama"]), str(first)
+    assert any(rc.first and rc.verdict == SUSPECT for rc in result.records), _explain(result)
