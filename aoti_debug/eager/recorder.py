@@ -35,6 +35,7 @@ forward with a Recorder of the Dynamo graph and its backward graph with a
 from __future__ import annotations
 
 import math
+import operator
 import threading
 from typing import Any, Callable, Iterable
 
@@ -89,6 +90,25 @@ def rmse(a: torch.Tensor, ref: torch.Tensor) -> float:
     if d.is_complex():
         d = torch.view_as_real(d)
     return float(torch.sqrt(torch.mean(d * d)))
+
+
+#: Python's augmented assignments, as Dynamo records ``x += y`` on a tensor.
+_AUGMENTED = {operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv, operator.imod,
+              operator.ipow, operator.iand, operator.ior, operator.ixor, operator.ilshift, operator.irshift}
+
+
+def _in_place(node: fx.Node) -> bool:
+    """Whether ``node`` updates a tensor in place: ``Tensor.add_`` and the like (a method
+    or function named with a trailing underscore), an augmented assignment, or an ATen
+    overload whose schema mutates an argument."""
+    target = node.target
+    if not isinstance(target, str) and target in _AUGMENTED:
+        return True
+    schema = getattr(target, "_schema", None)
+    if schema is not None and getattr(schema, "is_mutable", False):
+        return True
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return isinstance(name, str) and name.endswith("_") and not name.startswith("_")
 
 
 def _storages(values: Iterable[Any]) -> set[int]:
@@ -270,7 +290,9 @@ class Recorder:
             return
         try:
             reads = [env[a] for a in node.all_input_nodes]
-            updated = tuple(a for a in node.all_input_nodes if env[a] is value)  # in place: the same tensor
+            # In place: an update op that returns the very tensor it read. (A no-op that
+            # returns its input, ``x.float()`` of a float32 ``x``, is no update: skipped below.)
+            updated = tuple(a for a in node.all_input_nodes if env[a] is value) if _in_place(node) else ()
             if not updated and value.layout == torch.strided and _storages([value]) & _storages(reads):
                 return  # a view of what the node read: no kernel makes it
             site = self._site(node, updated)
