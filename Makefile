@@ -1,5 +1,6 @@
 # make demo  - compile a small model, dump two runs (one perturbed), compare them
 # make test  - the test suite (CPU; GPU tests are marked and skipped)
+# make check - the quick tier: the tests that compile nothing (about a minute)
 #
 # Works from nothing: makes .venv, installs torch==2.13.0 only when no torch is
 # importable (the GPU machine brings its own), then this package without letting
@@ -14,7 +15,7 @@ PY := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow bench clean
+.PHONY: install demo test check test-slow bench clean
 
 install: $(STAMP)
 
@@ -40,6 +41,9 @@ PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
 test: install
 	$(PYTEST) -m "not gpu and not slow" tests
 	$(PYTEST) -m "slow and not gpu" tests
+
+check: install
+	$(PYTEST) -m "quick and not gpu" tests
 
 test-slow: install
 	$(PYTEST) -m "slow and not gpu" tests

@@ -226,3 +226,33 @@ def fresh_session(tmp_path, monkeypatch):
     session._warned.clear()
     yield tmp_path / "dump"
     session.reset()
+
+
+def _refuse_compiles():
+    """What Inductor compiles through, made to fail: a ``quick`` test (make check) that
+    compiled a graph would make the tier slow without saying so."""
+    import contextlib
+    from unittest import mock
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a test marked quick compiled a graph with Inductor: drop the mark")
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(mock.patch("torch._inductor.compile_fx.compile_fx", refuse))
+    return stack
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("quick") is None:
+        return (yield)
+    with _refuse_compiles():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    if item.get_closest_marker("quick") is None:
+        return (yield)
+    with _refuse_compiles():
+        return (yield)

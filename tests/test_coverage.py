@@ -3,9 +3,13 @@ the modules where none was; a diff is not EQUAL when such a module exists."""
 
 from __future__ import annotations
 
+import pytest
+
 from aoti_debug.compare.coverage import Coverage, CoverageCounter, reason
 from aoti_debug.compare.result import EXIT_BAD_INPUT, EXIT_DIFFERENT, EXIT_EQUAL, DiffResult, RecordComparison
 from aoti_debug.format.schema import Record, RunInfo
+
+pytestmark = pytest.mark.quick  # compiles nothing: make check runs it
 
 
 class _Origin:

@@ -13,6 +13,8 @@ from aoti_debug.compare.align import Aligner, OutOfStep, StreamAligner
 from aoti_debug.format.reader import RunReader
 from aoti_debug.format.writer import RunWriter, new_run_info
 
+pytestmark = pytest.mark.quick  # compiles nothing: make check runs it
+
 KERNELS = ("cpp_fused_add_0", "extern_kernels.mm", "cpp_fused_mul_1", "graph_inputs")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 
+import pytest
 from click.testing import CliRunner
 
 from aoti_debug import config
@@ -15,6 +16,8 @@ from aoti_debug.codegen.launch import Launch, LaunchArg
 from aoti_debug.codegen.manager import Manager
 from aoti_debug.format.protocol import Site, SiteArg
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.quick  # compiles nothing: make check runs it
 
 README = open(os.path.join(REPO, "README.md")).read()
 

@@ -18,6 +18,8 @@ from aoti_debug.format.protocol import make_site
 from aoti_debug.runtime import fused_stats, hooks, ring_records, session
 from aoti_debug.runtime.session import Job
 
+pytestmark = pytest.mark.quick  # compiles nothing: make check runs it
+
 LABEL = "graph0"
 
 

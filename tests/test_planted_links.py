@@ -22,6 +22,8 @@ from aoti_debug.format.schema import MANIFEST_FILE, RUN_FILE, TENSOR_DIR
 from aoti_debug.format.writer import (LINK_REFUSED, NOT_A_DIRECTORY, OWNER_FILE, RefusedDirectory, RunWriter,
                                       claim_run_directory, new_run_info)
 
+pytestmark = pytest.mark.quick  # compiles nothing: make check runs it
+
 
 @pytest.fixture
 def planted(tmp_path):

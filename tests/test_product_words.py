@@ -14,6 +14,8 @@ import subprocess
 
 import pytest
 
+pytestmark = pytest.mark.quick  # compiles nothing: make check runs it
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUFFIXES = (".py", ".md", ".h", ".cpp", ".cfg", ".toml")
 

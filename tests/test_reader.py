@@ -16,6 +16,8 @@ from aoti_debug.format.schema import tensor_filename
 from aoti_debug.format.writer import RunWriter, new_run_info
 from aoti_debug.runtime.stats import tensor_stats
 
+pytestmark = pytest.mark.quick  # compiles nothing: make check runs it
+
 
 def write_run(path, tensors: dict[str, torch.Tensor], kernel: str = "cpp_fused_add_0") -> str:
     """A run written by the real RunWriter: one launch, one after-record per tensor."""

@@ -19,6 +19,8 @@ from aoti_debug.format.protocol import PROTOCOL_VERSION, Site, SiteArg
 from aoti_debug.runtime import device_ring, hooks, ring_records, session
 from aoti_debug.runtime.stats import device_summary
 
+pytestmark = pytest.mark.quick  # compiles nothing: make check runs it
+
 #: Stats rows the fake ring writes for every third tensor: what a device may hand back.
 _ODD_ROWS = [
     (-0.0, 0.0, -0.0, 0.0, 0.0, 0.0, 0.0),

@@ -29,6 +29,8 @@ from aoti_debug.printable import UNPRINTABLE, printable
 from aoti_debug.replay.engine import replay as library_replay
 from tests.test_reader import write_run
 
+pytestmark = pytest.mark.quick  # compiles nothing: make check runs it
+
 #: What a hostile dump puts in its strings: clear screen, set the window title (OSC
 #: ended by BEL), CR, an 8-bit CSI, a right-to-left override, newline, tab and DEL.
 EVIL = "\x1b[2J\x1b]0;title\x07\r\x9b\u202e\n\t\x7f"

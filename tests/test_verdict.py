@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from aoti_debug.compare.metrics import Metrics
 from aoti_debug.compare.verdict import (LOW_PRECISION_FACTOR, ROUNDING, ROUNDING_FACTOR, SUSPECT, describe_factor,
                                         factor_for, judge, judge_stats)
 from aoti_debug.format.schema import Record, Stats
+
+pytestmark = pytest.mark.quick  # compiles nothing: make check runs it
 
 
 def _ref(eager_error, model_dtype="float32", stats=None) -> Record:

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aoti_debug.format import writer
 from aoti_debug.format.protocol import record
 from aoti_debug.format.writer import EncodedDict, encode_record
+
+pytestmark = pytest.mark.quick  # compiles nothing: make check runs it
 
 _FAST = dict(deadline=None, derandomize=True, database=None)
 
