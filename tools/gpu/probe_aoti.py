@@ -3,9 +3,16 @@
 Run on the device machine; prints what it finds step by step (flushed), so a segfault
 still leaves the last completed step in the log.
 """
-import faulthandler, os, subprocess, sys, tempfile
-faulthandler.enable()
-import torch
+import faulthandler
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+faulthandler.enable()  # before torch: a crash while it loads is shown too
+
+import torch  # noqa: E402
 
 def say(*a):
     print("[probe]", *a, flush=True)
@@ -30,7 +37,6 @@ if level:
 else:
     pkg = torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(d, "m.pt2"))
 say("compiled", pkg)
-import zipfile
 names = zipfile.ZipFile(pkg).namelist()
 say("package contents:", names)
 so = [n for n in names if n.endswith(".so")]
