@@ -1,7 +1,7 @@
 #!/bin/bash
 # The GPU runs behind the README's overhead table, one call of the device tool each (each
 # fits its 10 minutes: ~6 for a Python chunk, whose save and built-in rows are the longest;
-# C++ rows compile for a minute each), all in one session on one machine:
+# C++ rows compile for a minute each), all on one machine, one after another:
 #
 #   bash tools/gpu/readme_runs.sh resnet18-python     # then: transformer-python, resnet18-cpp, ...
 #
