@@ -228,31 +228,27 @@ def fresh_session(tmp_path, monkeypatch):
     session.reset()
 
 
-def _refuse_compiles():
-    """What Inductor compiles through, made to fail: a ``quick`` test (make check) that
-    compiled a graph would make the tier slow without saying so."""
-    import contextlib
+def _quick_guard(item):
+    """For a ``quick`` test (make check): Inductor's compile made to fail, since a quick
+    test that compiled a graph would make the tier slow without saying so."""
     from unittest import mock
+
+    if item.get_closest_marker("quick") is None:
+        return contextlib.nullcontext()
 
     def refuse(*args, **kwargs):
         raise AssertionError("a test marked quick compiled a graph with Inductor: drop the mark")
 
-    stack = contextlib.ExitStack()
-    stack.enter_context(mock.patch("torch._inductor.compile_fx.compile_fx", refuse))
-    return stack
+    return mock.patch("torch._inductor.compile_fx.compile_fx", refuse)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
-    if item.get_closest_marker("quick") is None:
-        return (yield)
-    with _refuse_compiles():
+    with _quick_guard(item):
         return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    if item.get_closest_marker("quick") is None:
-        return (yield)
-    with _refuse_compiles():
+    with _quick_guard(item):
         return (yield)

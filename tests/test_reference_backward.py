@@ -335,21 +335,30 @@ def test_gpt2_training_step_is_rounding_against_fp64(gpt2_training):
     _check_training_rounding(gpt2_training, min_backward=30, grads_wanted=10)
 
 
-@pytest.mark.slow
-def test_gpt2_backward_only_bug_is_named_at_the_embedding(gpt2_training):
-    ref, _ = gpt2_training.run("reference")
-    buggy, _ = gpt2_training.run("bug")
+_EMBEDDINGS = ("model.transformer.wte", "model.transformer.wpe")
+
+
+def _embedding_bug_is_first(training: Training):
+    """The diff of the step with the backward-only bug against the reference: its first
+    divergence is suspect, in the backward graph, at an embedding (as the report says)."""
+    ref, _ = training.run("reference")
+    buggy, _ = training.run("bug")
     result = aoti_debug.diff(buggy, ref, keep_all=True)
     assert result.exit_code == 1, _explain(result)
     fd = result.first_divergence
     assert fd is not None and fd.verdict == SUSPECT and _kinds(buggy)[fd.graph] == "backward", str(fd)
+    assert fd.module in _EMBEDDINGS, str(fd)
+    return ref, result, fd
+
+
+@pytest.mark.slow
+def test_gpt2_backward_only_bug_is_named_at_the_embedding(gpt2_training):
+    ref, result, fd = _embedding_bug_is_first(gpt2_training)
     first = next(rc for rc in result.records if rc.a is not None and rc.a.launch == fd.launch
                  and rc.verdict == SUSPECT)
     module = RunReader(ref).provenance(first.b).output(first.b.arg).module
-    assert module in ("model.transformer.wte", "model.transformer.wpe"), module
-    # ... and the report names it too: the first divergence's module, as the user wrote it.
-    assert fd.module in ("model.transformer.wte", "model.transformer.wpe"), str(fd)
-    assert "model.transformer.w" in str(result), str(result)
+    assert module in _EMBEDDINGS, module
+    assert "model.transformer.w" in str(result), str(result)  # the report names it, as the user wrote it
 
 
 # ---------------------------------------------------------------------------- GPT-2 in bfloat16
@@ -376,10 +385,4 @@ def test_gpt2_bf16_training_step_is_rounding_against_fp64(gpt2_bf16_training):
 def test_gpt2_bf16_backward_only_bug_is_suspect_in_the_backward(gpt2_bf16_training):
     """The backward's saved forward values are compared where the forward made them
     (by the verdict), so bfloat16 rounding there is no difference; the bug is named."""
-    ref, _ = gpt2_bf16_training.run("reference")
-    buggy, _ = gpt2_bf16_training.run("bug")
-    result = aoti_debug.diff(buggy, ref, keep_all=True)
-    assert result.exit_code == 1, _explain(result)
-    fd = result.first_divergence
-    assert fd is not None and fd.verdict == SUSPECT and _kinds(buggy)[fd.graph] == "backward", str(fd)
-    assert fd.module in ("model.transformer.wte", "model.transformer.wpe"), str(fd)
+    _embedding_bug_is_first(gpt2_bf16_training)

@@ -165,7 +165,7 @@ def _describe(launch: Launch) -> Provenance | None:
     fused: list[Any] = []
     outputs: dict[str, ValueOrigin] = {}
     output_nodes: list[Any] = []
-    updates: set[str] = set()  # the node names whose value the launch writes into a graph input
+    updates: dict[str, str] = {}  # arg -> the node whose value the launch writes into that graph input
     for a in launch.args:
         if not a.after:
             continue
@@ -177,7 +177,7 @@ def _describe(launch: Launch) -> Provenance | None:
         if written is not None:  # a graph input the launch updates in place
             outputs[a.name] = value_origin(written, output=True)
             output_nodes.append(written)
-            updates.add(str(written.name))
+            updates[a.name] = str(written.name)
             continue
         if buf is None:
             continue
@@ -196,8 +196,9 @@ def _describe(launch: Launch) -> Provenance | None:
         # node's value is the updated input (what the user's tensor holds after the call).
         import dataclasses
 
+        updated = set(updates.values())
         for arg, origin in list(outputs.items()):
-            if origin.node in updates and not _written_into(graph, base_name(arg)):
+            if arg not in updates and origin.node in updated:
                 outputs[arg] = dataclasses.replace(origin, inner=True)
     inputs = _input_origins(graph, launch, fused)
     order = _order(fused + output_nodes)

@@ -256,9 +256,8 @@ class Recorder:
         return copy
 
     # -- recording -----------------------------------------------------------------------
-    def _site(self, node: fx.Node, updated: tuple[fx.Node, ...] = ()) -> Site | None:
-        """The site of ``node`` (``updated``: the inputs it updates in place, which are
-        not its inputs' records)."""
+    def _site(self, node: fx.Node, inputs: list[fx.Node]) -> Site | None:
+        """The site of ``node``, whose ``before`` records are the graph inputs ``inputs``."""
         if node in self.sites:
             return self.sites[node]
         target = _target_name(node)
@@ -266,7 +265,6 @@ class Recorder:
         origin = self._origin(node, target) if self.kernels.matches(node.name, target) else None
         if origin is not None:
             source, code = origin.source, origin.code
-            inputs = [a for a in node.all_input_nodes if a.op == "placeholder" and a not in updated]
             prov = Provenance(nodes=(node.name,), aten=(origin.aten,), module=origin.module, source=source, code=code,
                               outputs=(("out", origin),),
                               inputs=tuple(sorted((a.name, origin) for a in inputs)))
@@ -295,11 +293,12 @@ class Recorder:
             updated = tuple(a for a in node.all_input_nodes if env[a] is value) if _in_place(node) else ()
             if not updated and value.layout == torch.strided and _storages([value]) & _storages(reads):
                 return  # a view of what the node read: no kernel makes it
-            site = self._site(node, updated)
+            # The graph inputs it read, not those it updated (they no longer hold what it read).
+            inputs = [a for a in node.all_input_nodes if a.op == "placeholder" and a not in updated]
+            site = self._site(node, inputs)
             if site is None:
                 return
-            placeholders = [env[a] for a in node.all_input_nodes if a.op == "placeholder" and a not in updated]
-            self.handle.launch(site, placeholders)
+            self.handle.launch(site, [env[a] for a in inputs])
             if value64 is None:
                 self.handle.done(site, (value,))
                 return

@@ -365,9 +365,9 @@ def _compile_fields_check(keys: tuple) -> Callable[[dict], bool]:
     :func:`_fields` says what)."""
     env = {"INT64_MAX": INT64_MAX, "MAX_DIM": MAX_DIM, "_dims": _dims, "_RECORD_WRAPPERS": frozenset(RECORD_WRAPPERS),
            "_PHASES": frozenset(PHASES), "_ROLES": frozenset(ROLES), "_KINDS": frozenset(KINDS)}
-    lines = ["def check(d):"]
     if not all(k in keys for k in RECORD_REQUIRED):
-        lines.append("    return False")
+        return lambda d: False
+    lines = ["def check(d):"]
     for i, key in enumerate(k for k in keys if k in RECORD_FIELDS):  # only known names reach the code
         lines.append(f"    v = d[{key!r}]")
         if key in _INLINE:

@@ -113,6 +113,21 @@ def describe_owner(path: str) -> str:
     return f"the {name} runtime of pid {pid} on host {host or '?'}"
 
 
+def write_atomic_at(dir_fd: int, name: str, data: bytes) -> None:
+    """The file ``name`` of the directory ``dir_fd`` replaced by ``data`` atomically: a new
+    temporary file (``O_EXCL|O_NOFOLLOW`` at the descriptor) renamed over it, so a link
+    at ``name`` is replaced, never written through."""
+    tmp = f".{name}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, NEW_FILE_FLAGS, 0o644, dir_fd=dir_fd)
+    except FileExistsError:  # left by a write that was cut short
+        os.unlink(tmp, dir_fd=dir_fd)
+        fd = os.open(tmp, NEW_FILE_FLAGS, 0o644, dir_fd=dir_fd)
+    with open(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
 class RefusedDirectory(OSError):
     """A directory below the dump root that a runtime does not write through: a link,
     not a directory, another user's, or one that changed while it was opened."""
@@ -455,16 +470,8 @@ class RunWriter:
             raise
 
     def write_info(self) -> None:
-        """``run.json``, rewritten atomically (a new temporary file, renamed over it)."""
-        tmp = f".{RUN_FILE}.{os.getpid()}.tmp"
-        try:
-            fd = os.open(tmp, NEW_FILE_FLAGS, 0o644, dir_fd=self._dir)
-        except FileExistsError:  # left by a write that was cut short
-            os.unlink(tmp, dir_fd=self._dir)
-            fd = os.open(tmp, NEW_FILE_FLAGS, 0o644, dir_fd=self._dir)
-        with open(fd, "w", encoding="utf-8") as f:
-            json.dump(self.info.to_dict(), f, indent=1, sort_keys=True)
-        os.replace(tmp, RUN_FILE, src_dir_fd=self._dir, dst_dir_fd=self._dir)
+        """``run.json``, rewritten atomically (:func:`write_atomic_at`)."""
+        write_atomic_at(self._dir, RUN_FILE, json.dumps(self.info.to_dict(), indent=1, sort_keys=True).encode())
 
     def tensor_path(self, filename: str) -> str:
         """Where the tensor file ``filename`` lies, for messages (files are made with

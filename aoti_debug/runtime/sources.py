@@ -18,7 +18,7 @@ import hashlib
 import os
 import re
 
-from ..format.writer import DIR_MODE, NEW_FILE_FLAGS, open_own_dir
+from ..format.writer import DIR_MODE, open_own_dir, write_atomic_at
 
 SOURCES_DIR = "sources"
 #: The key of a graph entry of run.json holding ``{file name: sha256}``.
@@ -101,15 +101,6 @@ def _copy_into(folder: int, path: str) -> dict[str, str]:
             if i == 0:
                 raise OSError(f"{src} is larger than {_MAX_BYTES >> 20} MiB")
             continue
-        tmp = f".{name}.{os.getpid()}.tmp"
-        try:
-            fd = os.open(tmp, NEW_FILE_FLAGS, 0o644, dir_fd=folder)
-        except FileExistsError:  # left by a copy that was cut short
-            os.unlink(tmp, dir_fd=folder)
-            fd = os.open(tmp, NEW_FILE_FLAGS, 0o644, dir_fd=folder)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        # Replaces a link at the name itself, never writes through it.
-        os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+        write_atomic_at(folder, name, data)
         copied[name] = sha256_of(data)
     return copied

@@ -1,6 +1,7 @@
-// Directories below the dump root, opened through descriptors and never through a link:
-// the C++ side of format.writer.refusal_at and open_own_dir (run_dir.h claims the run
-// directory with them, sources.h makes the folders of its source copies).
+// Directories and files below the dump root, opened and written through descriptors and
+// never through a link: the C++ side of format.writer.refusal_at, open_own_dir and
+// write_atomic_at (run_dir.h claims the run directory with them, run_json.h rewrites
+// run.json, sources.h makes the folders and files of its source copies).
 #ifndef AOTI_DEBUG_PART_OWN_DIR_H
 #define AOTI_DEBUG_PART_OWN_DIR_H
 
@@ -10,6 +11,8 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "text.h"
 
 namespace AOTI_DEBUG_NS {
 namespace {
@@ -59,6 +62,44 @@ int open_own_dir(int parent, const char* name, std::string& why) {
     return -1;
   }
   return fd;
+}
+
+// The file `name` of the directory `dir_fd` (`shown` in messages), replaced atomically:
+// a new temporary file (O_EXCL|O_NOFOLLOW) renamed over it, never a write through a link.
+bool write_file_atomic_at(int dir_fd, const char* name, const std::string& shown, const std::string& text,
+                          std::string& err) {
+  std::string tmp = std::string(name) + ".cpp." + std::to_string(static_cast<long>(::getpid())) + ".tmp";
+  const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = ::openat(dir_fd, tmp.c_str(), flags, 0644);
+  if (fd < 0 && errno == EEXIST) {  // left by a write that was cut short
+    ::unlinkat(dir_fd, tmp.c_str(), 0);
+    fd = ::openat(dir_fd, tmp.c_str(), flags, 0644);
+  }
+  if (fd < 0) {
+    err = "cannot write " + shown + ".cpp.tmp: " + errno_text(errno);
+    return false;
+  }
+  const char* p = text.data();
+  size_t n = text.size();
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      err = "cannot write " + shown + ": " + errno_text(errno);
+      ::close(fd);
+      ::unlinkat(dir_fd, tmp.c_str(), 0);
+      return false;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  ::close(fd);
+  if (::renameat(dir_fd, tmp.c_str(), dir_fd, name) != 0) {
+    err = "cannot write " + shown + ": " + errno_text(errno);
+    ::unlinkat(dir_fd, tmp.c_str(), 0);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "graph.h"
 #include "interface.h"
 #include "json.h"
+#include "own_dir.h"
 #include "sources.h"
 #include "state.h"
 #include "text.h"
@@ -52,44 +53,6 @@ std::string device_label(const DeviceOps* dev) {
   char name[256] = {0};
   if (dev && dev->device_name && dev->device_name(name, sizeof(name)) == 0) return name;
   return "cpu";
-}
-
-// The file `name` of the directory `dir_fd` (`shown` in messages), replaced atomically:
-// a new temporary file (O_EXCL|O_NOFOLLOW) renamed over it, never a write through a link.
-bool write_file_atomic_at(int dir_fd, const char* name, const std::string& shown, const std::string& text,
-                          std::string& err) {
-  std::string tmp = std::string(name) + ".cpp." + std::to_string(static_cast<long>(::getpid())) + ".tmp";
-  const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-  int fd = ::openat(dir_fd, tmp.c_str(), flags, 0644);
-  if (fd < 0 && errno == EEXIST) {  // left by a write that was cut short
-    ::unlinkat(dir_fd, tmp.c_str(), 0);
-    fd = ::openat(dir_fd, tmp.c_str(), flags, 0644);
-  }
-  if (fd < 0) {
-    err = "cannot write " + shown + ".cpp.tmp: " + errno_text(errno);
-    return false;
-  }
-  const char* p = text.data();
-  size_t n = text.size();
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      err = "cannot write " + shown + ": " + errno_text(errno);
-      ::close(fd);
-      ::unlinkat(dir_fd, tmp.c_str(), 0);
-      return false;
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  ::close(fd);
-  if (::renameat(dir_fd, tmp.c_str(), dir_fd, name) != 0) {
-    err = "cannot write " + shown + ": " + errno_text(errno);
-    ::unlinkat(dir_fd, tmp.c_str(), 0);
-    return false;
-  }
-  return true;
 }
 
 // format.schema.RunInfo, keys sorted as the Python writer writes them.

@@ -114,31 +114,6 @@ bool read_small_file(const std::string& path, std::string& out) {
   return ok;
 }
 
-// Writes `data` as the file `name` of the directory `dir`: a new temporary file
-// (O_EXCL|O_NOFOLLOW at the descriptor), renamed over `name` (a link there is replaced,
-// never written through).
-bool write_copy(int dir, const std::string& name, const std::string& data, std::string& err) {
-  std::string tmp = "." + name + "." + std::to_string(static_cast<long>(::getpid())) + ".tmp";
-  const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-  int fd = ::openat(dir, tmp.c_str(), flags, 0644);
-  if (fd < 0 && errno == EEXIST) {  // left by a copy that was cut short
-    ::unlinkat(dir, tmp.c_str(), 0);
-    fd = ::openat(dir, tmp.c_str(), flags, 0644);
-  }
-  bool ok = fd >= 0;
-  for (size_t done = 0; ok && done < data.size();) {
-    ssize_t w = ::write(fd, data.data() + done, data.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) ok = false;
-    else done += static_cast<size_t>(w);
-  }
-  if (fd >= 0 && ::close(fd) != 0) ok = false;
-  if (ok && ::renameat(dir, tmp.c_str(), dir, name.c_str()) == 0) return true;
-  err = "cannot write " + name + ": " + errno_text(errno);
-  ::unlinkat(dir, tmp.c_str(), 0);
-  return false;
-}
-
 // The folder `rel` ("sources/<graph>") below the run directory `run_fd`, made where
 // missing and opened part by part with open_own_dir; -1 with `why` set where refused.
 int open_source_folder(int run_fd, const std::string& rel, std::string& why) {
@@ -196,7 +171,7 @@ std::string copy_sources(Shared& S, const std::string& label, const std::string&
   for (size_t i = 0; i < names.size(); ++i) {
     std::string data, err;
     bool ok = plain_file_name(names[i]) && read_small_file(dir + "/" + names[i], data) &&
-              write_copy(folder, names[i], data, err);
+              write_file_atomic_at(folder, names[i].c_str(), names[i], data, err);
     if (!ok) {
       if (i == 0) {
         ::close(folder);
